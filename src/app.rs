@@ -1,0 +1,274 @@
+//! Wiring: open the store, load secrets and TLS, start the publisher and spool drainer,
+//! serve both listeners until shutdown, then drain in order.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use crate::admin::Admin;
+use crate::config::Config;
+use crate::dedup::SledMarks;
+use crate::guard_state::{GuardState, RouteGuard};
+use crate::http::{serve_admin, serve_webhooks, WebhookService};
+use crate::metrics::Metrics;
+use crate::pipeline::{system_clock, Clock, Pipeline, RouteRuntime};
+use crate::publish::Publisher;
+use crate::ratelimit::TokenBucket;
+use crate::secrets::{RouteSecrets, SecretError};
+use crate::signature::Scheme;
+use crate::spool::Spool;
+use crate::store::{Store, StoreError};
+use crate::tls::{TlsError, TlsReloader};
+
+/// How often secret and certificate files are compared with what is loaded.
+const RELOAD_POLL: Duration = Duration::from_secs(2);
+
+/// Why the gateway could not start or run.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    #[error("route {route}: {source}")]
+    Secret { route: String, source: SecretError },
+    #[error("route {route}: {reason}")]
+    Route { route: String, reason: String },
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl AppError {
+    /// Whether the fault is in the configuration (exit 64) rather than the environment.
+    pub fn is_config(&self) -> bool {
+        !matches!(self, AppError::Store(_))
+    }
+}
+
+/// The two listeners, bound by the caller (tests bind port 0).
+pub struct Listeners {
+    /// Webhook listener.
+    pub webhooks: TcpListener,
+    /// Admin listener.
+    pub admin: TcpListener,
+}
+
+/// Knobs tests turn; production uses the defaults.
+pub struct Options {
+    /// The clock of freshness, dedup and guard decisions.
+    pub clock: Clock,
+    /// How often expired marks are swept.
+    pub sweep_interval: Duration,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Self {
+            clock: system_clock(),
+            sweep_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Everything loaded from disk before any port is bound, so a bad secret or certificate
+/// fails fast.
+pub struct Prepared {
+    config: Config,
+    store: Store,
+    routes: Vec<RouteRuntime>,
+    tls: Option<Arc<TlsReloader>>,
+}
+
+/// Loads secrets, TLS material and the store.
+pub fn prepare(config: Config) -> Result<Prepared, AppError> {
+    crate::tls::install_crypto_provider();
+    let mut routes = Vec::with_capacity(config.routes.len());
+    for route in &config.routes {
+        let scheme = Scheme::for_route(route).map_err(|reason| AppError::Route {
+            route: route.name.clone(),
+            reason,
+        })?;
+        let secrets = RouteSecrets::new(route.secrets.clone()).map_err(|source| AppError::Secret {
+            route: route.name.clone(),
+            source,
+        })?;
+        if secrets.has_inline() {
+            tracing::warn!(route = %route.name, "inline secret in the config: for development only; use secret_env or secret_file");
+        }
+        routes.push(RouteRuntime {
+            config: route.clone(),
+            scheme,
+            secrets,
+            guard: RouteGuard::new(&route.guard),
+            limiter: route
+                .rate_limit
+                .as_ref()
+                .map(|r| TokenBucket::new(r.per_second, r.burst, Instant::now())),
+        });
+    }
+    let tls = config
+        .listen
+        .tls
+        .clone()
+        .map(TlsReloader::new)
+        .transpose()?
+        .map(Arc::new);
+    let store = Store::open(&config.store.path)?;
+    Ok(Prepared {
+        config,
+        store,
+        routes,
+        tls,
+    })
+}
+
+/// Prepares and serves with production options.
+pub async fn run(config: Config, listeners: Listeners, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
+    serve(prepare(config)?, listeners, shutdown, Options::default()).await
+}
+
+/// Serves until `shutdown` completes, then drains: readiness 503, stop accepting, finish
+/// in-flight requests within `shutdown_grace`, flush the store, close the broker.
+pub async fn serve(
+    prepared: Prepared,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+    options: Options,
+) -> Result<(), AppError> {
+    let Prepared {
+        config,
+        store,
+        routes,
+        tls,
+    } = prepared;
+    let metrics = Arc::new(Metrics::new());
+    let stop_background = CancellationToken::new();
+    let publisher = Publisher::start(config.amqp.clone(), metrics.clone(), stop_background.clone());
+    let spool = Arc::new(Spool::open(&store, &config.spool, metrics.clone())?);
+    let depth = spool.status(0).depth;
+    if depth > 0 {
+        tracing::info!(depth, "spool holds events from a previous run; draining once the broker is up");
+    }
+    let marks = SledMarks::new(store.tree("dedup")?, config.dedup.in_flight_lease);
+    let guards = GuardState::new(store.tree("guard")?);
+    let pipeline = Arc::new(Pipeline::new(
+        &config,
+        routes,
+        marks,
+        guards,
+        spool.clone(),
+        publisher.clone(),
+        metrics.clone(),
+        options.clock.clone(),
+    ));
+    let drainer = tokio::spawn(spool.clone().drain(
+        publisher.clone(),
+        config.amqp.exchange.clone(),
+        stop_background.clone(),
+    ));
+    tokio::spawn(sweep_loop(pipeline.clone(), options.sweep_interval, stop_background.clone()));
+    tokio::spawn(reload_loop(pipeline.clone(), tls.clone(), stop_background.clone()));
+
+    let shutting_down = CancellationToken::new();
+    let admin = Arc::new(Admin {
+        pipeline: pipeline.clone(),
+        shutdown: shutting_down.clone(),
+    });
+    let webhook_addr = crate::http::local_addr(&listeners.webhooks);
+    let admin_addr = crate::http::local_addr(&listeners.admin);
+    let service = Arc::new(WebhookService {
+        pipeline: pipeline.clone(),
+        limits: config.limits.clone(),
+    });
+    let stop_accepting = CancellationToken::new();
+    let webhooks = tokio::spawn(serve_webhooks(
+        listeners.webhooks,
+        tls.clone(),
+        service,
+        stop_accepting.clone(),
+        config.shutdown_grace,
+    ));
+    let stop_admin = CancellationToken::new();
+    let admin_task = tokio::spawn(serve_admin(listeners.admin, admin, config.limits.clone(), stop_admin.clone()));
+    tracing::info!(
+        addr = ?webhook_addr,
+        admin_addr = ?admin_addr,
+        tls = tls.is_some(),
+        "listening"
+    );
+
+    shutdown.await;
+    shutting_down.cancel();
+    stop_accepting.cancel();
+    // serve_webhooks returns once in-flight requests finished or the grace ran out.
+    let _ = webhooks.await;
+    stop_background.cancel();
+    let _ = drainer.await;
+    if let Err(error) = store.flush().await {
+        tracing::error!(%error, "store flush at shutdown failed");
+    }
+    publisher.close().await;
+    stop_admin.cancel();
+    let _ = admin_task.await;
+    tracing::info!("shutdown complete");
+    Ok(())
+}
+
+async fn sweep_loop(pipeline: Arc<Pipeline>, every: Duration, stop: CancellationToken) {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        let p = pipeline.clone();
+        // sled calls block; a sweep of millions of marks must not hold a runtime worker.
+        match tokio::task::spawn_blocking(move || p.sweep()).await {
+            Ok(Ok(n)) if n > 0 => tracing::debug!(removed = n, "expired marks swept"),
+            Ok(Ok(_)) => {}
+            Ok(Err(error)) => tracing::warn!(%error, "sweep failed"),
+            Err(error) => tracing::warn!(%error, "sweep task failed"),
+        }
+    }
+}
+
+/// Re-reads secrets and the certificate on SIGHUP, and whenever their files change.
+async fn reload_loop(pipeline: Arc<Pipeline>, tls: Option<Arc<TlsReloader>>, stop: CancellationToken) {
+    #[cfg(unix)]
+    let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
+    loop {
+        #[cfg(unix)]
+        let hup_recv = async {
+            match hup.as_mut() {
+                Some(h) => {
+                    h.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
+        #[cfg(not(unix))]
+        let hup_recv = std::future::pending::<()>();
+        let by_signal = tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = hup_recv => true,
+            _ = tokio::time::sleep(RELOAD_POLL) => false,
+        };
+        for route in &pipeline.routes {
+            if !by_signal && route.secrets.files().next().is_none() {
+                continue;
+            }
+            match route.secrets.reload() {
+                Ok(true) => tracing::info!(route = %route.config.name, "secrets reloaded"),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(route = %route.config.name, %error, "secret reload failed; keeping the previous secrets"),
+            }
+        }
+        if let Some(tls) = &tls {
+            match tls.reload_if_changed() {
+                Ok(true) => tracing::info!("TLS certificate reloaded"),
+                Ok(false) => {}
+                Err(error) => tracing::warn!(%error, "TLS reload failed; keeping the previous certificate"),
+            }
+        }
+    }
+}

@@ -1,0 +1,969 @@
+//! The YAML configuration: schema, defaults, human durations and sizes, and `validate()`.
+//!
+//! Parsing is strict: every struct denies unknown keys, and the error names the key path
+//! (`limits.max_body_byts`). Reading secrets from the environment or files happens in
+//! [`crate::secrets`], not here, so a config can be checked without them.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::{self, Deserializer};
+use serde::{Deserialize, Serialize};
+
+/// A configuration that cannot be used; the message names the file and the key.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("invalid config {path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("invalid config: {0}")]
+    Invalid(String),
+}
+
+/// The whole configuration file (SPEC §7).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// The webhook listener.
+    pub listen: Listen,
+    /// The admin listener for probes and metrics.
+    #[serde(default)]
+    pub admin: Admin,
+    /// The embedded store (dedup marks, guard state, spool).
+    #[serde(default)]
+    pub store: Store,
+    /// The RabbitMQ connection and message shape.
+    #[serde(default)]
+    pub amqp: Amqp,
+    /// Duplicate detection.
+    #[serde(default)]
+    pub dedup: Dedup,
+    /// The shared store, used when `dedup.backend` is `redis`.
+    #[serde(default)]
+    pub redis: Redis,
+    /// The durable local buffer used while the broker cannot take messages.
+    #[serde(default)]
+    pub spool: Spool,
+    /// Request limits.
+    #[serde(default)]
+    pub limits: Limits,
+    /// How far in the future an event timestamp may be before it is dropped. Default 5m.
+    #[serde(default = "default_clock_skew", with = "duration")]
+    pub max_clock_skew: Duration,
+    /// How long in-flight requests may take to finish after SIGTERM. Default 25s.
+    #[serde(default = "default_shutdown_grace", with = "duration")]
+    pub shutdown_grace: Duration,
+    /// Logging.
+    #[serde(default)]
+    pub log: Log,
+    /// The webhook routes; at least one.
+    pub routes: Vec<Route>,
+}
+
+/// Where the webhook listener binds, and its TLS material.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Listen {
+    /// Socket address, e.g. `0.0.0.0:8443`.
+    pub addr: SocketAddr,
+    /// PEM certificate chain and key; omitted for plain HTTP (e.g. behind a mesh).
+    #[serde(default)]
+    pub tls: Option<Tls>,
+}
+
+/// PEM files for the TLS listener.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// Certificate chain, PEM.
+    pub cert: PathBuf,
+    /// Private key (PKCS#8, PKCS#1 or SEC1), PEM.
+    pub key: PathBuf,
+}
+
+/// The admin listener.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    /// Socket address for `/healthz`, `/readyz`, `/metrics`. Default `0.0.0.0:9090`.
+    #[serde(default = "default_admin_addr")]
+    pub addr: SocketAddr,
+}
+
+impl Default for Admin {
+    fn default() -> Self {
+        Self {
+            addr: default_admin_addr(),
+        }
+    }
+}
+
+/// The embedded sled store.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Store {
+    /// Directory of the sled database. Default `/var/lib/hookgate`.
+    #[serde(default = "default_store_path")]
+    pub path: PathBuf,
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self {
+            path: default_store_path(),
+        }
+    }
+}
+
+/// The RabbitMQ side.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Amqp {
+    /// AMQP URL. Default `amqp://guest:guest@127.0.0.1:5672/%2f`. Redacted when printed.
+    #[serde(default = "default_amqp_url")]
+    pub url: String,
+    /// Exchange accepted events are published to (type topic). Default `webhooks`.
+    #[serde(default = "default_exchange")]
+    pub exchange: String,
+    /// Routing key template; `{route}` and `{event}` are replaced. Default `{event}`.
+    #[serde(default = "default_routing_key")]
+    pub routing_key: String,
+    /// Declare the exchange (durable, topic) at start. Default true.
+    #[serde(default = "default_true")]
+    pub declare: bool,
+    /// How long to wait for the broker's confirm. Default 5s.
+    #[serde(default = "default_confirm_timeout", with = "duration")]
+    pub confirm_timeout: Duration,
+    /// If set, every guard drop is also published with this routing key template.
+    #[serde(default)]
+    pub dropped_routing_key: Option<String>,
+}
+
+impl Default for Amqp {
+    fn default() -> Self {
+        Self {
+            url: default_amqp_url(),
+            exchange: default_exchange(),
+            routing_key: default_routing_key(),
+            declare: true,
+            confirm_timeout: default_confirm_timeout(),
+            dropped_routing_key: None,
+        }
+    }
+}
+
+/// Which store holds dedup marks and guard state.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Embedded sled at `store.path`; one replica.
+    #[default]
+    Sled,
+    /// Shared Redis at `redis.url`; several replicas.
+    Redis,
+}
+
+/// Duplicate detection (SPEC §3).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dedup {
+    /// `sled` (default) or `redis`.
+    #[serde(default)]
+    pub backend: Backend,
+    /// How long a done mark is remembered. Default 72h (longer than the sender's retry window).
+    #[serde(default = "default_dedup_ttl", with = "duration")]
+    pub ttl: Duration,
+    /// How long a second delivery of an in-flight event waits for the first. Default 5s.
+    #[serde(default = "default_in_flight_wait", with = "duration")]
+    pub in_flight_wait: Duration,
+    /// Age after which an in-flight mark is taken to be a crash leftover. Default 30s.
+    #[serde(default = "default_in_flight_lease", with = "duration")]
+    pub in_flight_lease: Duration,
+}
+
+impl Default for Dedup {
+    fn default() -> Self {
+        Self {
+            backend: Backend::Sled,
+            ttl: default_dedup_ttl(),
+            in_flight_wait: default_in_flight_wait(),
+            in_flight_lease: default_in_flight_lease(),
+        }
+    }
+}
+
+/// The Redis connection.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Redis {
+    /// `redis://` or `rediss://` URL. Default `redis://127.0.0.1:6379/0`. Redacted when printed.
+    #[serde(default = "default_redis_url")]
+    pub url: String,
+    /// Prefix of every key, so several gateways can share one Redis. Default `hookgate:`.
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+}
+
+impl Default for Redis {
+    fn default() -> Self {
+        Self {
+            url: default_redis_url(),
+            key_prefix: default_key_prefix(),
+        }
+    }
+}
+
+/// The durable spool (SPEC §6).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Spool {
+    /// Spool events the broker cannot take; when false every broker failure is a 503. Default true.
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Upper bound of the spool; when full the answer is 503. Default 1GiB.
+    #[serde(default = "default_spool_max", with = "size")]
+    pub max_bytes: u64,
+}
+
+impl Default for Spool {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            max_bytes: default_spool_max(),
+        }
+    }
+}
+
+/// Limits that protect the listener.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Largest accepted body; larger → 413. Default 64KiB.
+    #[serde(default = "default_max_body", with = "size")]
+    pub max_body_bytes: u64,
+    /// Concurrent connections; more are refused. Default 10000.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Largest request head; larger → 431. Default 16KiB.
+    #[serde(default = "default_max_header", with = "size")]
+    pub max_header_bytes: u64,
+    /// Time allowed to send the request head. Default 10s.
+    #[serde(default = "default_header_timeout", with = "duration")]
+    pub header_read_timeout: Duration,
+    /// Time allowed to send the body. Default 30s.
+    #[serde(default = "default_body_timeout", with = "duration")]
+    pub body_read_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: default_max_body(),
+            max_connections: default_max_connections(),
+            max_header_bytes: default_max_header(),
+            header_read_timeout: default_header_timeout(),
+            body_read_timeout: default_body_timeout(),
+        }
+    }
+}
+
+/// Log output.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Log {
+    /// Filter directives when `RUST_LOG` is unset, e.g. `info` or `hookgate=debug`. Default `info`.
+    #[serde(default = "default_log_level")]
+    pub level: String,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            level: default_log_level(),
+        }
+    }
+}
+
+/// Signature scheme of a route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// `X-Botix-Signature: sha256=<hex>` (or bare hex) over the raw body.
+    #[default]
+    Botix,
+    /// Standard Webhooks: `webhook-signature: v1,<base64>` over `id.timestamp.body`.
+    StandardWebhooks,
+    /// Spelled out in `signature`.
+    Custom,
+}
+
+/// How a custom signature is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// Lowercase or uppercase hex.
+    Hex,
+    /// Standard base64 with padding.
+    Base64,
+}
+
+/// The scheme of a `custom` profile: HMAC-SHA256 over the raw body.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomSignature {
+    /// Header carrying the signature.
+    pub header: String,
+    /// Optional prefix before the encoded MAC, e.g. `sha256=`.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// `hex` or `base64`.
+    pub encoding: Encoding,
+}
+
+/// Where one secret comes from: exactly one of the three keys.
+#[derive(Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretSource {
+    /// Name of an environment variable holding the secret.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_env: Option<String>,
+    /// Path of a file holding the secret (a mounted Kubernetes secret); trailing newline ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_file: Option<PathBuf>,
+    /// The secret inline: for development only, warned about at start.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "redact"
+    )]
+    pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SecretSource")
+            .field("secret_env", &self.secret_env)
+            .field("secret_file", &self.secret_file)
+            .field("secret", &self.secret.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
+}
+
+/// A token bucket per route.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Sustained requests per second.
+    pub per_second: u32,
+    /// Bucket size: requests allowed in a burst.
+    pub burst: u32,
+}
+
+/// JSON Pointers (RFC 6901) to the fields hookgate reads from a body.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fields {
+    /// Event id, stable across retries. Default `/id`.
+    #[serde(default = "default_event_id_ptr")]
+    pub event_id: String,
+    /// Event type. Default `/event`.
+    #[serde(default = "default_event_type_ptr")]
+    pub event_type: String,
+    /// Event time (RFC 3339, Unix seconds or milliseconds). Default `/timestamp`.
+    #[serde(default = "default_timestamp_ptr")]
+    pub timestamp: String,
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Self {
+            event_id: default_event_id_ptr(),
+            event_type: default_event_type_ptr(),
+            timestamp: default_timestamp_ptr(),
+        }
+    }
+}
+
+/// The out-of-order guard of one route (SPEC §4).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Guard {
+    /// Delivery-status ordering.
+    #[serde(default)]
+    pub status: Option<StatusGuard>,
+    /// STOP / START / HELP keywords.
+    #[serde(default)]
+    pub keywords: Option<KeywordGuard>,
+}
+
+/// Status-event ordering rules.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusGuard {
+    /// Event types judged by these rules.
+    pub events: Vec<String>,
+    /// Pointer to the message id (the guard key). Default `/data/message_id`.
+    #[serde(default = "default_message_id_ptr")]
+    pub message_id: String,
+    /// Pointer to the status; if absent, the event type's last segment is used. Default `/data/status`.
+    #[serde(default = "default_status_ptr")]
+    pub status: String,
+    /// Status → rank. Default queued 0 … read 4 (SPEC §4).
+    #[serde(default = "default_ranks")]
+    pub ranks: BTreeMap<String, u32>,
+    /// How long per-message state is kept. Default 7d.
+    #[serde(default = "default_status_retention", with = "duration")]
+    pub retention: Duration,
+}
+
+/// Keyword rules.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeywordGuard {
+    /// Event types judged by these rules.
+    pub events: Vec<String>,
+    /// Pointer to the message text. Default `/data/text`.
+    #[serde(default = "default_text_ptr")]
+    pub text: String,
+    /// Pointer to the contact (sender's number). Default `/data/from`.
+    #[serde(default = "default_contact_ptr")]
+    pub contact: String,
+    /// Pointer to the channel (our number). Default `/data/to`.
+    #[serde(default = "default_channel_ptr")]
+    pub channel: String,
+    /// Opt-out keywords.
+    #[serde(default = "default_stop_words")]
+    pub stop: Vec<String>,
+    /// Opt-in keywords.
+    #[serde(default = "default_start_words")]
+    pub start: Vec<String>,
+    /// Help keywords.
+    #[serde(default = "default_help_words")]
+    pub help: Vec<String>,
+    /// A second HELP within this window is dropped. Default 60s.
+    #[serde(default = "default_help_window", with = "duration")]
+    pub help_window: Duration,
+    /// How long opt-in/opt-out state is kept; forever when unset.
+    #[serde(default, with = "opt_duration")]
+    pub retention: Option<Duration>,
+}
+
+/// One webhook route.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Name: used in keys, metrics, the `x-route` header and `{route}`.
+    pub name: String,
+    /// Exact request path, e.g. `/webhooks/botix`.
+    pub path: String,
+    /// `botix` (default), `standard-webhooks` or `custom`.
+    #[serde(default)]
+    pub profile: Profile,
+    /// The scheme of a `custom` profile.
+    #[serde(default)]
+    pub signature: Option<CustomSignature>,
+    /// Accepted age of a `standard-webhooks` timestamp. Default 5m.
+    #[serde(default = "default_clock_skew", with = "duration")]
+    pub timestamp_tolerance: Duration,
+    /// Optional token bucket; over it → 429 with Retry-After.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    /// Active secrets; a delivery signed with any of them is accepted (rotation).
+    pub secrets: Vec<SecretSource>,
+    /// Where the event id, type and timestamp are in the body.
+    #[serde(default)]
+    pub fields: Fields,
+    /// Out-of-order guard rules.
+    #[serde(default)]
+    pub guard: Guard,
+}
+
+impl Config {
+    /// Reads, parses and validates a file. No secret is read and nothing is bound.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| match e {
+            ConfigError::Parse { message, .. } => ConfigError::Parse {
+                path: path.to_owned(),
+                message,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses and validates YAML text.
+    pub fn parse(text: &str) -> Result<Self, ConfigError> {
+        let parse_error = |message: String| ConfigError::Parse {
+            path: PathBuf::new(),
+            message,
+        };
+        // YAML syntax errors come from the YAML parser (with a line); schema errors come from
+        // a second pass over the parsed tree, where serde_path_to_error records the key path
+        // of the failing field, so a typo is reported as `limits.max_body_byts`.
+        // Strict booleans: in the untyped first pass a YAML 1.1 `YES` or `ON` would become
+        // `true`, and `YES` is a default START keyword.
+        let mut options = serde_saphyr::Options::default();
+        options.strict_booleans = true;
+        let tree: serde_json::Value = serde_saphyr::from_str_with_options(text, options)
+            .map_err(|e| parse_error(e.to_string()))?;
+        let config: Config = serde_path_to_error::deserialize(tree).map_err(|e| {
+            let path = e.path().to_string();
+            let inner = e.into_inner().to_string();
+            parse_error(if path.is_empty() || path == "." {
+                inner
+            } else {
+                format!("{path}: {inner}")
+            })
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Rules that span fields.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if self.routes.is_empty() {
+            return invalid("routes: at least one route is required".into());
+        }
+        let mut paths = std::collections::HashSet::new();
+        let mut names = std::collections::HashSet::new();
+        for (i, route) in self.routes.iter().enumerate() {
+            let at = format!("routes[{i}]");
+            if !route.path.starts_with('/') {
+                return invalid(format!("{at}.path: must start with '/'"));
+            }
+            if !paths.insert(route.path.as_str()) {
+                return invalid(format!("{at}.path: {} is used twice", route.path));
+            }
+            if route.name.is_empty() || !names.insert(route.name.as_str()) {
+                return invalid(format!("{at}.name: must be non-empty and unique"));
+            }
+            if route.secrets.is_empty() {
+                return invalid(format!("{at}.secrets: at least one secret is required"));
+            }
+            for (j, s) in route.secrets.iter().enumerate() {
+                let set = [
+                    s.secret_env.is_some(),
+                    s.secret_file.is_some(),
+                    s.secret.is_some(),
+                ]
+                .iter()
+                .filter(|b| **b)
+                .count();
+                if set != 1 {
+                    return invalid(format!(
+                        "{at}.secrets[{j}]: exactly one of secret_env, secret_file, secret is required"
+                    ));
+                }
+            }
+            match (route.profile, &route.signature) {
+                (Profile::Custom, None) => {
+                    return invalid(format!("{at}.signature: required with profile custom"))
+                }
+                (Profile::Botix | Profile::StandardWebhooks, Some(_)) => {
+                    return invalid(format!(
+                        "{at}.signature: only allowed with profile custom"
+                    ))
+                }
+                _ => {}
+            }
+            for (name, ptr) in [
+                ("fields.event_id", &route.fields.event_id),
+                ("fields.event_type", &route.fields.event_type),
+                ("fields.timestamp", &route.fields.timestamp),
+            ] {
+                check_pointer(&format!("{at}.{name}"), ptr)?;
+            }
+            if let Some(rl) = &route.rate_limit {
+                if rl.per_second == 0 || rl.burst == 0 {
+                    return invalid(format!(
+                        "{at}.rate_limit: per_second and burst must be positive"
+                    ));
+                }
+            }
+            if let Some(st) = &route.guard.status {
+                check_pointer(&format!("{at}.guard.status.message_id"), &st.message_id)?;
+                check_pointer(&format!("{at}.guard.status.status"), &st.status)?;
+            }
+            if let Some(kw) = &route.guard.keywords {
+                check_pointer(&format!("{at}.guard.keywords.text"), &kw.text)?;
+                check_pointer(&format!("{at}.guard.keywords.contact"), &kw.contact)?;
+                check_pointer(&format!("{at}.guard.keywords.channel"), &kw.channel)?;
+            }
+        }
+        if self.limits.max_body_bytes == 0 {
+            return invalid("limits.max_body_bytes: must be positive".into());
+        }
+        if self.limits.max_connections == 0 {
+            return invalid("limits.max_connections: must be positive".into());
+        }
+        if self.limits.max_header_bytes < 1024 {
+            return invalid("limits.max_header_bytes: must be at least 1KiB".into());
+        }
+        if self.dedup.in_flight_lease <= self.amqp.confirm_timeout {
+            return invalid(
+                "dedup.in_flight_lease: must be longer than amqp.confirm_timeout, or a slow publish could be taken over".into(),
+            );
+        }
+        if self.listen.addr == self.admin.addr && self.listen.addr.port() != 0 {
+            return invalid("admin.addr: must differ from listen.addr".into());
+        }
+        if !(self.amqp.url.starts_with("amqp://") || self.amqp.url.starts_with("amqps://")) {
+            return invalid("amqp.url: must start with amqp:// or amqps://".into());
+        }
+        if self.dedup.backend == Backend::Redis
+            && !(self.redis.url.starts_with("redis://") || self.redis.url.starts_with("rediss://"))
+        {
+            return invalid("redis.url: must start with redis:// or rediss://".into());
+        }
+        Ok(())
+    }
+
+    /// The effective config as YAML with every secret and URL password redacted.
+    pub fn redacted_yaml(&self) -> String {
+        let mut copy = self.clone();
+        copy.amqp.url = redact_url(&copy.amqp.url);
+        copy.redis.url = redact_url(&copy.redis.url);
+        serde_saphyr::to_string(&copy).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+}
+
+fn check_pointer(at: &str, ptr: &str) -> Result<(), ConfigError> {
+    if ptr.is_empty() || ptr.starts_with('/') {
+        Ok(())
+    } else {
+        Err(ConfigError::Invalid(format!(
+            "{at}: a JSON Pointer must be empty or start with '/', got {ptr:?}"
+        )))
+    }
+}
+
+/// Replaces the password of a URL (`scheme://user:pass@host`) with `[redacted]`.
+pub fn redact_url(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let Some((userinfo, host)) = rest.rsplit_once('@') else {
+        return url.to_owned();
+    };
+    match userinfo.split_once(':') {
+        Some((user, _)) => format!("{scheme}://{user}:[redacted]@{host}"),
+        None => url.to_owned(),
+    }
+}
+
+fn redact<S: serde::Serializer>(_: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str("[redacted]")
+}
+
+/// Parses `250ms`, `5s`, `10m`, `72h`, `7d` (and combinations such as `1h 30m`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("invalid duration {text:?}: {e}"))
+}
+
+/// Parses `64KiB`, `1GiB`, `500kB` or a plain number of bytes.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    if let Ok(n) = t.parse::<u64>() {
+        return Ok(n);
+    }
+    t.parse::<bytesize::ByteSize>()
+        .map(|b| b.as_u64())
+        .map_err(|e| format!("invalid size {text:?}: {e}"))
+}
+
+mod duration {
+    use super::*;
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        let s = String::deserialize(d)?;
+        parse_duration(&s).map_err(de::Error::custom)
+    }
+    pub fn serialize<S: serde::Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(*v).to_string())
+    }
+}
+
+mod opt_duration {
+    use super::*;
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s = Option::<String>::deserialize(d)?;
+        s.map(|s| parse_duration(&s).map_err(de::Error::custom))
+            .transpose()
+    }
+    pub fn serialize<S: serde::Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_str(&humantime::format_duration(*v).to_string()),
+            None => s.serialize_none(),
+        }
+    }
+}
+
+mod size {
+    use super::*;
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        Int(u64),
+        Text(String),
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match Raw::deserialize(d)? {
+            Raw::Int(n) => Ok(n),
+            Raw::Text(s) => parse_size(&s).map_err(de::Error::custom),
+        }
+    }
+    pub fn serialize<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(*v)
+    }
+}
+
+fn default_true() -> bool {
+    true
+}
+fn default_admin_addr() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 9090))
+}
+fn default_store_path() -> PathBuf {
+    PathBuf::from("/var/lib/hookgate")
+}
+fn default_amqp_url() -> String {
+    "amqp://guest:guest@127.0.0.1:5672/%2f".into()
+}
+fn default_exchange() -> String {
+    "webhooks".into()
+}
+fn default_routing_key() -> String {
+    "{event}".into()
+}
+fn default_confirm_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_dedup_ttl() -> Duration {
+    Duration::from_secs(72 * 3600)
+}
+fn default_in_flight_wait() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_in_flight_lease() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_redis_url() -> String {
+    "redis://127.0.0.1:6379/0".into()
+}
+fn default_key_prefix() -> String {
+    "hookgate:".into()
+}
+fn default_spool_max() -> u64 {
+    1 << 30
+}
+fn default_max_body() -> u64 {
+    64 * 1024
+}
+fn default_max_connections() -> usize {
+    10_000
+}
+fn default_max_header() -> u64 {
+    16 * 1024
+}
+fn default_header_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_body_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_clock_skew() -> Duration {
+    Duration::from_secs(300)
+}
+fn default_shutdown_grace() -> Duration {
+    Duration::from_secs(25)
+}
+fn default_log_level() -> String {
+    "info".into()
+}
+fn default_event_id_ptr() -> String {
+    "/id".into()
+}
+fn default_event_type_ptr() -> String {
+    "/event".into()
+}
+fn default_timestamp_ptr() -> String {
+    "/timestamp".into()
+}
+fn default_message_id_ptr() -> String {
+    "/data/message_id".into()
+}
+fn default_status_ptr() -> String {
+    "/data/status".into()
+}
+fn default_ranks() -> BTreeMap<String, u32> {
+    [
+        ("queued", 0),
+        ("accepted", 0),
+        ("sending", 1),
+        ("sent", 2),
+        ("delivered", 3),
+        ("undelivered", 3),
+        ("failed", 3),
+        ("read", 4),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+fn default_status_retention() -> Duration {
+    Duration::from_secs(7 * 24 * 3600)
+}
+fn default_text_ptr() -> String {
+    "/data/text".into()
+}
+fn default_contact_ptr() -> String {
+    "/data/from".into()
+}
+fn default_channel_ptr() -> String {
+    "/data/to".into()
+}
+fn words(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+fn default_stop_words() -> Vec<String> {
+    words(&["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"])
+}
+fn default_start_words() -> Vec<String> {
+    words(&["START", "UNSTOP", "YES"])
+}
+fn default_help_words() -> Vec<String> {
+    words(&["HELP", "INFO"])
+}
+fn default_help_window() -> Duration {
+    Duration::from_secs(60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "
+listen:
+  addr: 127.0.0.1:8080
+routes:
+  - name: botix
+    path: /webhooks/botix
+    secrets:
+      - secret_env: BOTIX_WEBHOOK_SECRET
+";
+
+    fn err(text: &str) -> String {
+        match Config::parse(text) {
+            Ok(_) => panic!("config was accepted: {text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn minimal_config_gets_spec_defaults() {
+        let c = Config::parse(MINIMAL).expect("minimal config parses");
+        assert_eq!(c.limits.max_body_bytes, 65536);
+        assert_eq!(c.dedup.ttl, Duration::from_secs(72 * 3600));
+        assert_eq!(c.amqp.exchange, "webhooks");
+        assert_eq!(c.amqp.routing_key, "{event}");
+        assert_eq!(c.max_clock_skew, Duration::from_secs(300));
+        assert_eq!(c.shutdown_grace, Duration::from_secs(25));
+        assert_eq!(c.spool.max_bytes, 1 << 30);
+        assert_eq!(c.routes[0].fields.event_id, "/id");
+        assert_eq!(c.routes[0].profile, Profile::Botix);
+    }
+
+    #[test]
+    fn unknown_key_is_named_with_its_path() {
+        let text = format!("{MINIMAL}limits:\n  max_body_byts: 10\n");
+        let e = err(&text);
+        assert!(e.contains("limits.max_body_byts"), "{e}");
+    }
+
+    #[test]
+    fn unknown_nested_route_key_is_named() {
+        let text = MINIMAL.replace("    path:", "    pth: x\n    path:");
+        let e = err(&text);
+        assert!(e.contains("routes[0].pth"), "{e}");
+    }
+
+    #[test]
+    fn durations_and_sizes_in_human_form() {
+        let text = format!(
+            "{MINIMAL}limits:\n  max_body_bytes: 1KiB\n  header_read_timeout: 250ms\ndedup:\n  ttl: 7d\nspool:\n  max_bytes: 2048\n"
+        );
+        let c = Config::parse(&text).expect("parses");
+        assert_eq!(c.limits.max_body_bytes, 1024);
+        assert_eq!(c.limits.header_read_timeout, Duration::from_millis(250));
+        assert_eq!(c.dedup.ttl, Duration::from_secs(7 * 86400));
+        assert_eq!(c.spool.max_bytes, 2048);
+    }
+
+    #[test]
+    fn bad_duration_is_rejected_with_its_key() {
+        let e = err(&format!("{MINIMAL}dedup:\n  ttl: forever\n"));
+        assert!(e.contains("dedup.ttl"), "{e}");
+    }
+
+    #[test]
+    fn secret_source_needs_exactly_one_key() {
+        let text = MINIMAL.replace(
+            "- secret_env: BOTIX_WEBHOOK_SECRET",
+            "- secret_env: A\n        secret_file: /b",
+        );
+        assert!(err(&text).contains("exactly one"));
+    }
+
+    #[test]
+    fn custom_profile_needs_its_scheme() {
+        let text = MINIMAL.replace("    secrets:", "    profile: custom\n    secrets:");
+        assert!(err(&text).contains("signature"));
+    }
+
+    #[test]
+    fn duplicate_paths_and_empty_routes_are_rejected() {
+        assert!(err("listen:\n  addr: 127.0.0.1:1\nroutes: []\n").contains("at least one"));
+        let twice = format!(
+            "{MINIMAL}  - name: other\n    path: /webhooks/botix\n    secrets:\n      - secret: x\n"
+        );
+        assert!(err(&twice).contains("used twice"));
+    }
+
+    #[test]
+    fn redacted_yaml_hides_secrets_and_passwords() {
+        let text = MINIMAL.replace(
+            "- secret_env: BOTIX_WEBHOOK_SECRET",
+            "- secret: topsecretvalue",
+        );
+        let c = Config::parse(&text).expect("parses");
+        let out = c.redacted_yaml();
+        assert!(!out.contains("topsecretvalue"), "{out}");
+        assert!(!out.contains("guest:guest"), "{out}");
+        assert!(out.contains("[redacted]"), "{out}");
+    }
+
+    #[test]
+    fn every_shipped_config_file_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("config");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("config dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+                Config::load(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                seen += 1;
+            }
+        }
+        assert!(seen >= 1, "no config files found in {}", dir.display());
+    }
+}

@@ -1,0 +1,268 @@
+//! A delivery as received, the proof that it was verified, and the event read from it.
+
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::Value;
+
+use crate::config::{Fields, Profile};
+use crate::secrets::Secret;
+use crate::signature::{Scheme, SignatureError, WEBHOOK_ID};
+
+/// Delivery attempt id of the botix profile.
+pub const REQUEST_ID: &str = "x-botix-request-id";
+/// Event type header of the botix profile.
+pub const BOTIX_EVENT: &str = "x-botix-event";
+/// Sender's attempt counter.
+pub const DELIVERY_ATTEMPT: &str = "x-delivery-attempt";
+/// Optional copy of the body's event id.
+pub const EVENT_ID: &str = "x-event-id";
+/// Optional copy of the body's event type.
+pub const EVENT_TYPE: &str = "x-event-type";
+
+/// AMQP caps routing keys at 255 bytes; longer event types cannot be routed.
+const MAX_EVENT_TYPE_BYTES: usize = 255;
+/// Ids end up in store keys and AMQP headers; a sane bound keeps both small.
+const MAX_ID_BYTES: usize = 512;
+
+/// A request as it arrived, not yet authenticated.
+#[derive(Debug)]
+pub struct Delivery {
+    /// Request headers.
+    pub headers: HeaderMap,
+    /// The raw body, byte for byte.
+    pub body: Bytes,
+}
+
+/// A delivery whose signature matched an active secret. Only [`Delivery::verify`] makes one,
+/// so nothing downstream can see an unauthenticated body.
+#[derive(Debug)]
+pub struct Verified(Delivery);
+
+impl Delivery {
+    /// Checks the signature; the only way to a [`Verified`] delivery.
+    pub fn verify(
+        self,
+        scheme: &Scheme,
+        secrets: &[Secret],
+        now_secs: i64,
+    ) -> Result<Verified, SignatureError> {
+        scheme.verify(&self.headers, &self.body, secrets, now_secs)?;
+        Ok(Verified(self))
+    }
+}
+
+/// Why a verified body is not a usable event; the text is safe to send to the sender.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("body is not a JSON object")]
+    NotAnObject,
+    #[error("event has no id")]
+    NoEventId,
+    #[error("event id is too long")]
+    IdTooLong,
+    #[error("event type is too long")]
+    TypeTooLong,
+    #[error("timestamp is not RFC 3339 or a Unix time")]
+    BadTimestamp,
+}
+
+/// One event, ready for freshness, dedup, guard and publish.
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// Event id: stable across retries and re-sends.
+    pub id: String,
+    /// Event type, e.g. `message.status`.
+    pub event_type: String,
+    /// Event time in Unix milliseconds, if the body has one.
+    pub timestamp_ms: Option<i64>,
+    /// Id of this delivery attempt; generated when the sender sent none.
+    pub request_id: String,
+    /// Whether `request_id` came from the sender (only then it is a dedup key).
+    pub request_id_from_sender: bool,
+    /// The sender's attempt counter, if sent.
+    pub attempt: Option<i64>,
+    /// The raw body.
+    pub body: Bytes,
+    /// The parsed body, for the guard's field lookups.
+    pub json: Value,
+}
+
+impl Event {
+    /// The string at a JSON Pointer, if present (numbers are turned into text).
+    pub fn field(&self, pointer: &str) -> Option<String> {
+        value_text(self.json.pointer(pointer)?)
+    }
+}
+
+/// The request id a delivery carries (botix or Standard Webhooks header), if any.
+pub fn request_id_header(headers: &HeaderMap, profile: Profile) -> Option<String> {
+    let name = match profile {
+        Profile::StandardWebhooks => WEBHOOK_ID,
+        Profile::Botix | Profile::Custom => REQUEST_ID,
+    };
+    header_text(headers, name).filter(|v| v.len() <= MAX_ID_BYTES)
+}
+
+/// Reads the event out of a verified delivery.
+pub fn parse(
+    verified: Verified,
+    fields: &Fields,
+    profile: Profile,
+    generated_request_id: impl FnOnce() -> String,
+) -> Result<Event, ParseError> {
+    let Verified(delivery) = verified;
+    let json: Value = serde_json::from_slice(&delivery.body).map_err(|_| ParseError::NotAnObject)?;
+    if !json.is_object() {
+        return Err(ParseError::NotAnObject);
+    }
+    let headers = &delivery.headers;
+    let sent_request_id = request_id_header(headers, profile);
+    let id = json
+        .pointer(&fields.event_id)
+        .and_then(value_text)
+        .or_else(|| header_text(headers, EVENT_ID))
+        .or_else(|| sent_request_id.clone())
+        .filter(|s| !s.is_empty())
+        .ok_or(ParseError::NoEventId)?;
+    if id.len() > MAX_ID_BYTES {
+        return Err(ParseError::IdTooLong);
+    }
+    let event_type = json
+        .pointer(&fields.event_type)
+        .and_then(value_text)
+        .or_else(|| header_text(headers, BOTIX_EVENT))
+        .or_else(|| header_text(headers, EVENT_TYPE))
+        .unwrap_or_else(|| "unknown".to_owned());
+    if event_type.len() > MAX_EVENT_TYPE_BYTES {
+        return Err(ParseError::TypeTooLong);
+    }
+    let timestamp_ms = match json.pointer(&fields.timestamp) {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(parse_timestamp(v).ok_or(ParseError::BadTimestamp)?),
+    };
+    let attempt = header_text(headers, DELIVERY_ATTEMPT).and_then(|v| v.trim().parse().ok());
+    let request_id_from_sender = sent_request_id.is_some();
+    let request_id = sent_request_id.unwrap_or_else(generated_request_id);
+    Ok(Event {
+        id,
+        event_type,
+        timestamp_ms,
+        request_id,
+        request_id_from_sender,
+        attempt,
+        body: delivery.body,
+        json,
+    })
+}
+
+/// Unix milliseconds from RFC 3339 text, or a number of Unix seconds or milliseconds.
+pub fn parse_timestamp(value: &Value) -> Option<i64> {
+    match value {
+        Value::Number(n) => {
+            let f = n.as_f64()?;
+            // Seconds since 1970 stay below 1e11 until the year 5138; milliseconds are above it
+            // for any date after 1973, so the magnitude tells the unit.
+            if f.abs() >= 1e11 {
+                Some(f as i64)
+            } else {
+                Some((f * 1000.0) as i64)
+            }
+        }
+        Value::String(s) => {
+            let t = s.trim();
+            if let Ok(n) = t.parse::<f64>() {
+                return parse_timestamp(&serde_json::json!(n));
+            }
+            let dt = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
+                .ok()?;
+            i64::try_from(dt.unix_timestamp_nanos() / 1_000_000).ok()
+        }
+        _ => None,
+    }
+}
+
+fn value_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn verified(body: &str, headers: &[(&'static str, &str)]) -> Verified {
+        let mut h = HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(*k, HeaderValue::from_str(v).expect("value"));
+        }
+        Verified(Delivery {
+            headers: h,
+            body: Bytes::copy_from_slice(body.as_bytes()),
+        })
+    }
+
+    fn parse_one(body: &str, headers: &[(&'static str, &str)]) -> Result<Event, ParseError> {
+        parse(verified(body, headers), &Fields::default(), Profile::Botix, || "gen".into())
+    }
+
+    #[test]
+    fn reads_id_type_timestamp_and_headers() {
+        let e = parse_one(
+            r#"{"id":"evt_1","event":"message.status","timestamp":"2026-11-29T10:00:03.250Z"}"#,
+            &[(REQUEST_ID, "req_1"), (DELIVERY_ATTEMPT, "3")],
+        )
+        .expect("parses");
+        assert_eq!(e.id, "evt_1");
+        assert_eq!(e.event_type, "message.status");
+        assert_eq!(e.timestamp_ms, Some(1_795_946_403_250));
+        assert_eq!(e.request_id, "req_1");
+        assert!(e.request_id_from_sender);
+        assert_eq!(e.attempt, Some(3));
+    }
+
+    #[test]
+    fn id_falls_back_to_headers_then_fails() {
+        let e = parse_one(r#"{"event":"x"}"#, &[(EVENT_ID, "h1"), (REQUEST_ID, "r")]).expect("ok");
+        assert_eq!(e.id, "h1");
+        let e = parse_one(r#"{"event":"x"}"#, &[(REQUEST_ID, "r")]).expect("ok");
+        assert_eq!(e.id, "r");
+        assert_eq!(parse_one(r#"{"event":"x"}"#, &[]).err(), Some(ParseError::NoEventId));
+        let e = parse_one(r#"{"id":42}"#, &[]).expect("numeric id");
+        assert_eq!((e.id.as_str(), e.request_id.as_str()), ("42", "gen"));
+        assert!(!e.request_id_from_sender);
+    }
+
+    #[test]
+    fn non_objects_and_deep_nesting_are_rejected() {
+        for body in ["[1]", "\"s\"", "not json", "", "{\"id\":", &"[".repeat(10_000)] {
+            assert_eq!(parse_one(body, &[]).err(), Some(ParseError::NotAnObject), "{body:.20}");
+        }
+    }
+
+    #[test]
+    fn timestamps_in_every_supported_form() {
+        use serde_json::json;
+        assert_eq!(parse_timestamp(&json!(1_764_410_400)), Some(1_764_410_400_000));
+        assert_eq!(parse_timestamp(&json!(1_764_410_400_123_i64)), Some(1_764_410_400_123));
+        assert_eq!(parse_timestamp(&json!("2026-11-29T10:01:00Z")), Some(1_795_946_460_000));
+        assert_eq!(parse_timestamp(&json!("2026-11-29T11:01:00+01:00")), Some(1_795_946_460_000));
+        assert_eq!(parse_timestamp(&json!("yesterday")), None);
+        assert_eq!(
+            parse_one(r#"{"id":"a","timestamp":"soon"}"#, &[]).err(),
+            Some(ParseError::BadTimestamp)
+        );
+    }
+}

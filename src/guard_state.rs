@@ -1,0 +1,270 @@
+//! The guard around the pure decisions of [`crate::guard`]: which events a route guards,
+//! their keys, per-key serialisation, and the stored state with its expiry.
+//!
+//! A check takes the key's lock and holds it until the caller commits (after the broker or
+//! the spool took the event) or drops the check (a failed publish leaves state unchanged).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, Weak};
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::config::Guard as GuardConfig;
+use crate::event::Event;
+use crate::guard::{
+    decide_keyword, decide_status, status_of, GuardDrop, KeywordLists, KeywordState, StatusRanks,
+    StatusState, Verdict,
+};
+use crate::store::{StoreError, Tree};
+
+struct StatusRules {
+    events: HashSet<String>,
+    message_id: String,
+    status: String,
+    ranks: StatusRanks,
+    retention_ms: i64,
+}
+
+struct KeywordRules {
+    events: HashSet<String>,
+    text: String,
+    contact: String,
+    channel: String,
+    lists: KeywordLists,
+    help_window_ms: i64,
+    retention_ms: Option<i64>,
+}
+
+/// The guard rules of one route, compiled from its config.
+pub struct RouteGuard {
+    status: Option<StatusRules>,
+    keywords: Option<KeywordRules>,
+}
+
+impl RouteGuard {
+    /// Compiles a route's `guard` section.
+    pub fn new(cfg: &GuardConfig) -> Self {
+        let ms = |d: std::time::Duration| d.as_millis() as i64;
+        Self {
+            status: cfg.status.as_ref().map(|s| StatusRules {
+                events: s.events.iter().cloned().collect(),
+                message_id: s.message_id.clone(),
+                status: s.status.clone(),
+                ranks: StatusRanks::new(s.ranks.iter().map(|(k, v)| (k.clone(), *v))),
+                retention_ms: ms(s.retention),
+            }),
+            keywords: cfg.keywords.as_ref().map(|k| KeywordRules {
+                events: k.events.iter().cloned().collect(),
+                text: k.text.clone(),
+                contact: k.contact.clone(),
+                channel: k.channel.clone(),
+                lists: KeywordLists::new(&k.stop, &k.start, &k.help),
+                help_window_ms: ms(k.help_window),
+                retention_ms: k.retention.map(ms),
+            }),
+        }
+    }
+}
+
+/// State as stored, with the time it may be forgotten.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Stored<S> {
+    expires_ms: Option<i64>,
+    state: S,
+}
+
+/// A decided check that still holds its key's lock.
+pub struct Held {
+    key: Vec<u8>,
+    update: Option<(Vec<u8>, Option<i64>)>,
+    _lock: OwnedMutexGuard<()>,
+}
+
+/// What the guard says about an event.
+pub enum Check {
+    /// The route does not guard this event (or it has no key): publish it.
+    Unguarded,
+    /// Publish it, then [`GuardState::commit`] the held check.
+    Accept(Held),
+    /// Drop it; nothing was changed.
+    Drop(GuardDrop),
+}
+
+/// Guard state of every route in one store tree, with per-key locks.
+pub struct GuardState {
+    tree: Tree,
+    locks: KeyedLocks,
+}
+
+impl GuardState {
+    /// Guard state kept in `tree`.
+    pub fn new(tree: Tree) -> Self {
+        Self {
+            tree,
+            locks: KeyedLocks::default(),
+        }
+    }
+
+    /// Decides an event; events with the same key are decided one at a time, until the
+    /// returned check is committed or dropped.
+    pub async fn check(
+        &self,
+        route: &str,
+        rules: &RouteGuard,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Check, StoreError> {
+        let ts = event.timestamp_ms.unwrap_or(now_ms);
+        if let Some(r) = rules.status.as_ref().filter(|r| r.events.contains(&event.event_type)) {
+            let Some(message_id) = event.field(&r.message_id) else {
+                return Ok(Check::Unguarded);
+            };
+            let status = status_of(&event.event_type, event.field(&r.status).as_deref());
+            let key = format!("{route}\0status\0{message_id}").into_bytes();
+            let lock = self.locks.lock(&key).await;
+            let state: Option<StatusState> = self.load(&key, now_ms)?;
+            let verdict = decide_status(state.as_ref(), &status, ts, &r.ranks);
+            return self.held(key, lock, verdict, Some(now_ms + r.retention_ms));
+        }
+        if let Some(r) = rules.keywords.as_ref().filter(|r| r.events.contains(&event.event_type)) {
+            let keyword = event.field(&r.text).and_then(|t| r.lists.classify(&t));
+            let (Some(keyword), Some(contact), Some(channel)) =
+                (keyword, event.field(&r.contact), event.field(&r.channel))
+            else {
+                return Ok(Check::Unguarded);
+            };
+            let key = format!("{route}\0keyword\0{contact}\0{channel}").into_bytes();
+            let lock = self.locks.lock(&key).await;
+            let state: Option<KeywordState> = self.load(&key, now_ms)?;
+            let verdict = decide_keyword(state.as_ref(), keyword, ts, r.help_window_ms);
+            return self.held(key, lock, verdict, r.retention_ms.map(|d| now_ms + d));
+        }
+        Ok(Check::Unguarded)
+    }
+
+    /// Stores the new state of an accepted event and releases its key.
+    pub fn commit(&self, held: Held) -> Result<(), StoreError> {
+        if let Some((value, _)) = &held.update {
+            self.tree.insert(&held.key, value)?;
+        }
+        Ok(())
+    }
+
+    fn held<S: Serialize>(
+        &self,
+        key: Vec<u8>,
+        lock: OwnedMutexGuard<()>,
+        verdict: Verdict<S>,
+        expires_ms: Option<i64>,
+    ) -> Result<Check, StoreError> {
+        match verdict {
+            Verdict::Drop(reason) => Ok(Check::Drop(reason)),
+            Verdict::Accept(new_state) => {
+                let update = new_state
+                    .map(|state| {
+                        serde_json::to_vec(&Stored { expires_ms, state })
+                            .map(|v| (v, expires_ms))
+                            .map_err(|e| StoreError::Io(e.to_string()))
+                    })
+                    .transpose()?;
+                Ok(Check::Accept(Held {
+                    key,
+                    update,
+                    _lock: lock,
+                }))
+            }
+        }
+    }
+
+    fn load<S: for<'de> Deserialize<'de>>(&self, key: &[u8], now_ms: i64) -> Result<Option<S>, StoreError> {
+        let Some(bytes) = self.tree.get(key)? else {
+            return Ok(None);
+        };
+        // State that no longer parses (an older format) is treated as absent, not as an error
+        // that would block the key forever.
+        let stored: Option<Stored<S>> = serde_json::from_slice(&bytes).ok();
+        Ok(stored
+            .filter(|s| s.expires_ms.is_none_or(|e| e > now_ms))
+            .map(|s| s.state))
+    }
+
+    /// Deletes expired state; returns how many entries were removed.
+    pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
+        #[derive(Deserialize)]
+        struct Expiry {
+            expires_ms: Option<i64>,
+        }
+        let mut removed = 0;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.tree.page(after.as_deref(), 10_000)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(removed);
+            };
+            after = Some(last.clone());
+            for (key, value) in &page {
+                let expired = serde_json::from_slice::<Expiry>(value)
+                    .map_or(true, |e| e.expires_ms.is_some_and(|e| e <= now_ms));
+                if expired && self.tree.compare_and_swap(key, Some(value), None)? {
+                    removed += 1;
+                }
+            }
+        }
+    }
+}
+
+/// One async mutex per key, created on demand and forgotten when unused, so different keys
+/// never wait for each other and the map does not grow without bound.
+#[derive(Default)]
+pub struct KeyedLocks {
+    // A std mutex: it is held only to look up or insert an entry, never across an await.
+    map: Mutex<HashMap<Vec<u8>, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl KeyedLocks {
+    /// Waits for and takes the lock of `key`.
+    pub async fn lock(&self, key: &[u8]) -> OwnedMutexGuard<()> {
+        let mutex = {
+            let mut map = match self.map.lock() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
+            if let Some(m) = map.get(key).and_then(Weak::upgrade) {
+                m
+            } else {
+                // Prune before growing: entries whose locks nobody holds are dead.
+                if map.len() >= 1024 && map.len().is_power_of_two() {
+                    map.retain(|_, w| w.strong_count() > 0);
+                }
+                let m = Arc::new(tokio::sync::Mutex::new(()));
+                map.insert(key.to_vec(), Arc::downgrade(&m));
+                m
+            }
+        };
+        mutex.lock_owned().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn same_key_waits_other_keys_do_not() {
+        let locks = Arc::new(KeyedLocks::default());
+        let a = locks.lock(b"a").await;
+        let other = tokio::time::timeout(Duration::from_secs(1), locks.lock(b"b")).await;
+        assert!(other.is_ok(), "a different key must not wait");
+        let l2 = locks.clone();
+        let waiter = tokio::spawn(async move { l2.lock(b"a").await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        drop(a);
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("released lock is taken")
+            .expect("task");
+    }
+}

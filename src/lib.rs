@@ -1,0 +1,45 @@
+//! hookgate: a webhook receiver gateway. It terminates TLS, authenticates each delivery by
+//! an HMAC over the raw body, drops duplicates and stale or repeated events, and hands
+//! every accepted event to RabbitMQ with publisher confirms, spooling to disk while the
+//! broker is away.
+//!
+//! # Layout
+//!
+//! - [`config`]: the YAML schema, defaults and validation; no I/O beyond reading the file.
+//! - [`app`]: wiring of everything below; serves until shutdown and drains in order.
+//! - [`http`]: accept loops, connection limits, timeouts, and outcome → HTTP answer.
+//!   The only hyper importer.
+//! - [`tls`]: PEM loading and certificate reload. The only rustls importer.
+//! - [`signature`]: HMAC schemes and the constant-time check; pure.
+//! - [`secrets`]: secrets from environment or files, swapped on reload.
+//! - [`event`]: the delivery, its verified form, and the event read from it.
+//! - [`pipeline`]: verify → parse → freshness → dedup → guard → publish or spool.
+//! - [`dedup`]: claim / in-flight / done marks and their sweep.
+//! - [`guard`]: the pure out-of-order decisions; [`guard_state`] wraps them with per-key
+//!   locks and stored state.
+//! - [`publish`]: the AMQP connection and confirm channels. The only lapin importer.
+//! - [`spool`]: the durable FIFO in front of the broker and its drainer.
+//! - [`store`]: the sled database. The only sled importer.
+//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/spool`.
+//! - [`metrics`]: the Prometheus registry.
+//! - [`ratelimit`]: the per-route token bucket.
+//! - [`shutdown`]: SIGTERM / SIGINT as one future.
+
+pub mod admin;
+pub mod app;
+pub mod config;
+pub mod dedup;
+pub mod event;
+pub mod guard;
+pub mod guard_state;
+pub mod http;
+pub mod metrics;
+pub mod pipeline;
+pub mod publish;
+pub mod ratelimit;
+pub mod secrets;
+pub mod shutdown;
+pub mod signature;
+pub mod spool;
+pub mod store;
+pub mod tls;

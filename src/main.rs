@@ -1,0 +1,235 @@
+//! The `hookgate` command: parse arguments, set up logging, load the config, run.
+
+use std::io::{IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand, ValueEnum};
+use hookgate::config::Config;
+
+/// Exit code for a bad config or bad arguments (sysexits EX_USAGE); nothing was bound.
+const EXIT_USAGE: u8 = 64;
+
+#[derive(Parser)]
+#[command(name = "hookgate", version, about = "Webhook receiver gateway: verify, dedup, guard, publish to RabbitMQ")]
+struct Cli {
+    /// Config file.
+    #[arg(long, global = true, env = "HOOKGATE_CONFIG", default_value = "config/hookgate.yaml")]
+    config: PathBuf,
+    /// Log format; `auto` is text on a terminal and JSON otherwise.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Auto)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Auto,
+    Text,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default).
+    Run,
+    /// Validate the config and print it with secrets redacted.
+    CheckConfig,
+    /// Print the X-Botix-Signature header value for a body read from FILE or stdin.
+    Sign {
+        /// Environment variable holding the secret.
+        #[arg(long)]
+        secret_env: String,
+        /// Body file; stdin when absent.
+        file: Option<PathBuf>,
+    },
+    /// Inspect the spool.
+    Spool {
+        #[command(subcommand)]
+        command: SpoolCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum SpoolCommand {
+    /// Depth, bytes and the oldest entry's age.
+    Status,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
+        }
+    };
+    match cli.command.as_ref().unwrap_or(&Command::Run) {
+        Command::Sign { secret_env, file } => finish(sign(secret_env, file.as_deref()), EXIT_USAGE),
+        Command::CheckConfig => match Config::load(&cli.config) {
+            Ok(config) => {
+                print!("{}", config.redacted_yaml());
+                eprintln!("config {} is valid", cli.config.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_USAGE)
+            }
+        },
+        Command::Spool { command: SpoolCommand::Status } => {
+            let config = match Config::load(&cli.config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            finish(spool_status(&config), 1)
+        }
+        Command::Run => run(&cli),
+    }
+}
+
+fn finish(result: anyhow::Result<()>, code: u8) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> ExitCode {
+    let config = match Config::load(&cli.config) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    init_logging(cli.log_format, &config.log.level);
+    let prepared = match hookgate::app::prepare(config.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            eprintln!("error: {e}");
+            return ExitCode::from(if e.is_config() { EXIT_USAGE } else { 1 });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result: anyhow::Result<()> = runtime.block_on(async {
+        let webhooks = tokio::net::TcpListener::bind(config.listen.addr)
+            .await
+            .with_context(|| format!("cannot bind listen.addr {}", config.listen.addr))?;
+        let admin = tokio::net::TcpListener::bind(config.admin.addr)
+            .await
+            .with_context(|| format!("cannot bind admin.addr {}", config.admin.addr))?;
+        let shutdown = async {
+            hookgate::shutdown::signal().await;
+            // A second signal means "now": skip the drain.
+            tokio::spawn(async {
+                hookgate::shutdown::signal().await;
+                eprintln!("second signal: exiting at once");
+                std::process::exit(130);
+            });
+        };
+        let listeners = hookgate::app::Listeners { webhooks, admin };
+        hookgate::app::serve(prepared, listeners, shutdown, hookgate::app::Options::default()).await?;
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "gateway failed");
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// lapin logs a returned message with its whole body at WARN; a body must never reach a log,
+/// and hookgate reports unroutable messages itself.
+const QUIET_LAPIN: &str = "lapin::returned_messages=off";
+
+fn init_logging(format: LogFormat, level: &str) {
+    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
+    let filter = tracing_subscriber::EnvFilter::try_new(format!("{directives},{QUIET_LAPIN}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_LAPIN}")));
+    let json = match format {
+        LogFormat::Json => true,
+        LogFormat::Text => false,
+        LogFormat::Auto => !std::io::stderr().is_terminal(),
+    };
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if json {
+        builder.json().flatten_event(true).with_current_span(false).init();
+    } else {
+        builder.init();
+    }
+}
+
+fn sign(secret_env: &str, file: Option<&Path>) -> anyhow::Result<()> {
+    let secret = std::env::var(secret_env)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .with_context(|| format!("environment variable {secret_env} is not set or empty"))?;
+    let mut body = Vec::new();
+    match file {
+        Some(path) => {
+            body = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        }
+        None => {
+            std::io::stdin().read_to_end(&mut body).context("cannot read stdin")?;
+        }
+    }
+    println!("{}", hookgate::signature::botix_header(secret.as_bytes(), &body));
+    Ok(())
+}
+
+fn spool_status(config: &Config) -> anyhow::Result<()> {
+    // A running gateway holds the store's lock, so ask it first.
+    let mut addr = config.admin.addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let status: hookgate::spool::SpoolStatus = match query_admin(addr, hookgate::admin::SPOOL_PATH) {
+        Ok(body) => serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?,
+        Err(admin_error) => {
+            hookgate::tls::install_crypto_provider();
+            let store = hookgate::store::Store::open(&config.store.path).with_context(|| {
+                format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
+            })?;
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            hookgate::spool::status_of_store(&store, now)?
+        }
+    };
+    let age = status
+        .oldest_age_secs
+        .map_or_else(|| "-".to_owned(), |s| humantime::format_duration(std::time::Duration::from_secs(s)).to_string());
+    println!("depth: {}\nbytes: {}\noldest: {}", status.depth, status.bytes, age);
+    Ok(())
+}
+
+fn query_admin(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
+    let timeout = std::time::Duration::from_secs(3);
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response.split_once("\r\n\r\n").context("malformed HTTP answer")?;
+    anyhow::ensure!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "admin answered: {}", head.lines().next().unwrap_or(""));
+    Ok(body.to_owned())
+}

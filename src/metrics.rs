@@ -1,0 +1,159 @@
+//! Prometheus metrics: one registry, the handles the rest of the code updates, and the text
+//! exposition served on `/metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Latency buckets in seconds; the low end resolves sub-millisecond answers.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// Labels of per-route request counts.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteOutcome {
+    /// Route name (`unmatched` for unknown paths).
+    pub route: String,
+    /// accepted, duplicate, dropped, invalid_signature, bad_request, too_large, rate_limited, unavailable, ...
+    pub outcome: String,
+}
+
+/// Labels of guard drops.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteReason {
+    /// Route name.
+    pub route: String,
+    /// Drop reason (SPEC §2).
+    pub reason: String,
+}
+
+/// Labels with just the route.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabel {
+    /// Route name.
+    pub route: String,
+}
+
+/// Labels of the build info gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+}
+
+/// Every metric hookgate exports.
+pub struct Metrics {
+    registry: Registry,
+    /// Requests by route and outcome.
+    pub requests: Family<RouteOutcome, Counter>,
+    /// Time from request head to answer, seconds.
+    pub request_duration: Histogram,
+    /// Deliveries answered `duplicate`.
+    pub dedup_hits: Family<RouteLabel, Counter>,
+    /// Events dropped by the guard or the freshness check, by reason.
+    pub drops: Family<RouteReason, Counter>,
+    /// Deliveries refused for their signature.
+    pub signature_failures: Family<RouteLabel, Counter>,
+    /// Time from publish to broker confirm, seconds.
+    pub publish_duration: Histogram,
+    /// 1 while the broker connection is up.
+    pub broker_connected: Gauge,
+    /// Events waiting in the spool.
+    pub spool_depth: Gauge,
+    /// Bytes waiting in the spool.
+    pub spool_bytes: Gauge,
+    /// Dedup/guard store operations that failed (the request got a 503).
+    pub store_errors: Counter,
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("hookgate");
+        let requests = Family::<RouteOutcome, Counter>::default();
+        registry.register("requests", "Webhook requests by route and outcome", requests.clone());
+        let request_duration = Histogram::new(LATENCY_BUCKETS);
+        registry.register(
+            "request_duration_seconds",
+            "Time from request head to answer",
+            request_duration.clone(),
+        );
+        let dedup_hits = Family::<RouteLabel, Counter>::default();
+        registry.register("dedup_hits", "Deliveries answered as duplicates", dedup_hits.clone());
+        let drops = Family::<RouteReason, Counter>::default();
+        registry.register("dropped_events", "Events dropped by the guard or freshness check", drops.clone());
+        let signature_failures = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "signature_failures",
+            "Deliveries refused for a missing or wrong signature",
+            signature_failures.clone(),
+        );
+        let publish_duration = Histogram::new(LATENCY_BUCKETS);
+        registry.register(
+            "publish_duration_seconds",
+            "Time from publish to broker confirm",
+            publish_duration.clone(),
+        );
+        let broker_connected = Gauge::default();
+        registry.register("broker_connected", "1 while the AMQP connection is up", broker_connected.clone());
+        let spool_depth = Gauge::default();
+        registry.register("spool_depth", "Events waiting in the spool", spool_depth.clone());
+        let spool_bytes = Gauge::default();
+        registry.register("spool_bytes", "Bytes waiting in the spool", spool_bytes.clone());
+        let store_errors = Counter::default();
+        registry.register(
+            "store_errors",
+            "Dedup or guard store operations that failed",
+            store_errors.clone(),
+        );
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        registry.register("build_info", "Build information", build);
+        Self {
+            registry,
+            requests,
+            request_duration,
+            dedup_hits,
+            drops,
+            signature_failures,
+            publish_duration,
+            broker_connected,
+            spool_depth,
+            spool_bytes,
+            store_errors,
+        }
+    }
+
+    /// Counts one answered request.
+    pub fn count_request(&self, route: &str, outcome: &str) {
+        self.requests
+            .get_or_create(&RouteOutcome {
+                route: route.to_owned(),
+                outcome: outcome.to_owned(),
+            })
+            .inc();
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+            tracing::warn!(error = %e, "cannot encode metrics");
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,408 @@
+//! One delivery's way through hookgate: verify → parse → freshness → dedup → guard →
+//! publish (or spool) → [`Outcome`]. No HTTP here: `http` maps outcomes to answers.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::{Config, Route};
+use crate::dedup::{event_key, request_key, Claim, SledMarks};
+use crate::event::{self, Delivery, Event, ParseError};
+use crate::guard_state::{Check, GuardState, RouteGuard};
+use crate::metrics::{Metrics, RouteLabel, RouteReason};
+use crate::publish::{Message, Publisher};
+use crate::ratelimit::TokenBucket;
+use crate::secrets::RouteSecrets;
+use crate::signature::Scheme;
+use crate::spool::{Spool, SpoolError};
+use crate::store::StoreError;
+
+/// Unix time in milliseconds; injected so tests can move time without sleeping.
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// The wall clock.
+pub fn system_clock() -> Clock {
+    Arc::new(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64)
+    })
+}
+
+/// Seconds a sender should wait after a 503 caused by the broker or the store.
+pub const RETRY_AFTER_UNAVAILABLE: u64 = 5;
+/// Seconds a sender should wait when the spool is full: the broker has been away a while.
+pub const RETRY_AFTER_SPOOL_FULL: u64 = 60;
+
+/// How one delivery ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Published (or durably spooled).
+    Accepted { event_id: String },
+    /// Seen before; nothing published.
+    Duplicate { event_id: String },
+    /// Stale, repeated, expired or from the future; nothing published to the main key.
+    Dropped { event_id: String, reason: &'static str },
+    /// Missing, malformed or wrong signature.
+    InvalidSignature,
+    /// Not a usable event; the reason is safe to show.
+    BadRequest(ParseError),
+    /// Over the route's rate limit.
+    RateLimited { retry_after: u64 },
+    /// The event could not be made safe now; the sender must retry.
+    Unavailable { retry_after: u64 },
+}
+
+impl Outcome {
+    /// The label used in metrics.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Accepted { .. } => "accepted",
+            Outcome::Duplicate { .. } => "duplicate",
+            Outcome::Dropped { .. } => "dropped",
+            Outcome::InvalidSignature => "invalid_signature",
+            Outcome::BadRequest(_) => "bad_request",
+            Outcome::RateLimited { .. } => "rate_limited",
+            Outcome::Unavailable { .. } => "unavailable",
+        }
+    }
+}
+
+/// A route with everything built from its config.
+pub struct RouteRuntime {
+    /// The route's config.
+    pub config: Route,
+    /// Its signature scheme.
+    pub scheme: Scheme,
+    /// Its active secrets (reloadable).
+    pub secrets: RouteSecrets,
+    /// Its guard rules.
+    pub guard: RouteGuard,
+    /// Its rate limit, if configured.
+    pub limiter: Option<TokenBucket>,
+}
+
+/// Settings the pipeline reads on every request.
+struct Settings {
+    exchange: String,
+    routing_key: String,
+    dropped_routing_key: Option<String>,
+    ttl_ms: i64,
+    skew_ms: i64,
+    in_flight_wait: Duration,
+}
+
+/// Everything a request needs, shared by all connections.
+pub struct Pipeline {
+    /// Routes in config order.
+    pub routes: Vec<RouteRuntime>,
+    settings: Settings,
+    marks: SledMarks,
+    guards: GuardState,
+    spool: Arc<Spool>,
+    publisher: Publisher,
+    metrics: Arc<Metrics>,
+    clock: Clock,
+}
+
+enum Delivered {
+    Published,
+    Spooled,
+}
+
+impl Pipeline {
+    /// Wires the parts together.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        config: &Config,
+        routes: Vec<RouteRuntime>,
+        marks: SledMarks,
+        guards: GuardState,
+        spool: Arc<Spool>,
+        publisher: Publisher,
+        metrics: Arc<Metrics>,
+        clock: Clock,
+    ) -> Self {
+        Self {
+            routes,
+            settings: Settings {
+                exchange: config.amqp.exchange.clone(),
+                routing_key: config.amqp.routing_key.clone(),
+                dropped_routing_key: config.amqp.dropped_routing_key.clone(),
+                ttl_ms: config.dedup.ttl.as_millis() as i64,
+                skew_ms: config.max_clock_skew.as_millis() as i64,
+                in_flight_wait: config.dedup.in_flight_wait,
+            },
+            marks,
+            guards,
+            spool,
+            publisher,
+            metrics,
+            clock,
+        }
+    }
+
+    /// The current time of the injected clock.
+    pub fn now_ms(&self) -> i64 {
+        (self.clock)()
+    }
+
+    /// Handles one delivery on route `index`. Returns the outcome and the request id to
+    /// echo in `X-Request-Id`.
+    pub async fn handle(&self, index: usize, delivery: Delivery) -> (Outcome, String) {
+        let Some(route) = self.routes.get(index) else {
+            return (Outcome::Unavailable { retry_after: RETRY_AFTER_UNAVAILABLE }, new_request_id());
+        };
+        let name = route.config.name.as_str();
+        let sent_request_id = event::request_id_header(&delivery.headers, route.config.profile);
+        let request_id = sent_request_id.clone().unwrap_or_else(new_request_id);
+        let now_ms = self.now_ms();
+        let outcome = self.run(route, delivery, &request_id, now_ms).await;
+        match &outcome {
+            Outcome::Duplicate { .. } => {
+                self.metrics.dedup_hits.get_or_create(&route_label(name)).inc();
+            }
+            Outcome::Dropped { event_id, reason } => {
+                self.metrics
+                    .drops
+                    .get_or_create(&RouteReason {
+                        route: name.to_owned(),
+                        reason: (*reason).to_owned(),
+                    })
+                    .inc();
+                tracing::info!(route = name, event_id = %event_id, reason, "event dropped");
+            }
+            Outcome::InvalidSignature => {
+                self.metrics.signature_failures.get_or_create(&route_label(name)).inc();
+            }
+            _ => {}
+        }
+        (outcome, request_id)
+    }
+
+    async fn run(&self, route: &RouteRuntime, delivery: Delivery, request_id: &str, now_ms: i64) -> Outcome {
+        let name = route.config.name.as_str();
+        if let Some(limiter) = &route.limiter {
+            if let Err(retry_after) = limiter.try_take(Instant::now()) {
+                return Outcome::RateLimited { retry_after };
+            }
+        }
+        let secrets = route.secrets.current();
+        let verified = match delivery.verify(&route.scheme, &secrets, now_ms / 1000) {
+            Ok(v) => v,
+            Err(reason) => {
+                // The reason is for the operator at debug level; the sender learns nothing.
+                tracing::debug!(route = name, %reason, "signature refused");
+                return Outcome::InvalidSignature;
+            }
+        };
+        let request_id_owned = request_id.to_owned();
+        let event = match event::parse(verified, &route.config.fields, route.config.profile, || request_id_owned) {
+            Ok(e) => e,
+            Err(e) => return Outcome::BadRequest(e),
+        };
+        if let Some(reason) = self.freshness(&event, now_ms) {
+            return Outcome::Dropped { event_id: event.id, reason };
+        }
+        match self.process(route, &event, now_ms).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                self.metrics.store_errors.inc();
+                tracing::error!(route = name, event_id = %event.id, %error, "store failed; answering 503");
+                Outcome::Unavailable { retry_after: RETRY_AFTER_UNAVAILABLE }
+            }
+        }
+    }
+
+    /// An event older than the dedup TTL could be a replay dedup no longer recognises; one
+    /// far in the future would outlive its own dedup mark.
+    fn freshness(&self, event: &Event, now_ms: i64) -> Option<&'static str> {
+        let ts = event.timestamp_ms?;
+        if ts < now_ms - self.settings.ttl_ms {
+            Some("expired")
+        } else if ts > now_ms + self.settings.skew_ms {
+            Some("future_timestamp")
+        } else {
+            None
+        }
+    }
+
+    async fn process(&self, route: &RouteRuntime, event: &Event, now_ms: i64) -> Result<Outcome, StoreError> {
+        let name = route.config.name.as_str();
+        let ev_key = event_key(name, &event.id);
+        let req_key = event.request_id_from_sender.then(|| request_key(name, &event.request_id));
+        let token: u64 = rand::random();
+        let duplicate = || Outcome::Duplicate { event_id: event.id.clone() };
+
+        // Claim the event, or wait (bounded) for whoever holds it to finish.
+        let deadline = Instant::now() + self.settings.in_flight_wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            let now = self.now_ms();
+            if let Some(k) = &req_key {
+                if self.marks.state(k, now)? == crate::dedup::KeyState::Done {
+                    return Ok(duplicate());
+                }
+            }
+            match self.marks.try_claim(&ev_key, token, now)? {
+                Claim::Claimed => break,
+                Claim::Done => return Ok(duplicate()),
+                Claim::InFlight if Instant::now() >= deadline => {
+                    return Ok(Outcome::Unavailable { retry_after: RETRY_AFTER_UNAVAILABLE });
+                }
+                Claim::InFlight => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+            }
+        }
+
+        let result = self.decide_and_deliver(route, event, now_ms).await;
+        let done_keys: Vec<&[u8]> = std::iter::once(ev_key.as_slice()).chain(req_key.as_deref()).collect();
+        match &result {
+            Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) => {
+                // A drop is final too: the sender got its 200, and a retry must not be judged
+                // against state that has moved on since.
+                self.marks.mark_done(&done_keys, self.now_ms() + self.settings.ttl_ms)?;
+            }
+            _ => self.marks.release(&ev_key, token)?,
+        }
+        result
+    }
+
+    async fn decide_and_deliver(&self, route: &RouteRuntime, event: &Event, now_ms: i64) -> Result<Outcome, StoreError> {
+        let name = route.config.name.as_str();
+        let held = match self.guards.check(name, &route.guard, event, now_ms).await? {
+            Check::Drop(reason) => {
+                self.publish_drop_copy(route, event, now_ms).await;
+                return Ok(Outcome::Dropped { event_id: event.id.clone(), reason: reason.as_str() });
+            }
+            Check::Accept(held) => Some(held),
+            Check::Unguarded => None,
+        };
+        let msg = self.message(route, event, &self.settings.routing_key, now_ms);
+        match self.deliver(&msg).await {
+            Ok(how) => {
+                if let Some(held) = held {
+                    self.guards.commit(held)?;
+                }
+                if matches!(how, Delivered::Spooled) {
+                    tracing::debug!(route = name, event_id = %event.id, "event spooled");
+                }
+                Ok(Outcome::Accepted { event_id: event.id.clone() })
+            }
+            Err(SpoolError::Store(e)) => Err(e),
+            Err(error) => {
+                tracing::warn!(route = name, event_id = %event.id, %error, "event not accepted; answering 503");
+                let retry_after = match error {
+                    SpoolError::Full { .. } => RETRY_AFTER_SPOOL_FULL,
+                    _ => RETRY_AFTER_UNAVAILABLE,
+                };
+                Ok(Outcome::Unavailable { retry_after })
+            }
+        }
+    }
+
+    /// Publishes with a confirm, or spools. While the spool holds anything, new events go
+    /// behind it so the broker sees them in arrival order.
+    async fn deliver(&self, msg: &Message) -> Result<Delivered, SpoolError> {
+        if self.spool.is_empty() {
+            match self.publisher.publish(&self.settings.exchange, msg).await {
+                Ok(()) => return Ok(Delivered::Published),
+                Err(error @ crate::publish::PublishError::Unroutable(_)) => {
+                    tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled; bind a queue to the exchange");
+                }
+                Err(crate::publish::PublishError::NotConnected) => {}
+                Err(error) => tracing::warn!(%error, event_id = %msg.message_id, "publish failed; spooling"),
+            }
+        }
+        self.spool.push(msg).await.map(|()| Delivered::Spooled)
+    }
+
+    /// The audit copy of a dropped event: best effort, never spooled, so an audit key with
+    /// no queue bound cannot block the spool.
+    async fn publish_drop_copy(&self, route: &RouteRuntime, event: &Event, now_ms: i64) {
+        let Some(template) = &self.settings.dropped_routing_key else {
+            return;
+        };
+        let msg = self.message(route, event, template, now_ms);
+        if let Err(error) = self.publisher.publish_audit(&self.settings.exchange, &msg).await {
+            tracing::warn!(%error, event_id = %event.id, "audit copy of a dropped event not published");
+        }
+    }
+
+    fn message(&self, route: &RouteRuntime, event: &Event, template: &str, now_ms: i64) -> Message {
+        Message {
+            routing_key: routing_key(template, &route.config.name, &event.event_type),
+            message_id: event.id.clone(),
+            timestamp_secs: (now_ms / 1000).max(0) as u64,
+            request_id: event.request_id.clone(),
+            event_type: event.event_type.clone(),
+            attempt: event.attempt,
+            route: route.config.name.clone(),
+            received_at: rfc3339(now_ms),
+            body: event.body.clone(),
+        }
+    }
+
+    /// The spool, for status and readiness.
+    pub fn spool(&self) -> &Arc<Spool> {
+        &self.spool
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The publisher, for readiness.
+    pub fn publisher(&self) -> &Publisher {
+        &self.publisher
+    }
+
+    /// Removes expired dedup marks and guard state; returns how many entries went.
+    pub fn sweep(&self) -> Result<usize, StoreError> {
+        let now = self.now_ms();
+        Ok(self.marks.sweep(now)? + self.guards.sweep(now)?)
+    }
+
+    /// The dedup marks (for tests and tools).
+    pub fn marks(&self) -> &SledMarks {
+        &self.marks
+    }
+}
+
+fn route_label(route: &str) -> RouteLabel {
+    RouteLabel { route: route.to_owned() }
+}
+
+/// Applies `{route}` and `{event}` to a routing key template.
+pub fn routing_key(template: &str, route: &str, event_type: &str) -> String {
+    template.replace("{route}", route).replace("{event}", event_type)
+}
+
+fn new_request_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+fn rfc3339(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .ok()
+        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routing_key_template() {
+        assert_eq!(routing_key("{route}.{event}", "botix", "message.status"), "botix.message.status");
+        assert_eq!(routing_key("fixed", "r", "e"), "fixed");
+    }
+
+    #[test]
+    fn received_at_is_rfc3339_utc() {
+        assert_eq!(rfc3339(1_795_946_403_250), "2026-11-29T10:00:03.25Z");
+    }
+}

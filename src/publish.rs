@@ -1,0 +1,373 @@
+//! The RabbitMQ side: one connection, confirm-mode channels, reconnect with backoff.
+//!
+//! A background task owns the connection. Publishers take the current channels from a
+//! shared slot; while there is none they fail at once, so the caller can spool without
+//! waiting for a reconnect.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::StreamExt;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties, Event, ExchangeKind};
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{redact_url, Amqp};
+use crate::metrics::Metrics;
+
+/// Confirm-mode channels per connection. One channel serialises frames on the broker side;
+/// a few spread the confirm work without multiplying broker resources.
+const CHANNELS: usize = 4;
+/// Reconnect backoff bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// How long one connection attempt may take before it counts as failed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One message as SPEC §5 describes it; also the unit stored in the spool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Message {
+    /// Routing key, templates already applied.
+    pub routing_key: String,
+    /// `message_id` property: the event id.
+    pub message_id: String,
+    /// Receipt time, Unix seconds (`timestamp` property).
+    pub timestamp_secs: u64,
+    /// `x-request-id`.
+    pub request_id: String,
+    /// `x-event-type`.
+    pub event_type: String,
+    /// `x-delivery-attempt`, absent when the sender sent none.
+    pub attempt: Option<i64>,
+    /// `x-route`.
+    pub route: String,
+    /// `x-received-at`, RFC 3339 UTC.
+    pub received_at: String,
+    /// The raw request body, byte for byte.
+    #[serde(skip)]
+    pub body: Bytes,
+}
+
+/// Why the broker did not take a message. Every kind is retried later (spool or 503).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PublishError {
+    #[error("broker not connected")]
+    NotConnected,
+    #[error("broker has blocked the connection")]
+    Blocked,
+    #[error("broker nacked the message")]
+    Nack,
+    #[error("message unroutable: no queue bound for routing key {0}")]
+    Unroutable(String),
+    #[error("no confirm within the timeout")]
+    Timeout,
+    #[error("channel error: {0}")]
+    Channel(String),
+}
+
+struct Live {
+    connection: Connection,
+    channels: Vec<lapin::Channel>,
+    next: AtomicUsize,
+}
+
+struct Inner {
+    config: Amqp,
+    live: RwLock<Option<Arc<Live>>>,
+    blocked: AtomicBool,
+    metrics: Arc<Metrics>,
+    /// Woken when a connection comes up, so the spool drainer need not poll.
+    connected: tokio::sync::Notify,
+}
+
+/// A handle to the broker connection; cheap to clone.
+#[derive(Clone)]
+pub struct Publisher {
+    inner: Arc<Inner>,
+}
+
+impl Publisher {
+    /// Starts the connection task. A broker that is down is not an error: the task keeps
+    /// trying with capped, jittered backoff until `stop` is cancelled.
+    pub fn start(config: Amqp, metrics: Arc<Metrics>, stop: CancellationToken) -> Self {
+        let inner = Arc::new(Inner {
+            config,
+            live: RwLock::new(None),
+            blocked: AtomicBool::new(false),
+            metrics,
+            connected: tokio::sync::Notify::new(),
+        });
+        tokio::spawn(run_connection(inner.clone(), stop));
+        Self { inner }
+    }
+
+    /// Whether a connection is up and not blocked.
+    pub fn is_connected(&self) -> bool {
+        self.current().is_some() && !self.inner.blocked.load(Ordering::Relaxed)
+    }
+
+    /// Waits until a connection is up (or returns at once if it is).
+    pub async fn wait_connected(&self) {
+        let notified = self.inner.connected.notified();
+        if self.is_connected() {
+            return;
+        }
+        notified.await;
+    }
+
+    /// Publishes and waits for the broker's confirm. Only a plain ack is success: a
+    /// returned (unroutable) message is an error even though the broker acks it.
+    pub async fn publish(&self, exchange: &str, msg: &Message) -> Result<(), PublishError> {
+        self.publish_with(exchange, msg, true).await
+    }
+
+    /// Publishes an audit copy: not `mandatory`, so an audit key nobody binds is not an error.
+    pub async fn publish_audit(&self, exchange: &str, msg: &Message) -> Result<(), PublishError> {
+        self.publish_with(exchange, msg, false).await
+    }
+
+    async fn publish_with(&self, exchange: &str, msg: &Message, mandatory: bool) -> Result<(), PublishError> {
+        if self.inner.blocked.load(Ordering::Relaxed) {
+            return Err(PublishError::Blocked);
+        }
+        let live = self.current().ok_or(PublishError::NotConnected)?;
+        let i = live.next.fetch_add(1, Ordering::Relaxed) % live.channels.len();
+        let channel = &live.channels[i];
+        let started = std::time::Instant::now();
+        let attempt = async {
+            let confirm = channel
+                .basic_publish(
+                    ShortString::from(exchange),
+                    ShortString::from(msg.routing_key.as_str()),
+                    BasicPublishOptions {
+                        mandatory,
+                        ..Default::default()
+                    },
+                    &msg.body,
+                    properties(msg),
+                )
+                .await
+                .map_err(|e| PublishError::Channel(e.to_string()))?;
+            confirm
+                .await
+                .map_err(|e| PublishError::Channel(e.to_string()))
+        };
+        let result = match tokio::time::timeout(self.inner.config.confirm_timeout, attempt).await {
+            Err(_) => Err(PublishError::Timeout),
+            Ok(Err(e)) => Err(e),
+            Ok(Ok(Confirmation::Ack(None))) => Ok(()),
+            Ok(Ok(Confirmation::Ack(Some(_)))) => {
+                Err(PublishError::Unroutable(msg.routing_key.clone()))
+            }
+            Ok(Ok(Confirmation::Nack(_))) => Err(PublishError::Nack),
+            Ok(Ok(Confirmation::NotRequested)) => {
+                Err(PublishError::Channel("channel not in confirm mode".into()))
+            }
+        };
+        self.inner
+            .metrics
+            .publish_duration
+            .observe(started.elapsed().as_secs_f64());
+        if let Err(PublishError::Channel(_)) = &result {
+            // A channel error closes the channel; take the whole connection down so the
+            // task rebuilds it instead of failing every fourth publish.
+            self.drop_live(&live);
+        }
+        result
+    }
+
+    /// Closes the connection cleanly (at shutdown).
+    pub async fn close(&self) {
+        let live = self.take_live();
+        if let Some(live) = live {
+            let _ = tokio::time::timeout(
+                Duration::from_secs(2),
+                live.connection.close(200, ShortString::from("shutdown")),
+            )
+            .await;
+        }
+    }
+
+    fn current(&self) -> Option<Arc<Live>> {
+        match self.inner.live.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn take_live(&self) -> Option<Arc<Live>> {
+        let mut g = match self.inner.live.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        self.inner.metrics.broker_connected.set(0);
+        g.take()
+    }
+
+    fn drop_live(&self, failed: &Arc<Live>) {
+        let mut g = match self.inner.live.write() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        if g.as_ref().is_some_and(|l| Arc::ptr_eq(l, failed)) {
+            *g = None;
+            self.inner.metrics.broker_connected.set(0);
+        }
+    }
+}
+
+fn properties(msg: &Message) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+    headers.insert(ShortString::from("x-request-id"), text(&msg.request_id));
+    headers.insert(ShortString::from("x-event-type"), text(&msg.event_type));
+    if let Some(n) = msg.attempt {
+        headers.insert(ShortString::from("x-delivery-attempt"), AMQPValue::LongLongInt(n));
+    }
+    headers.insert(ShortString::from("x-route"), text(&msg.route));
+    headers.insert(ShortString::from("x-received-at"), text(&msg.received_at));
+    BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_content_type(ShortString::from("application/json"))
+        .with_message_id(ShortString::from(msg.message_id.as_str()))
+        .with_timestamp(msg.timestamp_secs)
+        .with_app_id(ShortString::from("hookgate"))
+        .with_headers(headers)
+}
+
+async fn run_connection(inner: Arc<Inner>, stop: CancellationToken) {
+    let mut backoff = BACKOFF_MIN;
+    let mut warned = false;
+    let url = redact_url(&inner.config.url);
+    loop {
+        let attempt = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config)) => r,
+        };
+        match attempt {
+            Ok(Ok(live)) => {
+                let mut events = live.connection.events_listener();
+                let live = Arc::new(live);
+                set_live(&inner, Some(live.clone()));
+                inner.blocked.store(false, Ordering::Relaxed);
+                inner.metrics.broker_connected.set(1);
+                inner.connected.notify_waiters();
+                tracing::info!(url = %url, "broker connected");
+                backoff = BACKOFF_MIN;
+                warned = false;
+                // Watch the connection until it fails; blocked/unblocked only pause publishing.
+                loop {
+                    let event = tokio::select! {
+                        _ = stop.cancelled() => return,
+                        e = events.next() => e,
+                        // The event stream is quiet on some failures; the status is the truth.
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                            if live.connection.status().connected() && current_is(&inner, &live) {
+                                continue;
+                            }
+                            None
+                        }
+                    };
+                    match event {
+                        Some(Event::ConnectionBlocked(reason)) => {
+                            tracing::warn!(%reason, "broker blocked the connection; spooling");
+                            inner.blocked.store(true, Ordering::Relaxed);
+                        }
+                        Some(Event::ConnectionUnblocked) => {
+                            tracing::info!("broker unblocked the connection");
+                            inner.blocked.store(false, Ordering::Relaxed);
+                        }
+                        Some(Event::Error(error)) => {
+                            tracing::warn!(%error, "broker connection lost");
+                            break;
+                        }
+                        Some(_) => {}
+                        None => {
+                            tracing::warn!("broker connection lost");
+                            break;
+                        }
+                    }
+                }
+                set_live(&inner, None);
+                inner.metrics.broker_connected.set(0);
+            }
+            Ok(Err(error)) => {
+                report_unreachable(&mut warned, &url, &error.to_string());
+            }
+            Err(_) => report_unreachable(&mut warned, &url, "connect timed out"),
+        }
+        let wait = jitter(backoff);
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+fn report_unreachable(warned: &mut bool, url: &str, error: &str) {
+    // One warning per outage, not one per attempt: a laptop without a broker should not
+    // drown its terminal.
+    if *warned {
+        tracing::debug!(%url, %error, "broker still unreachable");
+    } else {
+        tracing::warn!(%url, %error, "broker unreachable; accepted events are spooled until it is back");
+        *warned = true;
+    }
+}
+
+fn jitter(base: Duration) -> Duration {
+    // Full jitter between half and all of the step spreads reconnects of many replicas.
+    let half = base / 2;
+    half + half.mul_f64(rand::random::<f64>())
+}
+
+fn set_live(inner: &Inner, live: Option<Arc<Live>>) {
+    let mut g = match inner.live.write() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    *g = live;
+}
+
+fn current_is(inner: &Inner, live: &Arc<Live>) -> bool {
+    let g = match inner.live.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    };
+    g.as_ref().is_some_and(|l| Arc::ptr_eq(l, live))
+}
+
+async fn connect(config: &Amqp) -> Result<Live, lapin::Error> {
+    let props = ConnectionProperties::default()
+        .with_connection_name(LongString::from("hookgate"));
+    let connection = Connection::connect(&config.url, props).await?;
+    let mut channels = Vec::with_capacity(CHANNELS);
+    for _ in 0..CHANNELS {
+        let channel = connection.create_channel().await?;
+        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        channels.push(channel);
+    }
+    if config.declare {
+        channels[0]
+            .exchange_declare(
+                ShortString::from(config.exchange.as_str()),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok(Live {
+        connection,
+        channels,
+        next: AtomicUsize::new(0),
+    })
+}

@@ -1,0 +1,166 @@
+//! Webhook secrets: loading them from the environment or files, and swapping them on reload.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+
+use crate::config::SecretSource;
+
+/// A secret key. `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wraps key bytes.
+    pub fn new(bytes: &[u8]) -> Self {
+        Self(bytes.to_vec())
+    }
+
+    /// The key bytes, for the MAC only.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// A secret that cannot be read; the message names the variable or file, never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error("environment variable {0} is not set or empty")]
+    Env(String),
+    #[error("cannot read secret file {path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("secret file {0} is empty")]
+    EmptyFile(PathBuf),
+}
+
+/// Reads every source of one route, in order.
+pub fn load(sources: &[SecretSource]) -> Result<Vec<Secret>, SecretError> {
+    sources.iter().map(load_one).collect()
+}
+
+fn load_one(source: &SecretSource) -> Result<Secret, SecretError> {
+    if let Some(var) = &source.secret_env {
+        return match std::env::var(var) {
+            Ok(v) if !v.is_empty() => Ok(Secret::new(v.as_bytes())),
+            _ => Err(SecretError::Env(var.clone())),
+        };
+    }
+    if let Some(path) = &source.secret_file {
+        let bytes = std::fs::read(path).map_err(|source| SecretError::File {
+            path: path.clone(),
+            source,
+        })?;
+        // Kubernetes secrets and `echo > file` often end in a newline that is not part of the key.
+        let trimmed = trim_trailing_newlines(&bytes);
+        if trimmed.is_empty() {
+            return Err(SecretError::EmptyFile(path.clone()));
+        }
+        return Ok(Secret::new(trimmed));
+    }
+    Ok(Secret::new(
+        source.secret.as_deref().unwrap_or_default().as_bytes(),
+    ))
+}
+
+fn trim_trailing_newlines(bytes: &[u8]) -> &[u8] {
+    let end = bytes
+        .iter()
+        .rposition(|b| *b != b'\n' && *b != b'\r')
+        .map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+/// The active secrets of one route, replaced as a whole on reload so a request always sees
+/// one consistent list.
+#[derive(Debug)]
+pub struct RouteSecrets {
+    sources: Vec<SecretSource>,
+    current: RwLock<Arc<Vec<Secret>>>,
+}
+
+impl RouteSecrets {
+    /// Loads the route's secrets; fails if any source cannot be read.
+    pub fn new(sources: Vec<SecretSource>) -> Result<Self, SecretError> {
+        let loaded = load(&sources)?;
+        Ok(Self {
+            sources,
+            current: RwLock::new(Arc::new(loaded)),
+        })
+    }
+
+    /// The secrets in force now.
+    pub fn current(&self) -> Arc<Vec<Secret>> {
+        match self.current.read() {
+            Ok(g) => g.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Re-reads every source. On failure the old secrets stay in force. Returns whether
+    /// anything changed.
+    pub fn reload(&self) -> Result<bool, SecretError> {
+        let fresh = load(&self.sources)?;
+        let mut guard = match self.current.write() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let changed = **guard != fresh;
+        if changed {
+            *guard = Arc::new(fresh);
+        }
+        Ok(changed)
+    }
+
+    /// Files among the sources, to watch for in-place rotation.
+    pub fn files(&self) -> impl Iterator<Item = &PathBuf> {
+        self.sources.iter().filter_map(|s| s.secret_file.as_ref())
+    }
+
+    /// Whether any secret is written inline in the config (development only).
+    pub fn has_inline(&self) -> bool {
+        self.sources.iter().any(|s| s.secret.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_secret_drops_trailing_newline_and_reloads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s");
+        std::fs::write(&path, "first\n").expect("write");
+        let rs = RouteSecrets::new(vec![SecretSource {
+            secret_file: Some(path.clone()),
+            ..Default::default()
+        }])
+        .expect("loads");
+        assert_eq!(rs.current()[0].expose(), b"first");
+        std::fs::write(&path, "second").expect("write");
+        assert!(rs.reload().expect("reload"));
+        assert_eq!(rs.current()[0].expose(), b"second");
+        std::fs::remove_file(&path).expect("rm");
+        assert!(rs.reload().is_err());
+        assert_eq!(rs.current()[0].expose(), b"second", "old secret stays on failure");
+    }
+
+    #[test]
+    fn missing_env_is_named_and_debug_is_redacted() {
+        let e = load(&[SecretSource {
+            secret_env: Some("HOOKGATE_TEST_SURELY_UNSET".into()),
+            ..Default::default()
+        }])
+        .expect_err("unset");
+        assert!(e.to_string().contains("HOOKGATE_TEST_SURELY_UNSET"));
+        assert_eq!(format!("{:?}", Secret::new(b"abc")), "[redacted]");
+    }
+}

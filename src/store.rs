@@ -1,0 +1,215 @@
+//! The embedded sled database and its named trees; the only module that imports sled.
+//!
+//! sled's writes are not durable when they return (it flushes every 500 ms), so callers
+//! that promise durability call [`Store::flush`], which groups concurrent callers so one
+//! fsync serves them all.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// A store failure; the message names the path or operation, never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("cannot open store at {path}: {reason}")]
+    Open { path: PathBuf, reason: String },
+    #[error("store operation failed: {0}")]
+    Io(String),
+}
+
+impl From<sled::Error> for StoreError {
+    fn from(e: sled::Error) -> Self {
+        StoreError::Io(e.to_string())
+    }
+}
+
+impl From<sled::transaction::TransactionError<StoreError>> for StoreError {
+    fn from(e: sled::transaction::TransactionError<StoreError>) -> Self {
+        match e {
+            sled::transaction::TransactionError::Abort(e) => e,
+            sled::transaction::TransactionError::Storage(e) => e.into(),
+        }
+    }
+}
+
+/// The database handle; cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    path: PathBuf,
+    flush: Arc<GroupFlush>,
+}
+
+/// Group commit: a caller that wrote before a flush started needs no flush of its own.
+struct GroupFlush {
+    /// Bumped by every caller that needs its writes on disk.
+    requested: AtomicU64,
+    /// The highest request number known to be on disk.
+    done: AtomicU64,
+    /// Serialises the fsyncs themselves.
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl Store {
+    /// Opens (or creates) the database directory. A locked, unreadable or corrupt store is
+    /// an error naming the path.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let open_err = |reason: String| StoreError::Open {
+            path: path.to_owned(),
+            reason,
+        };
+        std::fs::create_dir_all(path).map_err(|e| open_err(e.to_string()))?;
+        let db = sled::Config::new()
+            .path(path)
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                    open_err("it is locked by another process (is another hookgate running on it?)".into())
+                }
+                other => open_err(other.to_string()),
+            })?;
+        Ok(Self {
+            db,
+            path: path.to_owned(),
+            flush: Arc::new(GroupFlush {
+                requested: AtomicU64::new(0),
+                done: AtomicU64::new(0),
+                lock: tokio::sync::Mutex::new(()),
+            }),
+        })
+    }
+
+    /// A named tree (created if absent).
+    pub fn tree(&self, name: &str) -> Result<Tree, StoreError> {
+        Ok(Tree(self.db.open_tree(name)?))
+    }
+
+    /// Makes every write that returned before this call durable.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let mine = self.flush.requested.fetch_add(1, Ordering::SeqCst) + 1;
+        let _guard = self.flush.lock.lock().await;
+        if self.flush.done.load(Ordering::SeqCst) >= mine {
+            return Ok(());
+        }
+        // Everything requested up to here was written before this fsync starts.
+        let covered = self.flush.requested.load(Ordering::SeqCst);
+        self.db.flush_async().await?;
+        self.flush.done.fetch_max(covered, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Blocking flush, for shutdown.
+    pub fn flush_blocking(&self) -> Result<(), StoreError> {
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// Bytes the database occupies on disk.
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+
+    /// The directory of the database.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// One named key space.
+#[derive(Clone)]
+pub struct Tree(sled::Tree);
+
+impl Tree {
+    /// The value at `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.0.get(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Sets `key`.
+    pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.0.insert(key, value)?;
+        Ok(())
+    }
+
+    /// Removes `key`, returning the old value.
+    pub fn remove(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.0.remove(key)?.map(|v| v.to_vec()))
+    }
+
+    /// Atomically replaces `old` by `new` (`None` = absent). Returns whether it swapped.
+    pub fn compare_and_swap(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<bool, StoreError> {
+        Ok(self.0.compare_and_swap(key, old, new)?.is_ok())
+    }
+
+    /// The first entry in key order.
+    pub fn first(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        Ok(self.0.first()?.map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+
+    /// The last entry in key order.
+    pub fn last(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+        Ok(self.0.last()?.map(|(k, v)| (k.to_vec(), v.to_vec())))
+    }
+
+    /// Up to `limit` entries with keys greater than `after` (or from the start).
+    pub fn page(
+        &self,
+        after: Option<&[u8]>,
+        limit: usize,
+    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+        let iter = match after {
+            Some(k) => self
+                .0
+                .range::<&[u8], _>((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)),
+            None => self.0.iter(),
+        };
+        iter.take(limit)
+            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(StoreError::from))
+            .collect()
+    }
+
+    /// Number of entries (walks the tree: for startup and tests).
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether the tree has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn second_open_of_a_locked_store_is_a_clear_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let _first = Store::open(dir.path()).expect("first open");
+        let err = Store::open(dir.path()).err().expect("second open must fail");
+        let text = err.to_string();
+        assert!(text.contains(&dir.path().display().to_string()), "{text}");
+    }
+
+    #[tokio::test]
+    async fn cas_and_pages() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("open");
+        let t = store.tree("t").expect("tree");
+        assert!(t.compare_and_swap(b"k", None, Some(b"1")).expect("cas"));
+        assert!(!t.compare_and_swap(b"k", None, Some(b"2")).expect("cas"));
+        assert!(t.compare_and_swap(b"k", Some(b"1"), Some(b"2")).expect("cas"));
+        for i in 0u8..5 {
+            t.insert(&[b'p', i], &[i]).expect("insert");
+        }
+        let p = t.page(Some(&[b'p', 1]), 2).expect("page");
+        assert_eq!(p.iter().map(|(k, _)| k[1]).collect::<Vec<_>>(), vec![2, 3]);
+        store.flush().await.expect("flush");
+    }
+}
