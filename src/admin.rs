@@ -25,7 +25,11 @@ impl Admin {
             "/healthz" => (200, "text/plain", "ok\n".into()),
             "/readyz" => {
                 let (ready, why) = self.readiness();
-                (if ready { 200 } else { 503 }, "text/plain", format!("{why}\n"))
+                (
+                    if ready { 200 } else { 503 },
+                    "text/plain",
+                    format!("{why}\n"),
+                )
             }
             "/metrics" => (
                 200,
@@ -34,7 +38,11 @@ impl Admin {
             ),
             SPOOL_PATH => {
                 let status = self.pipeline.spool().status(self.pipeline.now_ms() / 1000);
-                (200, "application/json", serde_json::to_string(&status).unwrap_or_default())
+                (
+                    200,
+                    "application/json",
+                    serde_json::to_string(&status).unwrap_or_default(),
+                )
             }
             _ => (404, "text/plain", "not found\n".into()),
         }
@@ -52,6 +60,9 @@ impl Admin {
         if self.pipeline.spool().has_room() {
             return (true, "ready: broker unavailable, spooling");
         }
-        (false, "not ready: broker unavailable and spool full or disabled")
+        (
+            false,
+            "not ready: broker unavailable and spool full or disabled",
+        )
     }
 }

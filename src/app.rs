@@ -89,10 +89,11 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
             route: route.name.clone(),
             reason,
         })?;
-        let secrets = RouteSecrets::new(route.secrets.clone()).map_err(|source| AppError::Secret {
-            route: route.name.clone(),
-            source,
-        })?;
+        let secrets =
+            RouteSecrets::new(route.secrets.clone()).map_err(|source| AppError::Secret {
+                route: route.name.clone(),
+                source,
+            })?;
         if secrets.has_inline() {
             tracing::warn!(route = %route.name, "inline secret in the config: for development only; use secret_env or secret_file");
         }
@@ -124,7 +125,11 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
 }
 
 /// Prepares and serves with production options.
-pub async fn run(config: Config, listeners: Listeners, shutdown: impl Future<Output = ()>) -> Result<(), AppError> {
+pub async fn run(
+    config: Config,
+    listeners: Listeners,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), AppError> {
     serve(prepare(config)?, listeners, shutdown, Options::default()).await
 }
 
@@ -144,11 +149,18 @@ pub async fn serve(
     } = prepared;
     let metrics = Arc::new(Metrics::new());
     let stop_background = CancellationToken::new();
-    let publisher = Publisher::start(config.amqp.clone(), metrics.clone(), stop_background.clone());
+    let publisher = Publisher::start(
+        config.amqp.clone(),
+        metrics.clone(),
+        stop_background.clone(),
+    );
     let spool = Arc::new(Spool::open(&store, &config.spool, metrics.clone())?);
     let depth = spool.status(0).depth;
     if depth > 0 {
-        tracing::info!(depth, "spool holds events from a previous run; draining once the broker is up");
+        tracing::info!(
+            depth,
+            "spool holds events from a previous run; draining once the broker is up"
+        );
     }
     let marks = SledMarks::new(store.tree("dedup")?, config.dedup.in_flight_lease);
     let guards = GuardState::new(store.tree("guard")?);
@@ -167,16 +179,28 @@ pub async fn serve(
         config.amqp.exchange.clone(),
         stop_background.clone(),
     ));
-    tokio::spawn(sweep_loop(pipeline.clone(), options.sweep_interval, stop_background.clone()));
-    tokio::spawn(reload_loop(pipeline.clone(), tls.clone(), stop_background.clone()));
+    tokio::spawn(sweep_loop(
+        pipeline.clone(),
+        options.sweep_interval,
+        stop_background.clone(),
+    ));
+    tokio::spawn(reload_loop(
+        pipeline.clone(),
+        tls.clone(),
+        stop_background.clone(),
+    ));
 
     let shutting_down = CancellationToken::new();
     let admin = Arc::new(Admin {
         pipeline: pipeline.clone(),
         shutdown: shutting_down.clone(),
     });
-    let webhook_addr = crate::http::local_addr(&listeners.webhooks);
-    let admin_addr = crate::http::local_addr(&listeners.admin);
+    let addr_text = |l: &TcpListener| {
+        l.local_addr()
+            .map_or_else(|_| "?".to_owned(), |a| a.to_string())
+    };
+    let webhook_addr = addr_text(&listeners.webhooks);
+    let admin_addr = addr_text(&listeners.admin);
     let service = Arc::new(WebhookService {
         pipeline: pipeline.clone(),
         limits: config.limits.clone(),
@@ -190,10 +214,15 @@ pub async fn serve(
         config.shutdown_grace,
     ));
     let stop_admin = CancellationToken::new();
-    let admin_task = tokio::spawn(serve_admin(listeners.admin, admin, config.limits.clone(), stop_admin.clone()));
+    let admin_task = tokio::spawn(serve_admin(
+        listeners.admin,
+        admin,
+        config.limits.clone(),
+        stop_admin.clone(),
+    ));
     tracing::info!(
-        addr = ?webhook_addr,
-        admin_addr = ?admin_addr,
+        addr = %webhook_addr,
+        admin_addr = %admin_addr,
         tls = tls.is_some(),
         "listening"
     );
@@ -233,7 +262,11 @@ async fn sweep_loop(pipeline: Arc<Pipeline>, every: Duration, stop: Cancellation
 }
 
 /// Re-reads secrets and the certificate on SIGHUP, and whenever their files change.
-async fn reload_loop(pipeline: Arc<Pipeline>, tls: Option<Arc<TlsReloader>>, stop: CancellationToken) {
+async fn reload_loop(
+    pipeline: Arc<Pipeline>,
+    tls: Option<Arc<TlsReloader>>,
+    stop: CancellationToken,
+) {
     #[cfg(unix)]
     let mut hup = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).ok();
     loop {
@@ -260,14 +293,18 @@ async fn reload_loop(pipeline: Arc<Pipeline>, tls: Option<Arc<TlsReloader>>, sto
             match route.secrets.reload() {
                 Ok(true) => tracing::info!(route = %route.config.name, "secrets reloaded"),
                 Ok(false) => {}
-                Err(error) => tracing::warn!(route = %route.config.name, %error, "secret reload failed; keeping the previous secrets"),
+                Err(error) => {
+                    tracing::warn!(route = %route.config.name, %error, "secret reload failed; keeping the previous secrets")
+                }
             }
         }
         if let Some(tls) = &tls {
             match tls.reload_if_changed() {
                 Ok(true) => tracing::info!("TLS certificate reloaded"),
                 Ok(false) => {}
-                Err(error) => tracing::warn!(%error, "TLS reload failed; keeping the previous certificate"),
+                Err(error) => {
+                    tracing::warn!(%error, "TLS reload failed; keeping the previous certificate")
+                }
             }
         }
     }

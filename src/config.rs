@@ -570,9 +570,7 @@ impl Config {
                     return invalid(format!("{at}.signature: required with profile custom"))
                 }
                 (Profile::Botix | Profile::StandardWebhooks, Some(_)) => {
-                    return invalid(format!(
-                        "{at}.signature: only allowed with profile custom"
-                    ))
+                    return invalid(format!("{at}.signature: only allowed with profile custom"))
                 }
                 _ => {}
             }

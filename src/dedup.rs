@@ -44,9 +44,7 @@ pub fn classify(mark: Option<&Mark>, now_ms: i64, lease_ms: i64) -> KeyState {
         None => KeyState::Free,
         Some(Mark::Done { expires_ms }) if *expires_ms > now_ms => KeyState::Done,
         Some(Mark::Done { .. }) => KeyState::Free,
-        Some(Mark::InFlight { since_ms, .. }) if now_ms - since_ms < lease_ms => {
-            KeyState::InFlight
-        }
+        Some(Mark::InFlight { since_ms, .. }) if now_ms - since_ms < lease_ms => KeyState::InFlight,
         Some(Mark::InFlight { .. }) => KeyState::Free,
     }
 }
@@ -215,8 +213,14 @@ mod tests {
             token: 7,
             since_ms: 1000,
         };
-        assert_eq!(classify(Some(&inflight), 1000 + lease - 1, lease), KeyState::InFlight);
-        assert_eq!(classify(Some(&inflight), 1000 + lease, lease), KeyState::Free);
+        assert_eq!(
+            classify(Some(&inflight), 1000 + lease - 1, lease),
+            KeyState::InFlight
+        );
+        assert_eq!(
+            classify(Some(&inflight), 1000 + lease, lease),
+            KeyState::Free
+        );
     }
 
     #[test]
@@ -226,7 +230,9 @@ mod tests {
                 token: u64::MAX,
                 since_ms: -5,
             },
-            Mark::Done { expires_ms: 1 << 50 },
+            Mark::Done {
+                expires_ms: 1 << 50,
+            },
         ] {
             assert_eq!(decode(&encode(&m)), Some(m));
         }
@@ -240,20 +246,35 @@ mod tests {
         let marks = SledMarks::new(store.tree("d").expect("tree"), Duration::from_secs(30));
         let key = event_key("r", "e1");
         assert_eq!(marks.try_claim(&key, 1, 0).expect("claim"), Claim::Claimed);
-        assert_eq!(marks.try_claim(&key, 2, 10).expect("claim"), Claim::InFlight);
+        assert_eq!(
+            marks.try_claim(&key, 2, 10).expect("claim"),
+            Claim::InFlight
+        );
         // A lease older than 30 s is a crash leftover and can be taken over.
-        assert_eq!(marks.try_claim(&key, 2, 30_000).expect("claim"), Claim::Claimed);
+        assert_eq!(
+            marks.try_claim(&key, 2, 30_000).expect("claim"),
+            Claim::Claimed
+        );
         // The first owner's release must not free the new owner's claim.
         marks.release(&key, 1).expect("release");
-        assert_eq!(marks.state(&key, 30_001).expect("state"), KeyState::InFlight);
+        assert_eq!(
+            marks.state(&key, 30_001).expect("state"),
+            KeyState::InFlight
+        );
         marks.release(&key, 2).expect("release");
         assert_eq!(marks.state(&key, 30_001).expect("state"), KeyState::Free);
 
         let ttl_end = 72 * 3600 * 1000;
         marks.mark_done(&[&key], ttl_end).expect("done");
-        assert_eq!(marks.try_claim(&key, 3, ttl_end - 1).expect("claim"), Claim::Done);
+        assert_eq!(
+            marks.try_claim(&key, 3, ttl_end - 1).expect("claim"),
+            Claim::Done
+        );
         assert_eq!(marks.sweep(ttl_end - 1).expect("sweep"), 0);
-        assert_eq!(marks.try_claim(&key, 3, ttl_end).expect("claim"), Claim::Claimed);
+        assert_eq!(
+            marks.try_claim(&key, 3, ttl_end).expect("claim"),
+            Claim::Claimed
+        );
         marks.release(&key, 3).expect("release");
         marks.mark_done(&[&key], ttl_end).expect("done");
         assert_eq!(marks.sweep(ttl_end).expect("sweep"), 1);

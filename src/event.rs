@@ -111,7 +111,8 @@ pub fn parse(
     generated_request_id: impl FnOnce() -> String,
 ) -> Result<Event, ParseError> {
     let Verified(delivery) = verified;
-    let json: Value = serde_json::from_slice(&delivery.body).map_err(|_| ParseError::NotAnObject)?;
+    let json: Value =
+        serde_json::from_slice(&delivery.body).map_err(|_| ParseError::NotAnObject)?;
     if !json.is_object() {
         return Err(ParseError::NotAnObject);
     }
@@ -215,7 +216,12 @@ mod tests {
     }
 
     fn parse_one(body: &str, headers: &[(&'static str, &str)]) -> Result<Event, ParseError> {
-        parse(verified(body, headers), &Fields::default(), Profile::Botix, || "gen".into())
+        parse(
+            verified(body, headers),
+            &Fields::default(),
+            Profile::Botix,
+            || "gen".into(),
+        )
     }
 
     #[test]
@@ -239,7 +245,10 @@ mod tests {
         assert_eq!(e.id, "h1");
         let e = parse_one(r#"{"event":"x"}"#, &[(REQUEST_ID, "r")]).expect("ok");
         assert_eq!(e.id, "r");
-        assert_eq!(parse_one(r#"{"event":"x"}"#, &[]).err(), Some(ParseError::NoEventId));
+        assert_eq!(
+            parse_one(r#"{"event":"x"}"#, &[]).err(),
+            Some(ParseError::NoEventId)
+        );
         let e = parse_one(r#"{"id":42}"#, &[]).expect("numeric id");
         assert_eq!((e.id.as_str(), e.request_id.as_str()), ("42", "gen"));
         assert!(!e.request_id_from_sender);
@@ -247,18 +256,41 @@ mod tests {
 
     #[test]
     fn non_objects_and_deep_nesting_are_rejected() {
-        for body in ["[1]", "\"s\"", "not json", "", "{\"id\":", &"[".repeat(10_000)] {
-            assert_eq!(parse_one(body, &[]).err(), Some(ParseError::NotAnObject), "{body:.20}");
+        for body in [
+            "[1]",
+            "\"s\"",
+            "not json",
+            "",
+            "{\"id\":",
+            &"[".repeat(10_000),
+        ] {
+            assert_eq!(
+                parse_one(body, &[]).err(),
+                Some(ParseError::NotAnObject),
+                "{body:.20}"
+            );
         }
     }
 
     #[test]
     fn timestamps_in_every_supported_form() {
         use serde_json::json;
-        assert_eq!(parse_timestamp(&json!(1_764_410_400)), Some(1_764_410_400_000));
-        assert_eq!(parse_timestamp(&json!(1_764_410_400_123_i64)), Some(1_764_410_400_123));
-        assert_eq!(parse_timestamp(&json!("2026-11-29T10:01:00Z")), Some(1_795_946_460_000));
-        assert_eq!(parse_timestamp(&json!("2026-11-29T11:01:00+01:00")), Some(1_795_946_460_000));
+        assert_eq!(
+            parse_timestamp(&json!(1_764_410_400)),
+            Some(1_764_410_400_000)
+        );
+        assert_eq!(
+            parse_timestamp(&json!(1_764_410_400_123_i64)),
+            Some(1_764_410_400_123)
+        );
+        assert_eq!(
+            parse_timestamp(&json!("2026-11-29T10:01:00Z")),
+            Some(1_795_946_460_000)
+        );
+        assert_eq!(
+            parse_timestamp(&json!("2026-11-29T11:01:00+01:00")),
+            Some(1_795_946_460_000)
+        );
         assert_eq!(parse_timestamp(&json!("yesterday")), None);
         assert_eq!(
             parse_one(r#"{"id":"a","timestamp":"soon"}"#, &[]).err(),

@@ -116,7 +116,11 @@ impl GuardState {
         now_ms: i64,
     ) -> Result<Check, StoreError> {
         let ts = event.timestamp_ms.unwrap_or(now_ms);
-        if let Some(r) = rules.status.as_ref().filter(|r| r.events.contains(&event.event_type)) {
+        if let Some(r) = rules
+            .status
+            .as_ref()
+            .filter(|r| r.events.contains(&event.event_type))
+        {
             let Some(message_id) = event.field(&r.message_id) else {
                 return Ok(Check::Unguarded);
             };
@@ -127,7 +131,11 @@ impl GuardState {
             let verdict = decide_status(state.as_ref(), &status, ts, &r.ranks);
             return self.held(key, lock, verdict, Some(now_ms + r.retention_ms));
         }
-        if let Some(r) = rules.keywords.as_ref().filter(|r| r.events.contains(&event.event_type)) {
+        if let Some(r) = rules
+            .keywords
+            .as_ref()
+            .filter(|r| r.events.contains(&event.event_type))
+        {
             let keyword = event.field(&r.text).and_then(|t| r.lists.classify(&t));
             let (Some(keyword), Some(contact), Some(channel)) =
                 (keyword, event.field(&r.contact), event.field(&r.channel))
@@ -177,7 +185,11 @@ impl GuardState {
         }
     }
 
-    fn load<S: for<'de> Deserialize<'de>>(&self, key: &[u8], now_ms: i64) -> Result<Option<S>, StoreError> {
+    fn load<S: for<'de> Deserialize<'de>>(
+        &self,
+        key: &[u8],
+        now_ms: i64,
+    ) -> Result<Option<S>, StoreError> {
         let Some(bytes) = self.tree.get(key)? else {
             return Ok(None);
         };

@@ -4,7 +4,6 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -62,7 +61,12 @@ pub async fn serve_webhooks(
 }
 
 /// Serves the admin endpoints until `stop`.
-pub async fn serve_admin(listener: TcpListener, admin: Arc<Admin>, limits: Limits, stop: CancellationToken) {
+pub async fn serve_admin(
+    listener: TcpListener,
+    admin: Arc<Admin>,
+    limits: Limits,
+    stop: CancellationToken,
+) {
     let handler = move |req: Request<Incoming>| {
         let admin = admin.clone();
         async move {
@@ -78,7 +82,15 @@ pub async fn serve_admin(listener: TcpListener, admin: Arc<Admin>, limits: Limit
             Ok::<_, Infallible>(resp)
         }
     };
-    accept_loop(listener, None, limits, stop, Duration::from_secs(1), handler).await;
+    accept_loop(
+        listener,
+        None,
+        limits,
+        stop,
+        Duration::from_secs(1),
+        handler,
+    )
+    .await;
 }
 
 async fn accept_loop<F, Fut>(
@@ -138,7 +150,10 @@ async fn accept_loop<F, Fut>(
         );
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown()).await.is_err() {
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
         tracing::warn!(grace = ?grace, "connections still open after the shutdown grace; closing them");
     }
 }
@@ -162,7 +177,9 @@ async fn serve_io<I, F, Fut>(
 fn connection_builder(limits: &Limits) -> auto::Builder<TokioExecutor> {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     // hyper's smallest read buffer is 8 KiB; a head larger than the buffer is answered 431.
-    let head = usize::try_from(limits.max_header_bytes).unwrap_or(usize::MAX).max(8192);
+    let head = usize::try_from(limits.max_header_bytes)
+        .unwrap_or(usize::MAX)
+        .max(8192);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -183,7 +200,11 @@ async fn guarded(fut: impl Future<Output = Answer>) -> Answer {
         Ok(answer) => answer,
         Err(_) => {
             tracing::error!("request handler panicked; answered 500");
-            json(StatusCode::INTERNAL_SERVER_ERROR, r#"{"error":"internal"}"#.into(), None)
+            json(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                r#"{"error":"internal"}"#.into(),
+                None,
+            )
         }
     }
 }
@@ -194,36 +215,73 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
     let path = req.uri().path();
     let Some(index) = pipeline.routes.iter().position(|r| r.config.path == path) else {
         pipeline.metrics().count_request(UNMATCHED, "not_found");
-        return json(StatusCode::NOT_FOUND, r#"{"error":"not_found"}"#.into(), None);
+        return json(
+            StatusCode::NOT_FOUND,
+            r#"{"error":"not_found"}"#.into(),
+            None,
+        );
     };
     let route_name = pipeline.routes[index].config.name.clone();
     if req.method() != Method::POST {
-        pipeline.metrics().count_request(&route_name, "method_not_allowed");
-        let mut resp = json(StatusCode::METHOD_NOT_ALLOWED, r#"{"error":"method_not_allowed"}"#.into(), None);
-        resp.headers_mut().insert(header::ALLOW, HeaderValue::from_static("POST"));
+        pipeline
+            .metrics()
+            .count_request(&route_name, "method_not_allowed");
+        let mut resp = json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            r#"{"error":"method_not_allowed"}"#.into(),
+            None,
+        );
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
     }
     let (parts, body) = req.into_parts();
-    let body = match read_body(body, service.limits.max_body_bytes, service.limits.body_read_timeout).await {
+    let body = match read_body(
+        body,
+        service.limits.max_body_bytes,
+        service.limits.body_read_timeout,
+    )
+    .await
+    {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
             pipeline.metrics().count_request(&route_name, "too_large");
-            return close(json(StatusCode::PAYLOAD_TOO_LARGE, r#"{"error":"payload_too_large"}"#.into(), None));
+            return close(json(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                r#"{"error":"payload_too_large"}"#.into(),
+                None,
+            ));
         }
         Err(BodyError::Timeout) => {
             pipeline.metrics().count_request(&route_name, "timeout");
-            return close(json(StatusCode::REQUEST_TIMEOUT, r#"{"error":"body_read_timeout"}"#.into(), None));
+            return close(json(
+                StatusCode::REQUEST_TIMEOUT,
+                r#"{"error":"body_read_timeout"}"#.into(),
+                None,
+            ));
         }
         Err(BodyError::Aborted) => {
             pipeline.metrics().count_request(&route_name, "aborted");
-            return close(json(StatusCode::BAD_REQUEST, r#"{"error":"body_incomplete"}"#.into(), None));
+            return close(json(
+                StatusCode::BAD_REQUEST,
+                r#"{"error":"body_incomplete"}"#.into(),
+                None,
+            ));
         }
     };
-    let delivery = Delivery { headers: parts.headers, body };
+    let delivery = Delivery {
+        headers: parts.headers,
+        body,
+    };
     let (outcome, request_id) = pipeline.handle(index, delivery).await;
-    pipeline.metrics().count_request(&route_name, outcome.label());
+    pipeline
+        .metrics()
+        .count_request(&route_name, outcome.label());
     let elapsed = started.elapsed();
-    pipeline.metrics().request_duration.observe(elapsed.as_secs_f64());
+    pipeline
+        .metrics()
+        .request_duration
+        .observe(elapsed.as_secs_f64());
     tracing::debug!(route = %route_name, outcome = outcome.label(), request_id = %request_id, elapsed_us = elapsed.as_micros() as u64, "request");
     answer(&outcome, &request_id)
 }
@@ -240,7 +298,8 @@ async fn read_body(mut body: Incoming, max: u64, timeout: Duration) -> Result<By
         return Err(BodyError::TooLarge);
     }
     let read = async {
-        let mut buf = BytesMut::with_capacity(body.size_hint().exact().unwrap_or(0).min(max) as usize);
+        let mut buf =
+            BytesMut::with_capacity(body.size_hint().exact().unwrap_or(0).min(max) as usize);
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|_| BodyError::Aborted)?;
             if let Ok(data) = frame.into_data() {
@@ -252,18 +311,34 @@ async fn read_body(mut body: Incoming, max: u64, timeout: Duration) -> Result<By
         }
         Ok(buf.freeze())
     };
-    tokio::time::timeout(timeout, read).await.unwrap_or(Err(BodyError::Timeout))
+    tokio::time::timeout(timeout, read)
+        .await
+        .unwrap_or(Err(BodyError::Timeout))
 }
 
 /// Maps an outcome to the SPEC §2 answer.
 fn answer(outcome: &Outcome, request_id: &str) -> Answer {
     let (status, body, retry_after) = match outcome {
-        Outcome::Accepted { event_id } => (StatusCode::OK, status_body("accepted", event_id, None), None),
-        Outcome::Duplicate { event_id } => (StatusCode::OK, status_body("duplicate", event_id, None), None),
-        Outcome::Dropped { event_id, reason } => {
-            (StatusCode::OK, status_body("dropped", event_id, Some(reason)), None)
-        }
-        Outcome::InvalidSignature => (StatusCode::UNAUTHORIZED, r#"{"error":"invalid_signature"}"#.into(), None),
+        Outcome::Accepted { event_id } => (
+            StatusCode::OK,
+            status_body("accepted", event_id, None),
+            None,
+        ),
+        Outcome::Duplicate { event_id } => (
+            StatusCode::OK,
+            status_body("duplicate", event_id, None),
+            None,
+        ),
+        Outcome::Dropped { event_id, reason } => (
+            StatusCode::OK,
+            status_body("dropped", event_id, Some(reason)),
+            None,
+        ),
+        Outcome::InvalidSignature => (
+            StatusCode::UNAUTHORIZED,
+            r#"{"error":"invalid_signature"}"#.into(),
+            None,
+        ),
         Outcome::BadRequest(reason) => (
             StatusCode::BAD_REQUEST,
             serde_json::json!({ "error": reason.to_string() }).to_string(),
@@ -298,10 +373,13 @@ fn status_body(status: &str, event_id: &str, reason: Option<&str>) -> String {
 fn json(status: StatusCode, body: String, retry_after: Option<u64>) -> Answer {
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     if let Some(secs) = retry_after {
-        resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs));
     }
     resp
 }
@@ -312,11 +390,6 @@ fn close(mut resp: Answer) -> Answer {
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp
-}
-
-/// The local address a listener is bound to, for logs.
-pub fn local_addr(listener: &TcpListener) -> Option<SocketAddr> {
-    listener.local_addr().ok()
 }
 
 #[cfg(test)]
@@ -331,18 +404,44 @@ mod tests {
 
     #[tokio::test]
     async fn outcomes_map_to_the_spec_answers() {
-        let a = answer(&Outcome::Accepted { event_id: "e".into() }, "r1");
+        let a = answer(
+            &Outcome::Accepted {
+                event_id: "e".into(),
+            },
+            "r1",
+        );
         assert_eq!(a.status(), 200);
         assert_eq!(a.headers()["x-request-id"], "r1");
         assert_eq!(a.headers()[header::CONTENT_TYPE], "application/json");
-        assert_eq!(body_text(a).await, r#"{"event_id":"e","status":"accepted"}"#);
-        let d = answer(&Outcome::Dropped { event_id: "e".into(), reason: "stale_status" }, "r");
+        assert_eq!(
+            body_text(a).await,
+            r#"{"event_id":"e","status":"accepted"}"#
+        );
+        let d = answer(
+            &Outcome::Dropped {
+                event_id: "e".into(),
+                reason: "stale_status",
+            },
+            "r",
+        );
         let v: serde_json::Value = serde_json::from_str(&body_text(d).await).expect("json");
         assert_eq!(v["reason"], "stale_status");
         assert_eq!(answer(&Outcome::InvalidSignature, "r").status(), 401);
-        assert_eq!(answer(&Outcome::BadRequest(ParseError::NoEventId), "r").status(), 400);
+        assert_eq!(
+            answer(&Outcome::BadRequest(ParseError::NoEventId), "r").status(),
+            400
+        );
         let u = answer(&Outcome::Unavailable { retry_after: 5 }, "r");
-        assert_eq!((u.status().as_u16(), u.headers()[header::RETRY_AFTER].to_str().ok()), (503, Some("5")));
-        assert_eq!(answer(&Outcome::RateLimited { retry_after: 1 }, "r").status(), 429);
+        assert_eq!(
+            (
+                u.status().as_u16(),
+                u.headers()[header::RETRY_AFTER].to_str().ok()
+            ),
+            (503, Some("5"))
+        );
+        assert_eq!(
+            answer(&Outcome::RateLimited { retry_after: 1 }, "r").status(),
+            429
+        );
     }
 }

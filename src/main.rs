@@ -12,10 +12,19 @@ use hookgate::config::Config;
 const EXIT_USAGE: u8 = 64;
 
 #[derive(Parser)]
-#[command(name = "hookgate", version, about = "Webhook receiver gateway: verify, dedup, guard, publish to RabbitMQ")]
+#[command(
+    name = "hookgate",
+    version,
+    about = "Webhook receiver gateway: verify, dedup, guard, publish to RabbitMQ"
+)]
 struct Cli {
     /// Config file.
-    #[arg(long, global = true, env = "HOOKGATE_CONFIG", default_value = "config/hookgate.yaml")]
+    #[arg(
+        long,
+        global = true,
+        env = "HOOKGATE_CONFIG",
+        default_value = "config/hookgate.yaml"
+    )]
     config: PathBuf,
     /// Log format; `auto` is text on a terminal and JSON otherwise.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Auto)]
@@ -63,7 +72,11 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(EXIT_USAGE) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(EXIT_USAGE)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     match cli.command.as_ref().unwrap_or(&Command::Run) {
@@ -79,7 +92,9 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_USAGE)
             }
         },
-        Command::Spool { command: SpoolCommand::Status } => {
+        Command::Spool {
+            command: SpoolCommand::Status,
+        } => {
             let config = match Config::load(&cli.config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -120,7 +135,10 @@ fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(if e.is_config() { EXIT_USAGE } else { 1 });
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
@@ -144,7 +162,13 @@ fn run(cli: &Cli) -> ExitCode {
             });
         };
         let listeners = hookgate::app::Listeners { webhooks, admin };
-        hookgate::app::serve(prepared, listeners, shutdown, hookgate::app::Options::default()).await?;
+        hookgate::app::serve(
+            prepared,
+            listeners,
+            shutdown,
+            hookgate::app::Options::default(),
+        )
+        .await?;
         Ok(())
     });
     match result {
@@ -170,9 +194,15 @@ fn init_logging(format: LogFormat, level: &str) {
         LogFormat::Text => false,
         LogFormat::Auto => !std::io::stderr().is_terminal(),
     };
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if json {
-        builder.json().flatten_event(true).with_current_span(false).init();
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .init();
     } else {
         builder.init();
     }
@@ -186,13 +216,19 @@ fn sign(secret_env: &str, file: Option<&Path>) -> anyhow::Result<()> {
     let mut body = Vec::new();
     match file {
         Some(path) => {
-            body = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            body =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
         }
         None => {
-            std::io::stdin().read_to_end(&mut body).context("cannot read stdin")?;
+            std::io::stdin()
+                .read_to_end(&mut body)
+                .context("cannot read stdin")?;
         }
     }
-    println!("{}", hookgate::signature::botix_header(secret.as_bytes(), &body));
+    println!(
+        "{}",
+        hookgate::signature::botix_header(secret.as_bytes(), &body)
+    );
     Ok(())
 }
 
@@ -202,8 +238,11 @@ fn spool_status(config: &Config) -> anyhow::Result<()> {
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    let status: hookgate::spool::SpoolStatus = match query_admin(addr, hookgate::admin::SPOOL_PATH) {
-        Ok(body) => serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?,
+    let status: hookgate::spool::SpoolStatus = match query_admin(addr, hookgate::admin::SPOOL_PATH)
+    {
+        Ok(body) => {
+            serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
+        }
         Err(admin_error) => {
             hookgate::tls::install_crypto_provider();
             let store = hookgate::store::Store::open(&config.store.path).with_context(|| {
@@ -215,10 +254,14 @@ fn spool_status(config: &Config) -> anyhow::Result<()> {
             hookgate::spool::status_of_store(&store, now)?
         }
     };
-    let age = status
-        .oldest_age_secs
-        .map_or_else(|| "-".to_owned(), |s| humantime::format_duration(std::time::Duration::from_secs(s)).to_string());
-    println!("depth: {}\nbytes: {}\noldest: {}", status.depth, status.bytes, age);
+    let age = status.oldest_age_secs.map_or_else(
+        || "-".to_owned(),
+        |s| humantime::format_duration(std::time::Duration::from_secs(s)).to_string(),
+    );
+    println!(
+        "depth: {}\nbytes: {}\noldest: {}",
+        status.depth, status.bytes, age
+    );
     Ok(())
 }
 
@@ -229,7 +272,13 @@ fn query_admin(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String>
     write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
-    let (head, body) = response.split_once("\r\n\r\n").context("malformed HTTP answer")?;
-    anyhow::ensure!(head.starts_with("HTTP/1.") && head.contains(" 200 "), "admin answered: {}", head.lines().next().unwrap_or(""));
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP answer")?;
+    anyhow::ensure!(
+        head.starts_with("HTTP/1.") && head.contains(" 200 "),
+        "admin answered: {}",
+        head.lines().next().unwrap_or("")
+    );
     Ok(body.to_owned())
 }

@@ -75,7 +75,11 @@ impl Metrics {
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("hookgate");
         let requests = Family::<RouteOutcome, Counter>::default();
-        registry.register("requests", "Webhook requests by route and outcome", requests.clone());
+        registry.register(
+            "requests",
+            "Webhook requests by route and outcome",
+            requests.clone(),
+        );
         let request_duration = Histogram::new(LATENCY_BUCKETS);
         registry.register(
             "request_duration_seconds",
@@ -83,9 +87,17 @@ impl Metrics {
             request_duration.clone(),
         );
         let dedup_hits = Family::<RouteLabel, Counter>::default();
-        registry.register("dedup_hits", "Deliveries answered as duplicates", dedup_hits.clone());
+        registry.register(
+            "dedup_hits",
+            "Deliveries answered as duplicates",
+            dedup_hits.clone(),
+        );
         let drops = Family::<RouteReason, Counter>::default();
-        registry.register("dropped_events", "Events dropped by the guard or freshness check", drops.clone());
+        registry.register(
+            "dropped_events",
+            "Events dropped by the guard or freshness check",
+            drops.clone(),
+        );
         let signature_failures = Family::<RouteLabel, Counter>::default();
         registry.register(
             "signature_failures",
@@ -99,11 +111,23 @@ impl Metrics {
             publish_duration.clone(),
         );
         let broker_connected = Gauge::default();
-        registry.register("broker_connected", "1 while the AMQP connection is up", broker_connected.clone());
+        registry.register(
+            "broker_connected",
+            "1 while the AMQP connection is up",
+            broker_connected.clone(),
+        );
         let spool_depth = Gauge::default();
-        registry.register("spool_depth", "Events waiting in the spool", spool_depth.clone());
+        registry.register(
+            "spool_depth",
+            "Events waiting in the spool",
+            spool_depth.clone(),
+        );
         let spool_bytes = Gauge::default();
-        registry.register("spool_bytes", "Bytes waiting in the spool", spool_bytes.clone());
+        registry.register(
+            "spool_bytes",
+            "Bytes waiting in the spool",
+            spool_bytes.clone(),
+        );
         let store_errors = Counter::default();
         registry.register(
             "store_errors",

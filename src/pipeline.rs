@@ -41,7 +41,10 @@ pub enum Outcome {
     /// Seen before; nothing published.
     Duplicate { event_id: String },
     /// Stale, repeated, expired or from the future; nothing published to the main key.
-    Dropped { event_id: String, reason: &'static str },
+    Dropped {
+        event_id: String,
+        reason: &'static str,
+    },
     /// Missing, malformed or wrong signature.
     InvalidSignature,
     /// Not a usable event; the reason is safe to show.
@@ -150,7 +153,12 @@ impl Pipeline {
     /// echo in `X-Request-Id`.
     pub async fn handle(&self, index: usize, delivery: Delivery) -> (Outcome, String) {
         let Some(route) = self.routes.get(index) else {
-            return (Outcome::Unavailable { retry_after: RETRY_AFTER_UNAVAILABLE }, new_request_id());
+            return (
+                Outcome::Unavailable {
+                    retry_after: RETRY_AFTER_UNAVAILABLE,
+                },
+                new_request_id(),
+            );
         };
         let name = route.config.name.as_str();
         let sent_request_id = event::request_id_header(&delivery.headers, route.config.profile);
@@ -159,7 +167,10 @@ impl Pipeline {
         let outcome = self.run(route, delivery, &request_id, now_ms).await;
         match &outcome {
             Outcome::Duplicate { .. } => {
-                self.metrics.dedup_hits.get_or_create(&route_label(name)).inc();
+                self.metrics
+                    .dedup_hits
+                    .get_or_create(&route_label(name))
+                    .inc();
             }
             Outcome::Dropped { event_id, reason } => {
                 self.metrics
@@ -172,14 +183,23 @@ impl Pipeline {
                 tracing::info!(route = name, event_id = %event_id, reason, "event dropped");
             }
             Outcome::InvalidSignature => {
-                self.metrics.signature_failures.get_or_create(&route_label(name)).inc();
+                self.metrics
+                    .signature_failures
+                    .get_or_create(&route_label(name))
+                    .inc();
             }
             _ => {}
         }
         (outcome, request_id)
     }
 
-    async fn run(&self, route: &RouteRuntime, delivery: Delivery, request_id: &str, now_ms: i64) -> Outcome {
+    async fn run(
+        &self,
+        route: &RouteRuntime,
+        delivery: Delivery,
+        request_id: &str,
+        now_ms: i64,
+    ) -> Outcome {
         let name = route.config.name.as_str();
         if let Some(limiter) = &route.limiter {
             if let Err(retry_after) = limiter.try_take(Instant::now()) {
@@ -196,19 +216,26 @@ impl Pipeline {
             }
         };
         let request_id_owned = request_id.to_owned();
-        let event = match event::parse(verified, &route.config.fields, route.config.profile, || request_id_owned) {
+        let event = match event::parse(verified, &route.config.fields, route.config.profile, || {
+            request_id_owned
+        }) {
             Ok(e) => e,
             Err(e) => return Outcome::BadRequest(e),
         };
         if let Some(reason) = self.freshness(&event, now_ms) {
-            return Outcome::Dropped { event_id: event.id, reason };
+            return Outcome::Dropped {
+                event_id: event.id,
+                reason,
+            };
         }
         match self.process(route, &event, now_ms).await {
             Ok(outcome) => outcome,
             Err(error) => {
                 self.metrics.store_errors.inc();
                 tracing::error!(route = name, event_id = %event.id, %error, "store failed; answering 503");
-                Outcome::Unavailable { retry_after: RETRY_AFTER_UNAVAILABLE }
+                Outcome::Unavailable {
+                    retry_after: RETRY_AFTER_UNAVAILABLE,
+                }
             }
         }
     }
@@ -226,12 +253,21 @@ impl Pipeline {
         }
     }
 
-    async fn process(&self, route: &RouteRuntime, event: &Event, now_ms: i64) -> Result<Outcome, StoreError> {
+    async fn process(
+        &self,
+        route: &RouteRuntime,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Outcome, StoreError> {
         let name = route.config.name.as_str();
         let ev_key = event_key(name, &event.id);
-        let req_key = event.request_id_from_sender.then(|| request_key(name, &event.request_id));
+        let req_key = event
+            .request_id_from_sender
+            .then(|| request_key(name, &event.request_id));
         let token: u64 = rand::random();
-        let duplicate = || Outcome::Duplicate { event_id: event.id.clone() };
+        let duplicate = || Outcome::Duplicate {
+            event_id: event.id.clone(),
+        };
 
         // Claim the event, or wait (bounded) for whoever holds it to finish.
         let deadline = Instant::now() + self.settings.in_flight_wait;
@@ -247,7 +283,9 @@ impl Pipeline {
                 Claim::Claimed => break,
                 Claim::Done => return Ok(duplicate()),
                 Claim::InFlight if Instant::now() >= deadline => {
-                    return Ok(Outcome::Unavailable { retry_after: RETRY_AFTER_UNAVAILABLE });
+                    return Ok(Outcome::Unavailable {
+                        retry_after: RETRY_AFTER_UNAVAILABLE,
+                    });
                 }
                 Claim::InFlight => {
                     tokio::time::sleep(pause).await;
@@ -257,24 +295,35 @@ impl Pipeline {
         }
 
         let result = self.decide_and_deliver(route, event, now_ms).await;
-        let done_keys: Vec<&[u8]> = std::iter::once(ev_key.as_slice()).chain(req_key.as_deref()).collect();
+        let done_keys: Vec<&[u8]> = std::iter::once(ev_key.as_slice())
+            .chain(req_key.as_deref())
+            .collect();
         match &result {
             Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) => {
                 // A drop is final too: the sender got its 200, and a retry must not be judged
                 // against state that has moved on since.
-                self.marks.mark_done(&done_keys, self.now_ms() + self.settings.ttl_ms)?;
+                self.marks
+                    .mark_done(&done_keys, self.now_ms() + self.settings.ttl_ms)?;
             }
             _ => self.marks.release(&ev_key, token)?,
         }
         result
     }
 
-    async fn decide_and_deliver(&self, route: &RouteRuntime, event: &Event, now_ms: i64) -> Result<Outcome, StoreError> {
+    async fn decide_and_deliver(
+        &self,
+        route: &RouteRuntime,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Outcome, StoreError> {
         let name = route.config.name.as_str();
         let held = match self.guards.check(name, &route.guard, event, now_ms).await? {
             Check::Drop(reason) => {
                 self.publish_drop_copy(route, event, now_ms).await;
-                return Ok(Outcome::Dropped { event_id: event.id.clone(), reason: reason.as_str() });
+                return Ok(Outcome::Dropped {
+                    event_id: event.id.clone(),
+                    reason: reason.as_str(),
+                });
             }
             Check::Accept(held) => Some(held),
             Check::Unguarded => None,
@@ -288,7 +337,9 @@ impl Pipeline {
                 if matches!(how, Delivered::Spooled) {
                     tracing::debug!(route = name, event_id = %event.id, "event spooled");
                 }
-                Ok(Outcome::Accepted { event_id: event.id.clone() })
+                Ok(Outcome::Accepted {
+                    event_id: event.id.clone(),
+                })
             }
             Err(SpoolError::Store(e)) => Err(e),
             Err(error) => {
@@ -312,7 +363,9 @@ impl Pipeline {
                     tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled; bind a queue to the exchange");
                 }
                 Err(crate::publish::PublishError::NotConnected) => {}
-                Err(error) => tracing::warn!(%error, event_id = %msg.message_id, "publish failed; spooling"),
+                Err(error) => {
+                    tracing::warn!(%error, event_id = %msg.message_id, "publish failed; spooling")
+                }
             }
         }
         self.spool.push(msg).await.map(|()| Delivered::Spooled)
@@ -325,7 +378,11 @@ impl Pipeline {
             return;
         };
         let msg = self.message(route, event, template, now_ms);
-        if let Err(error) = self.publisher.publish_audit(&self.settings.exchange, &msg).await {
+        if let Err(error) = self
+            .publisher
+            .publish_audit(&self.settings.exchange, &msg)
+            .await
+        {
             tracing::warn!(%error, event_id = %event.id, "audit copy of a dropped event not published");
         }
     }
@@ -372,12 +429,16 @@ impl Pipeline {
 }
 
 fn route_label(route: &str) -> RouteLabel {
-    RouteLabel { route: route.to_owned() }
+    RouteLabel {
+        route: route.to_owned(),
+    }
 }
 
 /// Applies `{route}` and `{event}` to a routing key template.
 pub fn routing_key(template: &str, route: &str, event_type: &str) -> String {
-    template.replace("{route}", route).replace("{event}", event_type)
+    template
+        .replace("{route}", route)
+        .replace("{event}", event_type)
 }
 
 fn new_request_id() -> String {
@@ -387,7 +448,10 @@ fn new_request_id() -> String {
 fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
-        .and_then(|t| t.format(&time::format_description::well_known::Rfc3339).ok())
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
         .unwrap_or_default()
 }
 
@@ -397,7 +461,10 @@ mod tests {
 
     #[test]
     fn routing_key_template() {
-        assert_eq!(routing_key("{route}.{event}", "botix", "message.status"), "botix.message.status");
+        assert_eq!(
+            routing_key("{route}.{event}", "botix", "message.status"),
+            "botix.message.status"
+        );
         assert_eq!(routing_key("fixed", "r", "e"), "fixed");
     }
 

@@ -130,7 +130,12 @@ impl Publisher {
         self.publish_with(exchange, msg, false).await
     }
 
-    async fn publish_with(&self, exchange: &str, msg: &Message, mandatory: bool) -> Result<(), PublishError> {
+    async fn publish_with(
+        &self,
+        exchange: &str,
+        msg: &Message,
+        mandatory: bool,
+    ) -> Result<(), PublishError> {
         if self.inner.blocked.load(Ordering::Relaxed) {
             return Err(PublishError::Blocked);
         }
@@ -226,7 +231,10 @@ fn properties(msg: &Message) -> BasicProperties {
     headers.insert(ShortString::from("x-request-id"), text(&msg.request_id));
     headers.insert(ShortString::from("x-event-type"), text(&msg.event_type));
     if let Some(n) = msg.attempt {
-        headers.insert(ShortString::from("x-delivery-attempt"), AMQPValue::LongLongInt(n));
+        headers.insert(
+            ShortString::from("x-delivery-attempt"),
+            AMQPValue::LongLongInt(n),
+        );
     }
     headers.insert(ShortString::from("x-route"), text(&msg.route));
     headers.insert(ShortString::from("x-received-at"), text(&msg.received_at));
@@ -343,13 +351,14 @@ fn current_is(inner: &Inner, live: &Arc<Live>) -> bool {
 }
 
 async fn connect(config: &Amqp) -> Result<Live, lapin::Error> {
-    let props = ConnectionProperties::default()
-        .with_connection_name(LongString::from("hookgate"));
+    let props = ConnectionProperties::default().with_connection_name(LongString::from("hookgate"));
     let connection = Connection::connect(&config.url, props).await?;
     let mut channels = Vec::with_capacity(CHANNELS);
     for _ in 0..CHANNELS {
         let channel = connection.create_channel().await?;
-        channel.confirm_select(ConfirmSelectOptions::default()).await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
         channels.push(channel);
     }
     if config.declare {

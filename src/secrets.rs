@@ -150,7 +150,11 @@ mod tests {
         assert_eq!(rs.current()[0].expose(), b"second");
         std::fs::remove_file(&path).expect("rm");
         assert!(rs.reload().is_err());
-        assert_eq!(rs.current()[0].expose(), b"second", "old secret stays on failure");
+        assert_eq!(
+            rs.current()[0].expose(),
+            b"second",
+            "old secret stays on failure"
+        );
     }
 
     #[test]

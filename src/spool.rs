@@ -58,7 +58,11 @@ pub struct Spool {
 
 impl Spool {
     /// Opens the spool tree and counts what a previous run left in it.
-    pub fn open(store: &Store, cfg: &config::Spool, metrics: Arc<Metrics>) -> Result<Self, StoreError> {
+    pub fn open(
+        store: &Store,
+        cfg: &config::Spool,
+        metrics: Arc<Metrics>,
+    ) -> Result<Self, StoreError> {
         let tree = store.tree("spool")?;
         let (depth, bytes) = count(&tree)?;
         let next_seq = tree
@@ -137,7 +141,12 @@ impl Spool {
     }
 
     /// Republishes entries in order until `stop`; each is deleted only after its ack.
-    pub async fn drain(self: Arc<Self>, publisher: Publisher, exchange: String, stop: CancellationToken) {
+    pub async fn drain(
+        self: Arc<Self>,
+        publisher: Publisher,
+        exchange: String,
+        stop: CancellationToken,
+    ) {
         let mut retry = RETRY_MIN;
         let mut failing = false;
         loop {
@@ -184,7 +193,10 @@ impl Spool {
                 Ok(()) => {
                     self.remove(&key, value.len() as u64);
                     if failing {
-                        tracing::info!(depth = self.depth.load(Ordering::SeqCst), "spool draining again");
+                        tracing::info!(
+                            depth = self.depth.load(Ordering::SeqCst),
+                            "spool draining again"
+                        );
                     }
                     retry = RETRY_MIN;
                     failing = false;
@@ -212,7 +224,9 @@ impl Spool {
                 self.bytes.fetch_sub(size, Ordering::SeqCst);
             }
             Ok(None) => {}
-            Err(error) => tracing::error!(%error, "cannot delete a published spool entry; it will be published again"),
+            Err(error) => {
+                tracing::error!(%error, "cannot delete a published spool entry; it will be published again")
+            }
         }
         if let Err(error) = self.refresh_oldest() {
             tracing::warn!(%error, "cannot read the spool head");
@@ -348,6 +362,9 @@ mod tests {
             Arc::new(Metrics::new()),
         )
         .expect("spool");
-        assert!(matches!(disabled.push(&msg("e", "{}")).await, Err(SpoolError::Disabled)));
+        assert!(matches!(
+            disabled.push(&msg("e", "{}")).await,
+            Err(SpoolError::Disabled)
+        ));
     }
 }

@@ -59,15 +59,12 @@ impl Store {
             reason,
         };
         std::fs::create_dir_all(path).map_err(|e| open_err(e.to_string()))?;
-        let db = sled::Config::new()
-            .path(path)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
-                    open_err("it is locked by another process (is another hookgate running on it?)".into())
-                }
-                other => open_err(other.to_string()),
-            })?;
+        let db = sled::Config::new().path(path).open().map_err(|e| match e {
+            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => open_err(
+                "it is locked by another process (is another hookgate running on it?)".into(),
+            ),
+            other => open_err(other.to_string()),
+        })?;
         Ok(Self {
             db,
             path: path.to_owned(),
@@ -115,6 +112,9 @@ impl Store {
     }
 }
 
+/// A key and its value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 /// One named key space.
 #[derive(Clone)]
 pub struct Tree(sled::Tree);
@@ -147,21 +147,17 @@ impl Tree {
     }
 
     /// The first entry in key order.
-    pub fn first(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn first(&self) -> Result<Option<Entry>, StoreError> {
         Ok(self.0.first()?.map(|(k, v)| (k.to_vec(), v.to_vec())))
     }
 
     /// The last entry in key order.
-    pub fn last(&self) -> Result<Option<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn last(&self) -> Result<Option<Entry>, StoreError> {
         Ok(self.0.last()?.map(|(k, v)| (k.to_vec(), v.to_vec())))
     }
 
     /// Up to `limit` entries with keys greater than `after` (or from the start).
-    pub fn page(
-        &self,
-        after: Option<&[u8]>,
-        limit: usize,
-    ) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StoreError> {
+    pub fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
         let iter = match after {
             Some(k) => self
                 .0
@@ -169,7 +165,10 @@ impl Tree {
             None => self.0.iter(),
         };
         iter.take(limit)
-            .map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec())).map_err(StoreError::from))
+            .map(|r| {
+                r.map(|(k, v)| (k.to_vec(), v.to_vec()))
+                    .map_err(StoreError::from)
+            })
             .collect()
     }
 
@@ -192,7 +191,9 @@ mod tests {
     async fn second_open_of_a_locked_store_is_a_clear_error() {
         let dir = tempfile::tempdir().expect("tempdir");
         let _first = Store::open(dir.path()).expect("first open");
-        let err = Store::open(dir.path()).err().expect("second open must fail");
+        let err = Store::open(dir.path())
+            .err()
+            .expect("second open must fail");
         let text = err.to_string();
         assert!(text.contains(&dir.path().display().to_string()), "{text}");
     }
@@ -204,7 +205,9 @@ mod tests {
         let t = store.tree("t").expect("tree");
         assert!(t.compare_and_swap(b"k", None, Some(b"1")).expect("cas"));
         assert!(!t.compare_and_swap(b"k", None, Some(b"2")).expect("cas"));
-        assert!(t.compare_and_swap(b"k", Some(b"1"), Some(b"2")).expect("cas"));
+        assert!(t
+            .compare_and_swap(b"k", Some(b"1"), Some(b"2"))
+            .expect("cas"));
         for i in 0u8..5 {
             t.insert(&[b'p', i], &[i]).expect("insert");
         }

@@ -40,14 +40,17 @@ pub fn load(files: &Tls) -> Result<ServerConfig, TlsError> {
         path: files.key.clone(),
         reason: e.to_string(),
     })?;
-    let mut config = ServerConfig::builder_with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| TlsError::Config {
-            cert: files.cert.clone(),
-            key: files.key.clone(),
-            reason: e.to_string(),
-        })?;
+    let mut config = ServerConfig::builder_with_protocol_versions(&[
+        &rustls::version::TLS13,
+        &rustls::version::TLS12,
+    ])
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .map_err(|e| TlsError::Config {
+        cert: files.cert.clone(),
+        key: files.key.clone(),
+        reason: e.to_string(),
+    })?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }

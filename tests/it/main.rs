@@ -1,0 +1,5 @@
+//! Integration tests: the real binary, real TLS, real sled, the real RabbitMQ.
+
+mod util;
+
+mod accept;

@@ -1,0 +1,207 @@
+//! The real RabbitMQ: a random exchange and queue per test, read with basic.get.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use lapin::options::{
+    BasicAckOptions, BasicGetOptions, ExchangeDeclareOptions, ExchangeDeleteOptions,
+    QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+
+use super::{unique, AMQP_URL, BROKER_TIMEOUT};
+
+/// One message as a consumer sees it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub body: Vec<u8>,
+    pub routing_key: String,
+    pub message_id: Option<String>,
+    pub delivery_mode: Option<u8>,
+    pub content_type: Option<String>,
+    pub app_id: Option<String>,
+    pub timestamp: Option<u64>,
+    pub headers: BTreeMap<String, AMQPValue>,
+}
+
+impl Received {
+    /// A header as text (long strings) or number text (integers).
+    pub fn header(&self, name: &str) -> Option<String> {
+        match self.headers.get(name)? {
+            AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+            AMQPValue::ShortString(s) => Some(s.as_str().to_owned()),
+            AMQPValue::LongLongInt(n) => Some(n.to_string()),
+            AMQPValue::LongInt(n) => Some(n.to_string()),
+            other => Some(format!("{other:?}")),
+        }
+    }
+
+    /// The JSON body.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).expect("message body is JSON")
+    }
+}
+
+/// A test's own exchange (declared as the gateway declares it) and queue.
+pub struct Broker {
+    _connection: Connection,
+    channel: Channel,
+    pub exchange: String,
+    pub queue: String,
+}
+
+impl Broker {
+    /// A new exchange with a queue bound to every routing key.
+    pub async fn new() -> Self {
+        let b = Self::unbound().await;
+        b.bind("#").await;
+        b
+    }
+
+    /// A new exchange and queue, the queue not bound yet (so publishes are unroutable).
+    pub async fn unbound() -> Self {
+        let connection = tokio::time::timeout(
+            BROKER_TIMEOUT,
+            Connection::connect(AMQP_URL, ConnectionProperties::default()),
+        )
+        .await
+        .expect("broker connect timed out")
+        .expect("broker connect");
+        let channel = tokio::time::timeout(BROKER_TIMEOUT, connection.create_channel())
+            .await
+            .expect("channel timed out")
+            .expect("channel");
+        let exchange = unique("hg-test-x");
+        let queue = unique("hg-test-q");
+        tokio::time::timeout(
+            BROKER_TIMEOUT,
+            channel.exchange_declare(
+                ShortString::from(exchange.as_str()),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            ),
+        )
+        .await
+        .expect("declare timed out")
+        .expect("declare exchange");
+        tokio::time::timeout(
+            BROKER_TIMEOUT,
+            channel.queue_declare(
+                ShortString::from(queue.as_str()),
+                QueueDeclareOptions {
+                    exclusive: true,
+                    auto_delete: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            ),
+        )
+        .await
+        .expect("queue timed out")
+        .expect("declare queue");
+        Self {
+            _connection: connection,
+            channel,
+            exchange,
+            queue,
+        }
+    }
+
+    /// Binds the queue with `pattern`.
+    pub async fn bind(&self, pattern: &str) {
+        tokio::time::timeout(
+            BROKER_TIMEOUT,
+            self.channel.queue_bind(
+                ShortString::from(self.queue.as_str()),
+                ShortString::from(self.exchange.as_str()),
+                ShortString::from(pattern),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            ),
+        )
+        .await
+        .expect("bind timed out")
+        .expect("bind");
+    }
+
+    /// The next message, waiting up to `timeout`.
+    pub async fn next(&self, timeout: Duration) -> Option<Received> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let got = tokio::time::timeout(
+                BROKER_TIMEOUT,
+                self.channel.basic_get(
+                    ShortString::from(self.queue.as_str()),
+                    BasicGetOptions::default(),
+                ),
+            )
+            .await
+            .expect("basic.get timed out")
+            .expect("basic.get");
+            if let Some(m) = got {
+                let d = m.delivery;
+                let _ = d.acker.ack(BasicAckOptions::default()).await;
+                let p = &d.properties;
+                return Some(Received {
+                    body: d.data.clone(),
+                    routing_key: d.routing_key.as_str().to_owned(),
+                    message_id: p.message_id().as_ref().map(|s| s.as_str().to_owned()),
+                    delivery_mode: *p.delivery_mode(),
+                    content_type: p.content_type().as_ref().map(|s| s.as_str().to_owned()),
+                    app_id: p.app_id().as_ref().map(|s| s.as_str().to_owned()),
+                    timestamp: *p.timestamp(),
+                    headers: p
+                        .headers()
+                        .as_ref()
+                        .map(|t| {
+                            t.inner()
+                                .iter()
+                                .map(|(k, v)| (k.as_str().to_owned(), v.clone()))
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Every message up to (not including) the one whose `message_id` is `sentinel`. A
+    /// sentinel sent after the others got their 200 arrives after them, so this sees all
+    /// of them without guessing how long to wait.
+    pub async fn until(&self, sentinel: &str) -> Vec<Received> {
+        let mut out = Vec::new();
+        loop {
+            let m = self.next(BROKER_TIMEOUT).await.unwrap_or_else(|| {
+                panic!(
+                    "sentinel {sentinel} never arrived; got {} messages before",
+                    out.len()
+                )
+            });
+            if m.message_id.as_deref() == Some(sentinel) {
+                return out;
+            }
+            out.push(m);
+        }
+    }
+
+    /// Removes the exchange (the queue goes with the connection).
+    pub async fn delete(&self) {
+        let _ = tokio::time::timeout(
+            BROKER_TIMEOUT,
+            self.channel.exchange_delete(
+                ShortString::from(self.exchange.as_str()),
+                ExchangeDeleteOptions::default(),
+            ),
+        )
+        .await;
+    }
+}

@@ -1,0 +1,246 @@
+//! The real `hookgate` binary, started on port 0 with a config written for the test.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{sign, AMQP_URL, PREVIOUS_SECRET, SECRET};
+
+/// What goes into the test gateway's YAML.
+#[derive(Clone)]
+pub struct GatewayConfig {
+    pub dir: PathBuf,
+    pub store: PathBuf,
+    pub exchange: String,
+    pub amqp_url: String,
+    /// (cert, key) for TLS; plain HTTP when `None`.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Extra keys under `amqp:` (indented two spaces).
+    pub amqp_extra: String,
+    /// Extra top-level sections (dedup, spool, limits, shutdown_grace, ...).
+    pub extra: String,
+    /// The route's `secrets:` list items (indented six spaces).
+    pub secrets: String,
+    /// Extra keys of the route (indented four spaces), e.g. `guard:` or `rate_limit:`.
+    pub route_extra: String,
+    /// Environment variables for the process.
+    pub env: Vec<(String, String)>,
+}
+
+impl GatewayConfig {
+    /// A plain-HTTP gateway on port 0 with a store in `dir`, publishing to `exchange`.
+    pub fn new(dir: &Path, exchange: &str) -> Self {
+        Self {
+            dir: dir.to_owned(),
+            store: dir.join("store"),
+            exchange: exchange.to_owned(),
+            amqp_url: AMQP_URL.to_owned(),
+            tls: None,
+            amqp_extra: String::new(),
+            extra: String::new(),
+            secrets: format!("      - secret: {SECRET}\n      - secret: {PREVIOUS_SECRET}\n"),
+            route_extra: String::new(),
+            env: Vec::new(),
+        }
+    }
+
+    /// The route guard of SPEC §7 with its defaults.
+    pub fn with_spec_guard(mut self) -> Self {
+        self.route_extra.push_str(
+            "    guard:\n      status:\n        events: [message.status, message.sent, message.delivered, message.failed]\n      keywords:\n        events: [message.received]\n",
+        );
+        self
+    }
+
+    /// The YAML text.
+    pub fn yaml(&self) -> String {
+        let tls = match &self.tls {
+            Some((c, k)) => format!(
+                "  tls:\n    cert: {}\n    key: {}\n",
+                c.display(),
+                k.display()
+            ),
+            None => String::new(),
+        };
+        format!(
+            "listen:\n  addr: 127.0.0.1:0\n{tls}admin:\n  addr: 127.0.0.1:0\nstore:\n  path: {store}\namqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: 3s\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
+            store = self.store.display(),
+            url = self.amqp_url,
+            exchange = self.exchange,
+            amqp_extra = self.amqp_extra,
+            extra = self.extra,
+            secrets = self.secrets,
+            route_extra = self.route_extra,
+        )
+    }
+}
+
+/// A running gateway process. Killed when dropped.
+pub struct Gateway {
+    child: Child,
+    pub addr: SocketAddr,
+    pub admin: SocketAddr,
+    pub https: bool,
+    pub config_path: PathBuf,
+    logs: Arc<Mutex<Vec<String>>>,
+}
+
+impl Gateway {
+    /// Starts the binary and waits for its "listening" log line.
+    pub async fn start(cfg: &GatewayConfig) -> Self {
+        let config_path = cfg
+            .dir
+            .join(format!("hookgate-{}.yaml", uuid::Uuid::new_v4().simple()));
+        std::fs::write(&config_path, cfg.yaml()).expect("write config");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--log-format")
+            .arg("json")
+            .env("RUST_LOG", "info,hookgate=debug")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in &cfg.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn hookgate");
+        let stderr = child.stderr.take().expect("stderr");
+        let logs = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let sink = logs.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
+                    if v["message"] == "listening" {
+                        let _ = tx.send((
+                            v["addr"].as_str().unwrap_or("").to_owned(),
+                            v["admin_addr"].as_str().unwrap_or("").to_owned(),
+                        ));
+                    }
+                }
+                sink.lock().expect("logs").push(line);
+            }
+        });
+        let (addr, admin) =
+            tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(20)))
+                .await
+                .expect("join")
+                .unwrap_or_else(|_| {
+                    panic!(
+                        "gateway did not start listening; logs:\n{}",
+                        logs.lock().expect("logs").join("\n")
+                    )
+                });
+        Self {
+            child,
+            addr: addr.parse().expect("addr"),
+            admin: admin.parse().expect("admin addr"),
+            https: cfg.tls.is_some(),
+            config_path,
+            logs,
+        }
+    }
+
+    /// URL of a webhook path.
+    pub fn url(&self, path: &str) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}{path}", self.addr)
+    }
+
+    /// URL of an admin path.
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.admin)
+    }
+
+    /// Log lines so far.
+    pub fn logs(&self) -> Vec<String> {
+        self.logs.lock().expect("logs").clone()
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal by name (TERM, INT, HUP, KILL) with the `kill` command.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("kill");
+        assert!(ok.success(), "kill -{name} failed");
+    }
+
+    /// Waits for the process to exit.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return Some(status);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// `kill -9` and reap.
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// POSTs a signed body to the botix route with a request id.
+    pub async fn deliver(
+        &self,
+        client: &reqwest::Client,
+        body: &str,
+        request_id: &str,
+    ) -> (u16, serde_json::Value) {
+        self.post(
+            client,
+            body,
+            &[
+                ("x-botix-signature", sign(SECRET, body.as_bytes())),
+                ("x-botix-request-id", request_id.to_owned()),
+            ],
+        )
+        .await
+    }
+
+    /// POSTs `body` to the botix route with these headers.
+    pub async fn post(
+        &self,
+        client: &reqwest::Client,
+        body: &str,
+        headers: &[(&str, String)],
+    ) -> (u16, serde_json::Value) {
+        let mut req = client
+            .post(self.url("/webhooks/botix"))
+            .body(body.to_owned());
+        for (k, v) in headers {
+            req = req.header(*k, v);
+        }
+        let resp = req.send().await.expect("request");
+        let status = resp.status().as_u16();
+        let text = resp.text().await.expect("body");
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        )
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,150 @@
+//! Test harness: the real binary on port 0, a generated TLS certificate, real sled in a
+//! temp dir, and the real RabbitMQ with a random exchange and queue per test.
+
+#![allow(dead_code)]
+
+pub mod broker;
+pub mod gateway;
+
+use std::time::Duration;
+
+pub use broker::Broker;
+pub use gateway::{Gateway, GatewayConfig};
+
+/// The secret every test route accepts first.
+pub const SECRET: &str = "whsec_test_8f2c1d9e4b7a6035";
+/// The rotated-out secret, also accepted.
+pub const PREVIOUS_SECRET: &str = "whsec_previous_51c0a7e2d94b";
+/// The local broker.
+pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// Every broker await in tests is bounded by this.
+pub const BROKER_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Whether the broker can be used. When it is unreachable, tests skip with a loud message,
+/// unless `HOOKGATE_REQUIRE_BROKER` is set (CI sets it): then they fail.
+pub fn broker_available() -> bool {
+    let up = std::net::TcpStream::connect_timeout(
+        &([127, 0, 0, 1], 5672).into(),
+        Duration::from_secs(2),
+    )
+    .is_ok();
+    if up {
+        return true;
+    }
+    if std::env::var_os("HOOKGATE_REQUIRE_BROKER").is_some() {
+        panic!("RabbitMQ is not reachable on 127.0.0.1:5672 and HOOKGATE_REQUIRE_BROKER is set");
+    }
+    eprintln!("\n!!!!! SKIPPING: RabbitMQ is not reachable on 127.0.0.1:5672 (set HOOKGATE_REQUIRE_BROKER=1 to fail instead) !!!!!\n");
+    false
+}
+
+/// Skips the calling test (returns) when the broker is unavailable and not required.
+#[macro_export]
+macro_rules! require_broker {
+    () => {
+        if !$crate::util::broker_available() {
+            return;
+        }
+    };
+}
+
+/// A unique name for exchanges, queues and ids.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// The botix signature header for `body` under `secret`.
+pub fn sign(secret: &str, body: &[u8]) -> String {
+    hookgate::signature::botix_header(secret.as_bytes(), body)
+}
+
+/// An RFC 3339 time `offset_secs` from now.
+pub fn rfc3339_from_now(offset_secs: i64) -> String {
+    let t = time::OffsetDateTime::now_utc() + time::Duration::seconds(offset_secs);
+    t.format(&time::format_description::well_known::Rfc3339)
+        .expect("format")
+}
+
+/// A status event body with a fresh timestamp.
+pub fn status_body(event_id: &str, message_id: &str, status: &str) -> String {
+    serde_json::json!({
+        "id": event_id,
+        "event": "message.status",
+        "timestamp": rfc3339_from_now(0),
+        "data": {"message_id": message_id, "status": status}
+    })
+    .to_string()
+}
+
+/// A generic event body with a fresh timestamp.
+pub fn event_body(event_id: &str) -> String {
+    serde_json::json!({
+        "id": event_id,
+        "event": "contact.created",
+        "timestamp": rfc3339_from_now(0),
+        "data": {"contact_id": 1}
+    })
+    .to_string()
+}
+
+/// A self-signed certificate for 127.0.0.1 / localhost, written as PEM files in `dir`.
+pub struct TestCert {
+    pub cert_path: std::path::PathBuf,
+    pub key_path: std::path::PathBuf,
+    pub cert_pem: String,
+    pub cert_der: Vec<u8>,
+}
+
+impl TestCert {
+    pub fn generate(dir: &std::path::Path) -> Self {
+        let ck = rcgen::generate_simple_self_signed(vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+        ])
+        .expect("cert");
+        let cert_path = dir.join("tls.crt");
+        let key_path = dir.join("tls.key");
+        std::fs::write(&cert_path, ck.cert.pem()).expect("write cert");
+        std::fs::write(&key_path, ck.signing_key.serialize_pem()).expect("write key");
+        Self {
+            cert_path,
+            key_path,
+            cert_pem: ck.cert.pem(),
+            cert_der: ck.cert.der().to_vec(),
+        }
+    }
+}
+
+/// A client that trusts `cert` (or any plain-HTTP server when `None`).
+pub fn client(cert: Option<&TestCert>) -> reqwest::Client {
+    hookgate::tls::install_crypto_provider();
+    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    if let Some(cert) = cert {
+        let mut roots = rustls::RootCertStore::empty();
+        roots
+            .add(rustls::pki_types::CertificateDer::from(
+                cert.cert_der.clone(),
+            ))
+            .expect("root");
+        let mut tls = rustls::ClientConfig::builder()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        builder = builder.tls_backend_preconfigured(tls);
+    }
+    builder.build().expect("client")
+}
+
+/// Polls `check` every 20 ms until it returns true or `timeout` passes.
+pub async fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
