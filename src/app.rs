@@ -33,6 +33,8 @@ pub enum AppError {
     Secret { route: String, source: SecretError },
     #[error("route {route}: {reason}")]
     Route { route: String, reason: String },
+    #[error("amqp.url_env: environment variable {0} is not set or empty")]
+    AmqpUrlEnv(String),
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error(transparent)]
@@ -80,9 +82,22 @@ pub struct Prepared {
     tls: Option<Arc<TlsReloader>>,
 }
 
+impl Prepared {
+    /// The opened store, for tests and tools that look into it while the gateway serves.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}
+
 /// Loads secrets, TLS material and the store.
-pub fn prepare(config: Config) -> Result<Prepared, AppError> {
+pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
     crate::tls::install_crypto_provider();
+    if let Some(var) = &config.amqp.url_env {
+        config.amqp.url = std::env::var(var)
+            .ok()
+            .filter(|u| !u.is_empty())
+            .ok_or_else(|| AppError::AmqpUrlEnv(var.clone()))?;
+    }
     let mut routes = Vec::with_capacity(config.routes.len());
     for route in &config.routes {
         let scheme = Scheme::for_route(route).map_err(|reason| AppError::Route {

@@ -128,6 +128,10 @@ pub struct Amqp {
     /// AMQP URL. Default `amqp://guest:guest@127.0.0.1:5672/%2f`. Redacted when printed.
     #[serde(default = "default_amqp_url")]
     pub url: String,
+    /// Environment variable holding the whole URL (credentials included); when set it
+    /// overrides `url`, so a password can come from a Kubernetes Secret. Default unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_env: Option<String>,
     /// Exchange accepted events are published to (type topic). Default `webhooks`.
     #[serde(default = "default_exchange")]
     pub exchange: String,
@@ -149,6 +153,7 @@ impl Default for Amqp {
     fn default() -> Self {
         Self {
             url: default_amqp_url(),
+            url_env: None,
             exchange: default_exchange(),
             routing_key: default_routing_key(),
             declare: true,
