@@ -23,6 +23,8 @@ use crate::spool::Spool;
 use crate::store::{Store, StoreError};
 use crate::tls::{TlsError, TlsReloader};
 
+/// Connections the admin listener accepts at once.
+const ADMIN_MAX_CONNECTIONS: usize = 64;
 /// How often secret and certificate files are compared with what is loaded.
 const RELOAD_POLL: Duration = Duration::from_secs(2);
 
@@ -229,10 +231,16 @@ pub async fn serve(
         config.shutdown_grace,
     ));
     let stop_admin = CancellationToken::new();
+    // Probes and scrapers need few connections; the webhook cap must not starve them, nor
+    // they it.
+    let admin_limits = crate::config::Limits {
+        max_connections: ADMIN_MAX_CONNECTIONS,
+        ..config.limits.clone()
+    };
     let admin_task = tokio::spawn(serve_admin(
         listeners.admin,
         admin,
-        config.limits.clone(),
+        admin_limits,
         stop_admin.clone(),
     ));
     tracing::info!(

@@ -25,6 +25,8 @@ const CHANNELS: usize = 4;
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
+/// Heartbeat interval asked for when the URL does not set one.
+const DEFAULT_HEARTBEAT_SECS: u32 = 10;
 /// How long one connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -350,9 +352,19 @@ fn current_is(inner: &Inner, live: &Arc<Live>) -> bool {
     g.as_ref().is_some_and(|l| Arc::ptr_eq(l, live))
 }
 
+/// Adds a 10 s heartbeat unless the URL sets one. The broker's default (60 s) would take
+/// about two minutes to notice a black-holed link; until then every confirm times out.
+fn with_heartbeat(url: &str) -> String {
+    if url.contains("heartbeat=") {
+        return url.to_owned();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}heartbeat={DEFAULT_HEARTBEAT_SECS}")
+}
+
 async fn connect(config: &Amqp) -> Result<Live, lapin::Error> {
     let props = ConnectionProperties::default().with_connection_name(LongString::from("hookgate"));
-    let connection = Connection::connect(&config.url, props).await?;
+    let connection = Connection::connect(&with_heartbeat(&config.url), props).await?;
     let mut channels = Vec::with_capacity(CHANNELS);
     for _ in 0..CHANNELS {
         let channel = connection.create_channel().await?;
@@ -379,4 +391,22 @@ async fn connect(config: &Amqp) -> Result<Live, lapin::Error> {
         channels,
         next: AtomicUsize::new(0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_is_added_only_when_missing() {
+        assert_eq!(with_heartbeat("amqp://h/%2f"), "amqp://h/%2f?heartbeat=10");
+        assert_eq!(
+            with_heartbeat("amqp://h/%2f?frame_max=8192"),
+            "amqp://h/%2f?frame_max=8192&heartbeat=10"
+        );
+        assert_eq!(
+            with_heartbeat("amqp://h/%2f?heartbeat=2"),
+            "amqp://h/%2f?heartbeat=2"
+        );
+    }
 }

@@ -4,7 +4,7 @@
 //! deletes it only after the broker's confirm. A crash between the confirm and the delete
 //! republishes that entry once (consumers dedup on `message_id`).
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +17,8 @@ use crate::store::{Store, StoreError, Tree};
 
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How often a spool head that no queue takes is reported.
+const UNROUTABLE_LOG_EVERY: Duration = Duration::from_secs(60);
 
 /// Why an event could not be spooled; the request answers 503 and the sender retries.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +56,9 @@ pub struct Spool {
     oldest_secs: AtomicI64,
     /// Wakes the drainer when an entry is added.
     added: tokio::sync::Notify,
+    /// Set when an event was refused for lack of room, cleared when an entry leaves:
+    /// `bytes < max_bytes` alone would call a spool ready that refuses every event.
+    refused: AtomicBool,
 }
 
 impl Spool {
@@ -80,6 +85,7 @@ impl Spool {
             metrics,
             oldest_secs: AtomicI64::new(-1),
             added: tokio::sync::Notify::new(),
+            refused: AtomicBool::new(false),
         };
         spool.refresh_oldest()?;
         spool.publish_gauges();
@@ -91,9 +97,12 @@ impl Spool {
         self.depth.load(Ordering::SeqCst) == 0
     }
 
-    /// Whether another event of `size` bytes would fit.
+    /// Whether the spool takes events: enabled, not at its bound, and no event refused for
+    /// lack of room since an entry last left.
     pub fn has_room(&self) -> bool {
-        self.enabled && self.bytes.load(Ordering::SeqCst) < self.max_bytes
+        self.enabled
+            && !self.refused.load(Ordering::SeqCst)
+            && self.bytes.load(Ordering::SeqCst) < self.max_bytes
     }
 
     /// Appends the message and makes it durable.
@@ -106,6 +115,7 @@ impl Spool {
         let before = self.bytes.fetch_add(size, Ordering::SeqCst);
         if before + size > self.max_bytes {
             self.bytes.fetch_sub(size, Ordering::SeqCst);
+            self.refused.store(true, Ordering::SeqCst);
             return Err(SpoolError::Full {
                 bytes: before,
                 max: self.max_bytes,
@@ -149,6 +159,7 @@ impl Spool {
     ) {
         let mut retry = RETRY_MIN;
         let mut failing = false;
+        let mut last_unroutable_log: Option<std::time::Instant> = None;
         loop {
             if stop.is_cancelled() {
                 return;
@@ -202,11 +213,16 @@ impl Spool {
                     failing = false;
                 }
                 Err(error) => {
-                    if matches!(error, PublishError::Unroutable(_)) {
+                    let unroutable = matches!(error, PublishError::Unroutable(_));
+                    if unroutable
+                        && last_unroutable_log.is_none_or(|t| t.elapsed() >= UNROUTABLE_LOG_EVERY)
+                    {
                         // Data stays safe in the spool, but nothing drains until an operator
-                        // binds a queue: that is an ERROR by our logging rule.
-                        tracing::error!(%error, event_id = %msg.message_id, "spooled event is unroutable; bind a queue to the exchange");
-                    } else if !failing {
+                        // binds a queue: that is an ERROR by our logging rule. Once a minute
+                        // is loud enough without flooding the log.
+                        tracing::error!(%error, event_id = %msg.message_id, depth = self.depth.load(Ordering::SeqCst), "spooled event is unroutable; bind a queue to the exchange");
+                        last_unroutable_log = Some(std::time::Instant::now());
+                    } else if !unroutable && !failing {
                         tracing::warn!(%error, "spool drain paused");
                     }
                     failing = true;
@@ -222,6 +238,7 @@ impl Spool {
             Ok(Some(_)) => {
                 self.depth.fetch_sub(1, Ordering::SeqCst);
                 self.bytes.fetch_sub(size, Ordering::SeqCst);
+                self.refused.store(false, Ordering::SeqCst);
             }
             Ok(None) => {}
             Err(error) => {
@@ -346,6 +363,10 @@ mod tests {
             spool.push(&msg("e2", "{}")).await.expect("push");
             let full = spool.push(&msg("e3", &"x".repeat(500))).await;
             assert!(matches!(full, Err(SpoolError::Full { .. })), "{full:?}");
+            assert!(
+                !spool.has_room(),
+                "a spool that refused an event is not ready"
+            );
             assert_eq!(spool.status(160).depth, 2);
             assert_eq!(spool.status(160).oldest_age_secs, Some(60));
         }

@@ -3,3 +3,7 @@
 mod util;
 
 mod accept;
+mod dedup;
+mod guard;
+mod ops;
+mod spool;

@@ -193,6 +193,25 @@ impl Broker {
         }
     }
 
+    /// Messages ready in the queue (a passive declare on the owning connection).
+    pub async fn message_count(&self) -> u32 {
+        tokio::time::timeout(
+            BROKER_TIMEOUT,
+            self.channel.queue_declare(
+                ShortString::from(self.queue.as_str()),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            ),
+        )
+        .await
+        .expect("passive declare timed out")
+        .expect("passive declare")
+        .message_count()
+    }
+
     /// Removes the exchange (the queue goes with the connection).
     pub async fn delete(&self) {
         let _ = tokio::time::timeout(

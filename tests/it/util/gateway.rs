@@ -16,6 +16,8 @@ pub struct GatewayConfig {
     pub store: PathBuf,
     pub exchange: String,
     pub amqp_url: String,
+    /// `amqp.confirm_timeout` (default `3s`).
+    pub confirm_timeout: String,
     /// (cert, key) for TLS; plain HTTP when `None`.
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Extra keys under `amqp:` (indented two spaces).
@@ -38,6 +40,7 @@ impl GatewayConfig {
             store: dir.join("store"),
             exchange: exchange.to_owned(),
             amqp_url: AMQP_URL.to_owned(),
+            confirm_timeout: "3s".to_owned(),
             tls: None,
             amqp_extra: String::new(),
             extra: String::new(),
@@ -66,10 +69,11 @@ impl GatewayConfig {
             None => String::new(),
         };
         format!(
-            "listen:\n  addr: 127.0.0.1:0\n{tls}admin:\n  addr: 127.0.0.1:0\nstore:\n  path: {store}\namqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: 3s\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
+            "listen:\n  addr: 127.0.0.1:0\n{tls}admin:\n  addr: 127.0.0.1:0\nstore:\n  path: {store}\namqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: {confirm_timeout}\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
             store = self.store.display(),
             url = self.amqp_url,
             exchange = self.exchange,
+            confirm_timeout = self.confirm_timeout,
             amqp_extra = self.amqp_extra,
             extra = self.extra,
             secrets = self.secrets,

@@ -5,11 +5,13 @@
 
 pub mod broker;
 pub mod gateway;
+pub mod proxy;
 
 use std::time::Duration;
 
 pub use broker::Broker;
 pub use gateway::{Gateway, GatewayConfig};
+pub use proxy::Proxy;
 
 /// The secret every test route accepts first.
 pub const SECRET: &str = "whsec_test_8f2c1d9e4b7a6035";

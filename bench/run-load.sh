@@ -1,0 +1,184 @@
+#!/usr/bin/env bash
+# hookgate against its two ceilings, in one run (issue 8; results in BENCHMARKS.md):
+#   http     bare hyper+rustls server: reads the body, answers 200      (the HTTP limit)
+#   publish  bare server: verifies the HMAC, publishes with a confirm   (the broker limit)
+#   hookgate the real gateway: TLS, temp sled store, guard on, random exchange + bound queue
+# Each gets the same closed-loop HTTPS load (CONNECTIONS in flight, DURATION measured), then
+# hookgate and the publish baseline get an open-loop run at half of hookgate's max rate.
+# Also records CPU time per 10,000 accepted events (utime+stime from /proc/PID/stat) and RSS
+# idle and peak under load (VmRSS sampled every 0.2 s).
+#
+# Env: DURATION (20s) WARMUP (3s) CONNECTIONS (64) HTTP2 (empty; 1 = HTTP/2) OUT
+# (target/bench-load) HOOKGATE (binary to test; default target/release/hookgate) TRANSIENT_QUEUE (empty; 1 = a non-durable queue) RABBIT (amqp://guest:guest@127.0.0.1:5672/%2f) TARGETS ("http publish
+# hookgate"). Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+DURATION=${DURATION:-20s}
+WARMUP=${WARMUP:-3s}
+CONNECTIONS=${CONNECTIONS:-64}
+HTTP2=${HTTP2:-}
+OUT=${OUT:-target/bench-load}
+RABBIT=${RABBIT:-amqp://guest:guest@127.0.0.1:5672/%2f}
+TARGETS=${TARGETS:-http publish hookgate}
+TRANSIENT_QUEUE=${TRANSIENT_QUEUE:-}
+SECRET=bench-secret-$RANDOM$RANDOM
+
+cargo build --release --bin hookgate --example load
+HOOKGATE=${HOOKGATE:-$PWD/target/release/hookgate}
+LOAD=$PWD/target/release/examples/load
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json
+shopt -s nullglob
+TMP=$(mktemp -d /tmp/hookgate-bench.XXXXXX)
+RUN=$(basename "$TMP" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')
+EXCHANGE=hookgate-bench-$RUN
+QUEUE=hookgate-bench-$RUN
+BASE=$((20000 + RANDOM % 20000))
+PORT_HG=$BASE PORT_ADMIN=$((BASE + 1)) PORT_HTTP=$((BASE + 2)) PORT_PUB=$((BASE + 3))
+PIDS=()
+
+cleanup() {
+    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    "$LOAD" --amqp-teardown --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" || true
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+"$LOAD" --gen-cert "$TMP"
+"$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" \
+    ${TRANSIENT_QUEUE:+--transient-queue}
+
+cat >"$TMP/hookgate.yaml" <<EOF
+listen:
+  addr: 127.0.0.1:$PORT_HG
+  tls: {cert: $TMP/tls.crt, key: $TMP/tls.key}
+admin:
+  addr: 127.0.0.1:$PORT_ADMIN
+store:
+  path: $TMP/store
+amqp:
+  url: "$RABBIT"
+  exchange: $EXCHANGE
+  routing_key: "{event}"
+  declare: true
+routes:
+  - name: botix
+    path: /webhooks/botix
+    profile: botix
+    secrets:
+      - secret_env: BENCH_SECRET
+    guard:
+      status:
+        events: [message.status, message.sent, message.delivered, message.failed]
+      keywords:
+        events: [message.received]
+EOF
+
+BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \
+    >"$TMP/hookgate.log" 2>&1 &
+PID_hookgate=$!
+PIDS+=("$PID_hookgate")
+"$LOAD" --serve-baseline http --listen "127.0.0.1:$PORT_HTTP" \
+    --cert "$TMP/tls.crt" --key "$TMP/tls.key" >"$TMP/http.log" 2>&1 &
+PID_http=$!
+PIDS+=("$PID_http")
+LOAD_SECRET=$SECRET "$LOAD" --serve-baseline publish --listen "127.0.0.1:$PORT_PUB" \
+    --cert "$TMP/tls.crt" --key "$TMP/tls.key" --amqp-url "$RABBIT" --exchange "$EXCHANGE" \
+    >"$TMP/publish.log" 2>&1 &
+PID_publish=$!
+PIDS+=("$PID_publish")
+
+wait_for() { # name command...
+    local name=$1
+    shift
+    for _ in $(seq 1 100); do
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        sleep 0.1
+    done
+    echo "$name did not come up" >&2
+    cat "$TMP/$name.log" >&2 || true
+    exit 1
+}
+wait_for hookgate curl -sf "http://127.0.0.1:$PORT_ADMIN/readyz"
+wait_for http bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT_HTTP"
+wait_for publish bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT_PUB"
+sleep 1
+
+declare -A URL=(
+    [hookgate]="https://127.0.0.1:$PORT_HG/webhooks/botix"
+    [http]="https://127.0.0.1:$PORT_HTTP/webhooks/botix"
+    [publish]="https://127.0.0.1:$PORT_PUB/webhooks/botix"
+)
+TICK=$(getconf CLK_TCK)
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
+
+# load NAME JSON [args...]: one run against NAME; prints its report, writes JSON, and adds
+# cpu_s, cpu_s_per_10k_accepted, rss_idle_kib, rss_peak_kib to the JSON.
+load() {
+    local name=$1 json=$2
+    shift 2
+    local pid_var=PID_$name
+    local pid=${!pid_var}
+    local idle cpu0 cpu1 peak=0 rss
+    idle=$(rss_kib "$pid")
+    cpu0=$(cpu_ticks "$pid")
+    LOAD_SECRET=$SECRET "$LOAD" --url "${URL[$name]}" --ca "$TMP/tls.crt" \
+        --duration "$DURATION" --warmup "$WARMUP" --label "$name" --json "$json" \
+        ${HTTP2:+--http2} "$@" &
+    local lp=$!
+    while kill -0 "$lp" 2>/dev/null; do
+        rss=$(rss_kib "$pid")
+        ((rss > peak)) && peak=$rss
+        sleep 0.2
+    done
+    wait "$lp"
+    cpu1=$(cpu_ticks "$pid")
+    jq --argjson c "$(((cpu1 - cpu0)))" --argjson t "$TICK" --argjson idle "$idle" \
+        --argjson peak "$peak" \
+        '. + {cpu_s: ($c / $t), rss_idle_kib: $idle, rss_peak_kib: $peak,
+              cpu_s_per_10k_accepted: (if .accepted_total > 0
+                  then ($c / $t) / .accepted_total * 10000 else null end)}' \
+        "$json" >"$json.tmp" && mv "$json.tmp" "$json"
+    jq -r '"  cpu \(.cpu_s)s = \(.cpu_s_per_10k_accepted // "n/a") s per 10k accepted; RSS idle \(.rss_idle_kib) KiB, peak \(.rss_peak_kib) KiB"' "$json"
+}
+
+echo "== machine: $(nproc) cores, $(uptime)"
+for t in $TARGETS; do
+    load "$t" "$OUT/$t-closed.json" --connections "$CONNECTIONS"
+done
+
+if [[ " $TARGETS " == *" hookgate "* ]]; then
+    MAX=$(jq '.requests_per_s' "$OUT/hookgate-closed.json")
+    HALF=$(jq -n --argjson m "$MAX" '($m / 2) | floor')
+    echo "== open loop at $HALF req/s (half of hookgate's $MAX)"
+    for t in hookgate publish; do
+        [[ " $TARGETS " == *" $t "* ]] || continue
+        load "$t" "$OUT/$t-half.json" --connections "$CONNECTIONS" --rate "$HALF"
+    done
+fi
+
+echo "== summary (also $OUT/summary.json)"
+jq -s '
+  map({key: (.label + (if .rate then "-half" else "-closed" end)), value: .}) | from_entries
+  | {
+      hookgate_rps: .["hookgate-closed"].requests_per_s,
+      publish_rps: .["publish-closed"].requests_per_s,
+      http_rps: .["http-closed"].requests_per_s,
+      ratio_to_publish: (try (.["hookgate-closed"].requests_per_s / .["publish-closed"].requests_per_s) catch null),
+      accepted_ratio_to_publish: (try (.["hookgate-closed"].accepted_per_s / .["publish-closed"].accepted_per_s) catch null),
+      ratio_to_http: (try (.["hookgate-closed"].requests_per_s / .["http-closed"].requests_per_s) catch null),
+      half_rate: .["hookgate-half"].rate,
+      hookgate_p99_ms_at_half: .["hookgate-half"].latency_ms.p99,
+      publish_p99_ms_at_half: .["publish-half"].latency_ms.p99,
+      cpu_s_per_10k_accepted: (to_entries | map(select(.key | endswith("-closed")) | {key: .key, value: .value.cpu_s_per_10k_accepted}) | from_entries),
+      rss_kib: (to_entries | map(select(.key | endswith("-closed")) | {key: .key, value: {idle: .value.rss_idle_kib, peak: .value.rss_peak_kib}}) | from_entries),
+      targets_met: {
+        throughput_ge_80pct_of_publish: (try (.["hookgate-closed"].requests_per_s / .["publish-closed"].requests_per_s >= 0.8) catch null),
+        p99_at_half_lt_5ms: (try (.["hookgate-half"].latency_ms.p99 < 5) catch null)
+      }
+    }' "$OUT"/*-closed.json "$OUT"/*-half.json 2>/dev/null | tee "$OUT/summary.json"
+grep -c '"level":"ERROR"' "$TMP/hookgate.log" | sed 's/^/hookgate error log lines: /' || true

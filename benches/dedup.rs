@@ -1,0 +1,46 @@
+//! Dedup cost per request: claim the event key, then record it done (what an accepted
+//! delivery does in sled), each iteration with a new event id.
+//!
+//! `cargo bench --bench dedup`
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use hookgate::dedup::{event_key, request_key, Claim, SledMarks};
+use hookgate::store::Store;
+
+const TTL_MS: i64 = 72 * 3600 * 1000;
+
+fn claim_and_done(c: &mut Criterion) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("open store");
+    let marks = SledMarks::new(store.tree("dedup").expect("tree"), Duration::from_secs(30));
+    let now = 1_800_000_000_000_i64;
+    let mut n: u64 = 0;
+
+    c.bench_function("dedup claim+done (event and request key)", |b| {
+        b.iter(|| {
+            n += 1;
+            let ev = event_key("botix", &format!("evt_{n}"));
+            let req = request_key("botix", &format!("req_{n}"));
+            let claim = marks.try_claim(&ev, n, now).expect("claim");
+            assert_eq!(claim, Claim::Claimed);
+            marks.mark_done(&[&ev, &req], now + TTL_MS).expect("done");
+            black_box(claim)
+        })
+    });
+
+    c.bench_function("dedup claim of a done key (duplicate)", |b| {
+        let ev = event_key("botix", "evt_dup");
+        marks.mark_done(&[&ev], now + TTL_MS).expect("done");
+        b.iter(|| {
+            let claim = marks.try_claim(black_box(&ev), 1, now).expect("claim");
+            assert_eq!(claim, Claim::Done);
+            claim
+        })
+    });
+}
+
+criterion_group!(benches, claim_and_done);
+criterion_main!(benches);

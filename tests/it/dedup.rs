@@ -1,0 +1,374 @@
+//! Dedup (SPEC §3) and freshness (SPEC §2 step 5): the real binary or the real app, the
+//! real sled store, the real RabbitMQ.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::require_broker;
+use crate::util::broker::Received;
+use crate::util::*;
+
+/// Milliseconds of the wall clock.
+pub(crate) fn wall_ms() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp_nanos() as i64 / 1_000_000
+}
+
+/// RFC 3339 text of Unix milliseconds.
+pub(crate) fn rfc3339_ms(ms: i64) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .expect("time")
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("format")
+}
+
+/// RFC 3339 text of Unix milliseconds, written in a zone `hours` east of UTC.
+fn rfc3339_offset(ms: i64, hours: i8) -> String {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .expect("time")
+        .to_offset(time::UtcOffset::from_hms(hours, 0, 0).expect("offset"))
+        .format(&time::format_description::well_known::Rfc3339)
+        .expect("format")
+}
+
+/// `status` and `reason` of an answer as one string: `accepted`, `duplicate`,
+/// `dropped:<reason>`.
+pub(crate) fn outcome(answer: &serde_json::Value) -> String {
+    match (answer["status"].as_str(), answer["reason"].as_str()) {
+        (Some("dropped"), Some(reason)) => format!("dropped:{reason}"),
+        (Some(status), _) => status.to_owned(),
+        _ => format!("no status in {answer}"),
+    }
+}
+
+/// Waits until `/readyz` says the broker is connected (so a publish is not a spool or a
+/// 503 for want of a connection).
+pub(crate) async fn wait_broker_connected(client: &reqwest::Client, gw: &Gateway) {
+    let deadline = tokio::time::Instant::now() + BROKER_TIMEOUT;
+    loop {
+        if let Ok(r) = client.get(gw.admin_url("/readyz")).send().await {
+            if r.text()
+                .await
+                .unwrap_or_default()
+                .contains("broker connected")
+            {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker never connected; logs:\n{}",
+            gw.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// SIGTERM and wait for a clean exit, so the store is flushed and unlocked.
+pub(crate) async fn stop(mut gw: Gateway) {
+    gw.signal("TERM");
+    let status = gw.wait_exit(Duration::from_secs(40)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "gateway did not stop cleanly: {status:?}"
+    );
+}
+
+/// The message ids of `messages`, in order.
+pub(crate) fn ids(messages: &[Received]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| m.message_id.clone().unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn same_delivery_twice_and_a_new_request_id_are_duplicates() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let gw = Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await;
+    let client = client(None);
+    let body = event_body("evt_twice");
+
+    let (s, a) = gw.deliver(&client, &body, "req_twice").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
+    assert_eq!(a["event_id"], "evt_twice");
+    // The sender's retry: same bytes, same request id.
+    let (s, a) = gw.deliver(&client, &body, "req_twice").await;
+    assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
+    assert_eq!(
+        a,
+        serde_json::json!({"status": "duplicate", "event_id": "evt_twice"})
+    );
+    // A manual re-send: new request id, same event id (and a new timestamp, so new bytes).
+    let resend = event_body("evt_twice");
+    let (s, a) = gw.deliver(&client, &resend, "req_manual").await;
+    assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
+
+    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
+    let got = broker.until("sentinel").await;
+    assert_eq!(ids(&got), vec!["evt_twice"]);
+    assert_eq!(got[0].body, body.as_bytes());
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn fifty_concurrent_identical_deliveries_publish_once() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let gw = Arc::new(Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await);
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    let body = Arc::new(event_body("evt_50"));
+
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..50 {
+        let (gw, client, body) = (gw.clone(), client.clone(), body.clone());
+        tasks.spawn(async move { gw.deliver(&client, &body, "req_50").await });
+    }
+    let mut outcomes = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        let (status, answer) = r.expect("task");
+        assert_eq!(status, 200, "{answer}");
+        outcomes.push(outcome(&answer));
+    }
+    let accepted = outcomes.iter().filter(|o| *o == "accepted").count();
+    let duplicate = outcomes.iter().filter(|o| *o == "duplicate").count();
+    assert_eq!((accepted, duplicate), (1, 49), "{outcomes:?}");
+
+    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
+    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_50"]);
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn failed_publish_is_not_recorded_and_restarts_keep_the_mark() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let client = client(None);
+    let body = event_body("evt_retry");
+
+    // Broker unreachable, no spool: 503, and nothing recorded as seen.
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
+    cfg.extra = "spool:\n  enabled: false\n".into();
+    let gw = Gateway::start(&cfg).await;
+    let (s, a) = gw.deliver(&client, &body, "req_retry").await;
+    assert_eq!(s, 503, "{a}");
+    stop(gw).await;
+
+    // The broker is back (same store): the sender's retry is accepted, not a duplicate.
+    cfg.amqp_url = AMQP_URL.into();
+    let gw = Gateway::start(&cfg).await;
+    wait_broker_connected(&client, &gw).await;
+    let (s, a) = gw.deliver(&client, &body, "req_retry").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
+    stop(gw).await;
+
+    // Another restart on the same store: the mark survived.
+    let gw = Gateway::start(&cfg).await;
+    wait_broker_connected(&client, &gw).await;
+    for request_id in ["req_retry", "req_other"] {
+        let (s, a) = gw.deliver(&client, &body, request_id).await;
+        assert_eq!((s, outcome(&a)), (200, "duplicate".into()), "{request_id}");
+    }
+    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
+    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_retry"]);
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn freshness_drops_expired_and_future_and_reads_every_timestamp_form() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let gw = Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await;
+    let client = client(None);
+    let now = wall_ms();
+    let body = |id: &str, ts: serde_json::Value| {
+        serde_json::json!({"id": id, "event": "contact.created", "timestamp": ts, "data": {}})
+            .to_string()
+    };
+    let hour = 3_600_000;
+    let cases = [
+        // dedup.ttl is 72 h by default; max_clock_skew 5 min.
+        (
+            "evt_expired",
+            body("evt_expired", rfc3339_ms(now - 73 * hour).into()),
+            "dropped:expired",
+        ),
+        (
+            "evt_future",
+            body("evt_future", rfc3339_ms(now + 6 * 60_000).into()),
+            "dropped:future_timestamp",
+        ),
+        (
+            "evt_skew_ok",
+            body("evt_skew_ok", rfc3339_ms(now + 4 * 60_000).into()),
+            "accepted",
+        ),
+        (
+            "evt_old_ok",
+            body("evt_old_ok", rfc3339_ms(now - 71 * hour).into()),
+            "accepted",
+        ),
+        (
+            "evt_secs",
+            body("evt_secs", (now / 1000).into()),
+            "accepted",
+        ),
+        ("evt_millis", body("evt_millis", now.into()), "accepted"),
+        (
+            "evt_rfc3339",
+            body("evt_rfc3339", rfc3339_ms(now).into()),
+            "accepted",
+        ),
+        // The same instant written with an offset: read as UTC it would be an hour ahead.
+        (
+            "evt_offset",
+            body("evt_offset", rfc3339_offset(now, 1).into()),
+            "accepted",
+        ),
+    ];
+    let mut accepted = Vec::new();
+    for (id, b, expect) in &cases {
+        let (s, a) = gw.deliver(&client, b, &format!("req_{id}")).await;
+        assert_eq!((s, outcome(&a)), (200, (*expect).to_owned()), "{id}");
+        assert_eq!(a["event_id"], *id);
+        if *expect == "accepted" {
+            accepted.push((*id).to_owned());
+        }
+    }
+    // A freshness drop records nothing: the same event with a good timestamp goes through.
+    let (s, a) = gw
+        .deliver(
+            &client,
+            &body("evt_future", rfc3339_ms(now).into()),
+            "req_f2",
+        )
+        .await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
+    accepted.push("evt_future".into());
+
+    let metrics = client
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    for (reason, n) in [("expired", 1.0), ("future_timestamp", 1.0)] {
+        assert_eq!(
+            crate::guard::dropped_total(&metrics, reason),
+            n,
+            "{reason} in\n{metrics}"
+        );
+    }
+    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
+    assert_eq!(ids(&broker.until("sentinel").await), accepted);
+    broker.delete().await;
+}
+
+/// POSTs a signed body to an in-process gateway.
+async fn post(
+    client: &reqwest::Client,
+    addr: std::net::SocketAddr,
+    body: &str,
+    request_id: &str,
+) -> (u16, serde_json::Value) {
+    let resp = client
+        .post(format!("http://{addr}/webhooks/botix"))
+        .header("x-botix-signature", sign(SECRET, body.as_bytes()))
+        .header("x-botix-request-id", request_id)
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("send");
+    let status = resp.status().as_u16();
+    (status, resp.json().await.expect("json"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.extra = "dedup:\n  ttl: 1h\n".into();
+    let config = hookgate::config::Config::parse(&cfg.yaml()).expect("config");
+    let prepared = hookgate::app::prepare(config).expect("prepare");
+    let marks = prepared.store().tree("dedup").expect("dedup tree");
+
+    let now = Arc::new(AtomicI64::new(wall_ms()));
+    let clock: hookgate::pipeline::Clock = {
+        let now = now.clone();
+        Arc::new(move || now.load(Ordering::SeqCst))
+    };
+    let webhooks = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let admin = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = webhooks.local_addr().expect("addr");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(hookgate::app::serve(
+        prepared,
+        hookgate::app::Listeners { webhooks, admin },
+        async {
+            let _ = stop_rx.await;
+        },
+        hookgate::app::Options {
+            clock,
+            sweep_interval: Duration::from_millis(20),
+        },
+    ));
+    let client = client(None);
+    let body_at = |ms: i64| {
+        serde_json::json!({"id": "evt_ttl", "event": "contact.created", "timestamp": rfc3339_ms(ms), "data": {}})
+            .to_string()
+    };
+
+    let t0 = now.load(Ordering::SeqCst);
+    let (s, a) = post(&client, addr, &body_at(t0), "req_ttl_1").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
+    assert_eq!(marks.len(), 2, "an event mark and a request mark");
+
+    // Just inside the TTL: still a duplicate (new request id, fresh timestamp), still stored.
+    let hour = 3_600_000;
+    now.store(t0 + hour - 60_000, Ordering::SeqCst);
+    let (s, a) = post(&client, addr, &body_at(t0 + hour - 60_000), "req_ttl_2").await;
+    assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
+    assert_eq!(marks.len(), 2, "nothing expired yet");
+
+    // Past the TTL: the background sweep removes both marks...
+    now.store(t0 + hour + 60_000, Ordering::SeqCst);
+    assert!(
+        wait_until(Duration::from_secs(10), || marks.is_empty()).await,
+        "expired marks were not swept: {} left",
+        marks.len()
+    );
+    // ...and the event is new again (a timestamp fresh for the moved clock).
+    let (s, a) = post(&client, addr, &body_at(t0 + hour + 60_000), "req_ttl_3").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
+    assert_eq!(marks.len(), 2);
+
+    let sentinel = serde_json::json!({"id": "sentinel", "event": "contact.created", "timestamp": rfc3339_ms(t0 + hour + 60_000)}).to_string();
+    let (s, _) = post(&client, addr, &sentinel, "req_s").await;
+    assert_eq!(s, 200);
+    assert_eq!(
+        ids(&broker.until("sentinel").await),
+        vec!["evt_ttl", "evt_ttl"]
+    );
+    let _ = stop_tx.send(());
+    tokio::time::timeout(Duration::from_secs(40), server)
+        .await
+        .expect("server stopped")
+        .expect("join")
+        .expect("serve");
+    broker.delete().await;
+}

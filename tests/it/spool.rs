@@ -1,0 +1,666 @@
+//! The spool (SPEC §6): a 200 is never lost, even while the broker is away.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::require_broker;
+use crate::util::*;
+
+/// How long a test waits for a drain or a reconnect before it fails.
+const DRAIN_DEADLINE: Duration = Duration::from_secs(90);
+
+/// An AMQP URL to a port nothing listens on.
+fn closed_port_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    drop(l);
+    format!("amqp://guest:guest@127.0.0.1:{port}/%2f")
+}
+
+/// An answer with the header the spool tests look at.
+struct Answer {
+    status: u16,
+    retry_after: Option<String>,
+    body: serde_json::Value,
+}
+
+async fn send(gw: &Gateway, client: &reqwest::Client, body: &str, request_id: &str) -> Answer {
+    let resp = client
+        .post(gw.url("/webhooks/botix"))
+        .header("x-botix-signature", sign(SECRET, body.as_bytes()))
+        .header("x-botix-request-id", request_id)
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    let text = resp.text().await.expect("body");
+    Answer {
+        status,
+        retry_after,
+        body: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    }
+}
+
+/// Sends a fresh event `id` and asserts it was accepted.
+async fn accept(gw: &Gateway, client: &reqwest::Client, id: &str) {
+    let a = send(gw, client, &event_body(id), &format!("req_{id}")).await;
+    assert_eq!(a.status, 200, "{id}: {}", a.body);
+    assert_eq!(
+        a.body,
+        serde_json::json!({"status": "accepted", "event_id": id}),
+        "{id}"
+    );
+}
+
+async fn admin_get(gw: &Gateway, client: &reqwest::Client, path: &str) -> (u16, String) {
+    let resp = client
+        .get(gw.admin_url(path))
+        .send()
+        .await
+        .expect("admin request");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("admin body"))
+}
+
+async fn spool_depth(gw: &Gateway, client: &reqwest::Client) -> u64 {
+    let (status, body) = admin_get(gw, client, "/spool").await;
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).expect("spool json");
+    v["depth"].as_u64().expect("depth")
+}
+
+/// Polls the admin endpoint until `check(status, body)` holds or `timeout` passes.
+async fn admin_until(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    path: &str,
+    timeout: Duration,
+    check: impl Fn(u16, &str) -> bool,
+) -> (u16, String) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let (status, body) = admin_get(gw, client, path).await;
+        if check(status, &body) || Instant::now() >= deadline {
+            return (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every message before the sentinel, waiting up to `deadline` in all (a drain after a
+/// reconnect can take longer than one `BROKER_TIMEOUT`).
+async fn collect(broker: &Broker, sentinel: &str, deadline: Duration) -> Vec<String> {
+    let end = Instant::now() + deadline;
+    let mut out = Vec::new();
+    loop {
+        let left = end.saturating_duration_since(Instant::now());
+        match broker.next(left.min(BROKER_TIMEOUT)).await {
+            Some(m) => {
+                let id = m.message_id.clone().expect("message_id");
+                if id == sentinel {
+                    return out;
+                }
+                out.push(id);
+            }
+            None if Instant::now() >= end => panic!(
+                "sentinel {sentinel} never arrived; got {} messages before it",
+                out.len()
+            ),
+            None => {}
+        }
+    }
+}
+
+/// `hookgate spool status --config PATH`: (success, stdout, stderr).
+async fn spool_status_cli(config: &Path) -> (bool, String, String) {
+    let config = config.to_owned();
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+                .arg("spool")
+                .arg("status")
+                .arg("--config")
+                .arg(&config)
+                .output()
+                .expect("run hookgate spool status")
+        }),
+    )
+    .await
+    .expect("spool status timed out")
+    .expect("join");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// SIGTERM and a clean exit.
+async fn stop(gw: &mut Gateway) {
+    gw.signal("TERM");
+    let status = gw
+        .wait_exit(Duration::from_secs(40))
+        .await
+        .expect("gateway did not exit after SIGTERM");
+    assert!(status.success(), "exit status {status:?}");
+}
+
+/// Ids seen more than once, with their counts.
+fn duplicates(received: &[String]) -> BTreeMap<String, usize> {
+    let mut counts = BTreeMap::new();
+    for id in received {
+        *counts.entry(id.clone()).or_insert(0usize) += 1;
+    }
+    counts.retain(|_, n| *n > 1);
+    counts
+}
+
+fn missing(accepted: &[String], received: &[String]) -> Vec<String> {
+    let got: BTreeSet<&String> = received.iter().collect();
+    accepted
+        .iter()
+        .filter(|id| !got.contains(id))
+        .cloned()
+        .collect()
+}
+
+#[tokio::test]
+async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_restart() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = closed_port_url();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+
+    let ids: Vec<String> = (0..20).map(|i| format!("evt_{i:03}")).collect();
+    for id in &ids {
+        accept(&gw, &client, id).await;
+    }
+    // The CLI asks the running gateway (its store is locked). The test config binds the
+    // admin listener to port 0, which the CLI cannot know: give it the bound address.
+    let running = dir.path().join("running.yaml");
+    let text = std::fs::read_to_string(&gw.config_path)
+        .expect("config")
+        .replace(
+            "admin:\n  addr: 127.0.0.1:0\n",
+            &format!("admin:\n  addr: {}\n", gw.admin),
+        );
+    std::fs::write(&running, text).expect("write config");
+    let (ok, out, err) = spool_status_cli(&running).await;
+    assert!(ok, "spool status failed: {err}");
+    assert!(out.contains("depth: 20\n"), "{out}");
+    assert_eq!(broker.message_count().await, 0, "nothing published yet");
+
+    stop(&mut gw).await;
+    // With no gateway running the CLI reads the store itself.
+    let (ok, out, err) = spool_status_cli(&gw.config_path).await;
+    assert!(ok, "spool status (stopped) failed: {err}");
+    assert!(out.contains("depth: 20\n"), "{out}");
+
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let gw = Gateway::start(&cfg).await;
+    accept(&gw, &client, "sentinel").await;
+    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    assert_eq!(got, ids, "every spooled event once, in arrival order");
+    assert_eq!(
+        broker.message_count().await,
+        0,
+        "nothing after the sentinel"
+    );
+    let (_, body) = admin_until(&gw, &client, "/spool", BROKER_TIMEOUT, |_, b| {
+        b.contains("\"depth\":0")
+    })
+    .await;
+    assert!(body.contains("\"depth\":0"), "{body}");
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let proxy = Proxy::to_rabbitmq().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = proxy.amqp_url("heartbeat=2");
+    cfg.confirm_timeout = "1s".into();
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = client(None);
+    admin_until(&gw, &client, "/readyz", BROKER_TIMEOUT, |_, b| {
+        b.contains("broker connected")
+    })
+    .await;
+
+    // Senders run until told to stop (at most MAX_PER_TASK each), so every phase of the
+    // link happens while deliveries are flowing.
+    const TASKS: usize = 3;
+    const MAX_PER_TASK: usize = 1000;
+    let done = Arc::new(AtomicUsize::new(0));
+    let stop_sending = Arc::new(AtomicBool::new(false));
+    let answers = Arc::new(Mutex::new(Vec::<(String, u16)>::new()));
+    let mut senders = Vec::new();
+    for t in 0..TASKS {
+        let (gw, client, done, answers, stop_sending) = (
+            gw.clone(),
+            client.clone(),
+            done.clone(),
+            answers.clone(),
+            stop_sending.clone(),
+        );
+        senders.push(tokio::spawn(async move {
+            for i in 0..MAX_PER_TASK {
+                if stop_sending.load(Ordering::SeqCst) {
+                    break;
+                }
+                let id = format!("evt_{t}_{i:04}");
+                let a = send(&gw, &client, &event_body(&id), &format!("req_{id}")).await;
+                answers.lock().expect("answers").push((id, a.status));
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+    }
+    let reach = |n: usize| {
+        let done = done.clone();
+        async move {
+            let ok = wait_until(Duration::from_secs(120), || {
+                done.load(Ordering::SeqCst) >= n
+            })
+            .await;
+            assert!(ok, "deliveries stalled before {n}");
+        }
+    };
+    let log_phase = |what: &str| {
+        eprintln!("{what} after {} deliveries", done.load(Ordering::SeqCst));
+    };
+    reach(50).await;
+    proxy.cut();
+    log_phase("cut");
+    reach(150).await;
+    proxy.restore();
+    log_phase("restored");
+    // Black-hole a live connection, not a reconnect attempt.
+    let (_, why) = admin_until(&gw, &client, "/readyz", DRAIN_DEADLINE, |_, b| {
+        b.contains("broker connected")
+    })
+    .await;
+    assert!(why.contains("broker connected"), "no reconnect: {why}");
+    let at = done.load(Ordering::SeqCst);
+    reach(at + 20).await;
+    proxy.black_hole();
+    log_phase("black-holed");
+    reach(at + 60).await;
+    proxy.restore();
+    log_phase("restored");
+    reach(done.load(Ordering::SeqCst) + 30).await;
+    stop_sending.store(true, Ordering::SeqCst);
+    for s in senders {
+        tokio::time::timeout(Duration::from_secs(120), s)
+            .await
+            .expect("senders timed out")
+            .expect("sender");
+    }
+    let answers = answers.lock().expect("answers").clone();
+    let refused: Vec<_> = answers.iter().filter(|(_, s)| *s != 200).collect();
+    let accepted: Vec<String> = answers
+        .iter()
+        .filter(|(_, s)| *s == 200)
+        .map(|(id, _)| id.clone())
+        .collect();
+
+    accept(&gw, &client, "sentinel").await;
+    let received = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let dups = duplicates(&received);
+    let lost = missing(&accepted, &received);
+    let logged = |what: &str| {
+        gw.logs()
+            .iter()
+            .filter(|l| l.contains(&format!("\"message\":\"{what}")))
+            .count()
+    };
+    let spooled = logged("event spooled");
+    eprintln!(
+        "link cut/black-hole: {} accepted, {} refused, {} spooled, {} received, {} duplicated ids {:?}, {} lost, {} proxy connections, {} connection losses logged",
+        accepted.len(),
+        refused.len(),
+        spooled,
+        received.len(),
+        dups.len(),
+        dups,
+        lost.len(),
+        proxy.accepted(),
+        logged("broker connection lost")
+    );
+    assert!(spooled > 0, "nothing was spooled: the link never failed");
+    assert!(
+        logged("broker connection lost") >= 2,
+        "the cut and the black-holed link were both noticed"
+    );
+    assert!(lost.is_empty(), "accepted events lost: {lost:?}");
+    assert!(
+        refused.is_empty(),
+        "the spool had room, yet deliveries were refused: {refused:?}"
+    );
+    assert!(proxy.accepted() > 1, "the gateway never reconnected");
+    let unknown: Vec<_> = received
+        .iter()
+        .filter(|id| !accepted.contains(id))
+        .collect();
+    assert!(unknown.is_empty(), "unexpected messages: {unknown:?}");
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn kill_9_while_the_spool_drains_loses_nothing() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = closed_port_url();
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = client(None);
+
+    const TASKS: usize = 4;
+    const PER_TASK: usize = 125;
+    let mut senders = Vec::new();
+    for t in 0..TASKS {
+        let (gw, client) = (gw.clone(), client.clone());
+        senders.push(tokio::spawn(async move {
+            let mut ids = Vec::new();
+            for i in 0..PER_TASK {
+                let id = format!("evt_{t}_{i:03}");
+                accept(&gw, &client, &id).await;
+                ids.push(id);
+            }
+            ids
+        }));
+    }
+    let mut accepted = Vec::new();
+    for s in senders {
+        accepted.extend(s.await.expect("sender"));
+    }
+    assert_eq!(spool_depth(&gw, &client).await, 500);
+    // kill -9 right away: the 200s promised the entries were on disk already.
+    let mut gw = Arc::into_inner(gw).expect("sole owner");
+    gw.kill9();
+
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let mut gw = Gateway::start(&cfg).await;
+    let deadline = Instant::now() + DRAIN_DEADLINE;
+    let mut depth = spool_depth(&gw, &client).await;
+    while depth == 500 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        depth = spool_depth(&gw, &client).await;
+    }
+    gw.kill9();
+    eprintln!("killed with the spool at depth {depth} (of 500)");
+    assert!(depth < 500, "the spool never started draining");
+
+    let gw = Gateway::start(&cfg).await;
+    let left = gw
+        .logs()
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| {
+            v["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("spool holds events"))
+        })
+        .and_then(|v| v["depth"].as_u64());
+    eprintln!("after kill -9 the spool held {left:?} entries");
+    accept(&gw, &client, "sentinel").await;
+    let received = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let dups = duplicates(&received);
+    let lost = missing(&accepted, &received);
+    eprintln!(
+        "kill -9 mid-drain: {} accepted, {} received, {} duplicated ids, {} lost",
+        accepted.len(),
+        received.len(),
+        dups.len(),
+        lost.len()
+    );
+    assert!(lost.is_empty(), "accepted events lost: {lost:?}");
+    assert!(
+        left.is_some_and(|n| n > 0),
+        "the kill did not land mid-drain (spool at restart: {left:?})"
+    );
+    broker.delete().await;
+}
+
+/// Fills the spool until an event is refused; returns the accepted ids and the refused
+/// event (id, body, request id) with its answer.
+async fn fill_until_refused(
+    gw: &Gateway,
+    client: &reqwest::Client,
+) -> (Vec<String>, (String, String, String), Answer) {
+    let mut accepted = Vec::new();
+    for i in 0..200 {
+        let id = format!("evt_{i:03}");
+        let body = event_body(&id);
+        let request_id = format!("req_{id}");
+        let a = send(gw, client, &body, &request_id).await;
+        match a.status {
+            200 => {
+                assert_eq!(a.body["status"], "accepted", "{}", a.body);
+                accepted.push(id);
+            }
+            _ => return (accepted, (id, body, request_id), a),
+        }
+    }
+    panic!("a 4KiB spool took 200 events");
+}
+
+fn assert_retry_later(a: &Answer, what: &str) {
+    assert_eq!(a.status, 503, "{what}: {}", a.body);
+    assert_eq!(
+        a.body,
+        serde_json::json!({"error": "unavailable"}),
+        "{what}"
+    );
+    let secs: u64 = a
+        .retry_after
+        .as_deref()
+        .unwrap_or_else(|| panic!("{what}: no Retry-After"))
+        .parse()
+        .expect("Retry-After in seconds");
+    assert!(secs > 0, "{what}: Retry-After {secs}");
+}
+
+#[tokio::test]
+async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = closed_port_url();
+    cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+
+    let (accepted, (id, body, request_id), refused) = fill_until_refused(&gw, &client).await;
+    assert!(!accepted.is_empty(), "nothing fitted in the spool");
+    assert_retry_later(&refused, "spool full");
+    // The refused event was not recorded as seen: its retry is judged afresh (still full).
+    let again = send(&gw, &client, &body, &request_id).await;
+    assert_retry_later(&again, "retry while still full");
+
+    stop(&mut gw).await;
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let gw = Gateway::start(&cfg).await;
+    // The sender retries after Retry-After; by then the spool has drained.
+    let (_, depth) = admin_until(&gw, &client, "/spool", DRAIN_DEADLINE, |_, b| {
+        b.contains("\"depth\":0")
+    })
+    .await;
+    assert!(
+        depth.contains("\"depth\":0"),
+        "spool did not drain: {depth}"
+    );
+    let retry = send(&gw, &client, &body, &request_id).await;
+    assert_eq!(retry.status, 200, "{}", retry.body);
+    assert_eq!(
+        retry.body,
+        serde_json::json!({"status": "accepted", "event_id": id}),
+        "the retry is accepted, not a duplicate"
+    );
+    accept(&gw, &client, "sentinel").await;
+    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let mut expected = accepted.clone();
+    expected.push(id);
+    assert_eq!(got, expected);
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = closed_port_url();
+    cfg.extra = "spool:\n  enabled: false\n".into();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+
+    let body = event_body("evt_nospool");
+    let first = send(&gw, &client, &body, "req_nospool").await;
+    assert_retry_later(&first, "spool disabled");
+    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    assert_eq!(status, 503, "{why}");
+    let again = send(&gw, &client, &body, "req_nospool").await;
+    assert_retry_later(&again, "retry, broker still away");
+
+    stop(&mut gw).await;
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let gw = Gateway::start(&cfg).await;
+    let (status, why) = admin_until(&gw, &client, "/readyz", BROKER_TIMEOUT, |s, _| s == 200).await;
+    assert_eq!(status, 200, "{why}");
+    let retry = send(&gw, &client, &body, "req_nospool").await;
+    assert_eq!(
+        retry.body,
+        serde_json::json!({"status": "accepted", "event_id": "evt_nospool"}),
+        "the retry is accepted, not a duplicate"
+    );
+    accept(&gw, &client, "sentinel").await;
+    assert_eq!(
+        collect(&broker, "sentinel", DRAIN_DEADLINE).await,
+        vec!["evt_nospool".to_owned()]
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = closed_port_url();
+    cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+
+    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    assert_eq!(status, 200, "{why}");
+    assert!(why.contains("spooling"), "{why}");
+    accept(&gw, &client, "evt_first").await;
+    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    assert_eq!(status, 200, "{why}");
+    assert!(why.contains("spooling"), "{why}");
+
+    let (_, _, refused) = fill_until_refused(&gw, &client).await;
+    assert_retry_later(&refused, "spool full");
+    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    assert_eq!(
+        status, 503,
+        "once the spool refuses events, not ready: {why}"
+    );
+    broker.delete().await;
+}
+
+/// Measurements, not assertions: the latency of a 200 while spooling (fsync included) and
+/// how long 10,000 spooled events take to drain. Run in release mode:
+/// `cargo test --release --test it spool::measure -- --ignored --nocapture`
+#[tokio::test]
+#[ignore = "measurement; run by hand in release mode"]
+async fn measure_spool_latency_and_drain_of_10k() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = closed_port_url();
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+
+    const SEQUENTIAL: usize = 2000;
+    const TOTAL: usize = 10_000;
+    let mut latencies = Vec::with_capacity(SEQUENTIAL);
+    for i in 0..SEQUENTIAL {
+        let id = format!("evt_s_{i:05}");
+        let body = event_body(&id);
+        let started = Instant::now();
+        let a = send(&gw, &client, &body, &format!("req_{id}")).await;
+        latencies.push(started.elapsed());
+        assert_eq!(a.status, 200, "{}", a.body);
+    }
+    latencies.sort();
+    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
+    eprintln!(
+        "MEASURE spooling 200 latency over {SEQUENTIAL} sequential deliveries: p50 {:?}, p99 {:?}, max {:?}",
+        pct(0.50),
+        pct(0.99),
+        latencies[latencies.len() - 1]
+    );
+
+    let gw = Arc::new(gw);
+    let fill_started = Instant::now();
+    let tasks = 16;
+    let rest = TOTAL - SEQUENTIAL;
+    let mut senders = Vec::new();
+    for t in 0..tasks {
+        let (gw, client) = (gw.clone(), client.clone());
+        senders.push(tokio::spawn(async move {
+            for i in (t..rest).step_by(tasks) {
+                accept(&gw, &client, &format!("evt_c_{i:05}")).await;
+            }
+        }));
+    }
+    for s in senders {
+        s.await.expect("sender");
+    }
+    eprintln!(
+        "MEASURE {rest} more spooled by {tasks} concurrent senders in {:?}",
+        fill_started.elapsed()
+    );
+    assert_eq!(spool_depth(&gw, &client).await, TOTAL as u64);
+    let mut gw = Arc::into_inner(gw).expect("sole owner");
+    stop(&mut gw).await;
+
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let started = Instant::now();
+    let gw = Gateway::start(&cfg).await;
+    let listening = started.elapsed();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut count = 0;
+    while count < TOTAL as u32 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        count = broker.message_count().await;
+    }
+    eprintln!(
+        "MEASURE drain of {TOTAL}: {count} in the queue {:?} after start ({listening:?} to listening)",
+        started.elapsed()
+    );
+    assert_eq!(count, TOTAL as u32, "drain did not finish");
+    drop(gw);
+    broker.delete().await;
+}
