@@ -54,6 +54,9 @@ impl Admin {
         if self.shutdown.is_cancelled() {
             return (false, "shutting down");
         }
+        if !self.pipeline.state().is_healthy() {
+            return (false, "not ready: state store unreachable");
+        }
         if self.pipeline.publisher().is_connected() {
             return (true, "ready: broker connected");
         }

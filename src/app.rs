@@ -10,8 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::Admin;
 use crate::config::Config;
-use crate::dedup::SledMarks;
-use crate::guard_state::{GuardState, RouteGuard};
+use crate::guard_state::RouteGuard;
 use crate::http::{serve_admin, serve_webhooks, WebhookService};
 use crate::metrics::Metrics;
 use crate::pipeline::{system_clock, Clock, Pipeline, RouteRuntime};
@@ -20,6 +19,7 @@ use crate::ratelimit::TokenBucket;
 use crate::secrets::{RouteSecrets, SecretError};
 use crate::signature::Scheme;
 use crate::spool::Spool;
+use crate::state::{BackendChoice, StateStore};
 use crate::store::{Store, StoreError};
 use crate::tls::{TlsError, TlsReloader};
 
@@ -37,6 +37,8 @@ pub enum AppError {
     Route { route: String, reason: String },
     #[error("amqp.url_env: environment variable {0} is not set or empty")]
     AmqpUrlEnv(String),
+    #[error("{0}")]
+    Backend(String),
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error(transparent)]
@@ -79,6 +81,7 @@ impl Default for Options {
 /// fails fast.
 pub struct Prepared {
     config: Config,
+    backend: BackendChoice,
     store: Store,
     routes: Vec<RouteRuntime>,
     tls: Option<Arc<TlsReloader>>,
@@ -132,9 +135,11 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
         .map(TlsReloader::new)
         .transpose()?
         .map(Arc::new);
+    let backend = BackendChoice::from_config(&config).map_err(AppError::Backend)?;
     let store = Store::open(&config.store.path)?;
     Ok(Prepared {
         config,
+        backend,
         store,
         routes,
         tls,
@@ -160,6 +165,7 @@ pub async fn serve(
 ) -> Result<(), AppError> {
     let Prepared {
         config,
+        backend,
         store,
         routes,
         tls,
@@ -179,13 +185,15 @@ pub async fn serve(
             "spool holds events from a previous run; draining once the broker is up"
         );
     }
-    let marks = SledMarks::new(store.tree("dedup")?, config.dedup.in_flight_lease);
-    let guards = GuardState::new(store.tree("guard")?);
+    let state = Arc::new(StateStore::open(&backend, &config, &store)?);
+    tracing::info!(backend = state.name(), "dedup and guard state store");
+    if matches!(backend, BackendChoice::Redis(_)) {
+        tokio::spawn(ping_loop(state.clone(), stop_background.clone()));
+    }
     let pipeline = Arc::new(Pipeline::new(
         &config,
         routes,
-        marks,
-        guards,
+        state,
         spool.clone(),
         publisher.clone(),
         metrics.clone(),
@@ -265,6 +273,26 @@ pub async fn serve(
     let _ = admin_task.await;
     tracing::info!("shutdown complete");
     Ok(())
+}
+
+/// Keeps the Redis health flag current while no requests flow, so `/readyz` tells.
+async fn ping_loop(state: Arc<StateStore>, stop: CancellationToken) {
+    let mut was_healthy = true;
+    loop {
+        let healthy = state.ping().await.is_ok();
+        if healthy != was_healthy {
+            if healthy {
+                tracing::info!("state store reachable again");
+            } else {
+                tracing::error!("state store unreachable; answering 503 until it is back");
+            }
+            was_healthy = healthy;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
 }
 
 async fn sweep_loop(pipeline: Arc<Pipeline>, every: Duration, stop: CancellationToken) {

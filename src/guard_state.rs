@@ -16,7 +16,8 @@ use crate::guard::{
     decide_keyword, decide_status, status_of, GuardDrop, KeywordLists, KeywordState, StatusRanks,
     StatusState, Verdict,
 };
-use crate::store::{StoreError, Tree};
+use crate::state::{KeyLock, StateStore};
+use crate::store::StoreError;
 
 struct StatusRules {
     events: HashSet<String>,
@@ -74,11 +75,12 @@ struct Stored<S> {
     state: S,
 }
 
-/// A decided check that still holds its key's lock.
+/// A decided check that still holds its key's lock: finish it with
+/// [`GuardState::commit`] or [`GuardState::abandon`].
 pub struct Held {
     key: Vec<u8>,
     update: Option<(Vec<u8>, Option<i64>)>,
-    _lock: OwnedMutexGuard<()>,
+    lock: KeyLock,
 }
 
 /// What the guard says about an event.
@@ -91,19 +93,15 @@ pub enum Check {
     Drop(GuardDrop),
 }
 
-/// Guard state of every route in one store tree, with per-key locks.
+/// Guard state of every route, with per-key locks, in the chosen state store.
 pub struct GuardState {
-    tree: Tree,
-    locks: KeyedLocks,
+    store: Arc<StateStore>,
 }
 
 impl GuardState {
-    /// Guard state kept in `tree`.
-    pub fn new(tree: Tree) -> Self {
-        Self {
-            tree,
-            locks: KeyedLocks::default(),
-        }
+    /// Guard state kept in `store`.
+    pub fn new(store: Arc<StateStore>) -> Self {
+        Self { store }
     }
 
     /// Decides an event; events with the same key are decided one at a time, until the
@@ -126,10 +124,12 @@ impl GuardState {
             };
             let status = status_of(&event.event_type, event.field(&r.status).as_deref());
             let key = format!("{route}\0status\0{message_id}").into_bytes();
-            let lock = self.locks.lock(&key).await;
-            let state: Option<StatusState> = self.load(&key, now_ms)?;
-            let verdict = decide_status(state.as_ref(), &status, ts, &r.ranks);
-            return self.held(key, lock, verdict, Some(now_ms + r.retention_ms));
+            let lock = self.store.lock(&key).await?;
+            let state = self.load::<StatusState>(&key, now_ms).await;
+            let verdict = state.map(|s| decide_status(s.as_ref(), &status, ts, &r.ranks));
+            return self
+                .held(key, lock, verdict, Some(now_ms + r.retention_ms))
+                .await;
         }
         if let Some(r) = rules
             .keywords
@@ -143,54 +143,69 @@ impl GuardState {
                 return Ok(Check::Unguarded);
             };
             let key = format!("{route}\0keyword\0{contact}\0{channel}").into_bytes();
-            let lock = self.locks.lock(&key).await;
-            let state: Option<KeywordState> = self.load(&key, now_ms)?;
-            let verdict = decide_keyword(state.as_ref(), keyword, ts, r.help_window_ms);
-            return self.held(key, lock, verdict, r.retention_ms.map(|d| now_ms + d));
+            let lock = self.store.lock(&key).await?;
+            let state = self.load::<KeywordState>(&key, now_ms).await;
+            let verdict = state.map(|s| decide_keyword(s.as_ref(), keyword, ts, r.help_window_ms));
+            return self
+                .held(key, lock, verdict, r.retention_ms.map(|d| now_ms + d))
+                .await;
         }
         Ok(Check::Unguarded)
     }
 
     /// Stores the new state of an accepted event and releases its key.
-    pub fn commit(&self, held: Held) -> Result<(), StoreError> {
-        if let Some((value, _)) = &held.update {
-            self.tree.insert(&held.key, value)?;
-        }
-        Ok(())
+    pub async fn commit(&self, held: Held, now_ms: i64) -> Result<(), StoreError> {
+        let result = match &held.update {
+            Some((value, expires_ms)) => {
+                self.store.put(&held.key, value, now_ms, *expires_ms).await
+            }
+            None => Ok(()),
+        };
+        self.store.unlock(held.lock).await;
+        result
     }
 
-    fn held<S: Serialize>(
+    /// Releases the key of an event that was not accepted; its state stays as it was.
+    pub async fn abandon(&self, held: Held) {
+        self.store.unlock(held.lock).await;
+    }
+
+    async fn held<S: Serialize>(
         &self,
         key: Vec<u8>,
-        lock: OwnedMutexGuard<()>,
-        verdict: Verdict<S>,
+        lock: KeyLock,
+        verdict: Result<Verdict<S>, StoreError>,
         expires_ms: Option<i64>,
     ) -> Result<Check, StoreError> {
-        match verdict {
-            Verdict::Drop(reason) => Ok(Check::Drop(reason)),
-            Verdict::Accept(new_state) => {
-                let update = new_state
-                    .map(|state| {
-                        serde_json::to_vec(&Stored { expires_ms, state })
-                            .map(|v| (v, expires_ms))
-                            .map_err(|e| StoreError::Io(e.to_string()))
-                    })
-                    .transpose()?;
-                Ok(Check::Accept(Held {
-                    key,
-                    update,
-                    _lock: lock,
-                }))
+        let update = match verdict {
+            Ok(Verdict::Accept(new_state)) => new_state
+                .map(|state| {
+                    serde_json::to_vec(&Stored { expires_ms, state })
+                        .map(|v| (v, expires_ms))
+                        .map_err(|e| StoreError::Io(e.to_string()))
+                })
+                .transpose(),
+            Ok(Verdict::Drop(reason)) => {
+                self.store.unlock(lock).await;
+                return Ok(Check::Drop(reason));
+            }
+            Err(e) => Err(e),
+        };
+        match update {
+            Ok(update) => Ok(Check::Accept(Held { key, update, lock })),
+            Err(e) => {
+                self.store.unlock(lock).await;
+                Err(e)
             }
         }
     }
 
-    fn load<S: for<'de> Deserialize<'de>>(
+    async fn load<S: for<'de> Deserialize<'de>>(
         &self,
         key: &[u8],
         now_ms: i64,
     ) -> Result<Option<S>, StoreError> {
-        let Some(bytes) = self.tree.get(key)? else {
+        let Some(bytes) = self.store.get(key).await? else {
             return Ok(None);
         };
         // State that no longer parses (an older format) is treated as absent, not as an error
@@ -200,30 +215,16 @@ impl GuardState {
             .filter(|s| s.expires_ms.is_none_or(|e| e > now_ms))
             .map(|s| s.state))
     }
+}
 
-    /// Deletes expired state; returns how many entries were removed.
-    pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
-        #[derive(Deserialize)]
-        struct Expiry {
-            expires_ms: Option<i64>,
-        }
-        let mut removed = 0;
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self.tree.page(after.as_deref(), 10_000)?;
-            let Some((last, _)) = page.last() else {
-                return Ok(removed);
-            };
-            after = Some(last.clone());
-            for (key, value) in &page {
-                let expired = serde_json::from_slice::<Expiry>(value)
-                    .map_or(true, |e| e.expires_ms.is_some_and(|e| e <= now_ms));
-                if expired && self.tree.compare_and_swap(key, Some(value), None)? {
-                    removed += 1;
-                }
-            }
-        }
+/// Whether a stored guard value has expired at `now_ms` (unreadable values count as expired).
+pub fn is_expired(value: &[u8], now_ms: i64) -> bool {
+    #[derive(Deserialize)]
+    struct Expiry {
+        expires_ms: Option<i64>,
     }
+    serde_json::from_slice::<Expiry>(value)
+        .map_or(true, |e| e.expires_ms.is_some_and(|e| e <= now_ms))
 }
 
 /// One async mutex per key, created on demand and forgotten when unused, so different keys

@@ -20,6 +20,8 @@
 //! - [`publish`]: the AMQP connection and confirm channels. The only lapin importer.
 //! - [`spool`]: the durable FIFO in front of the broker and its drainer.
 //! - [`store`]: the sled database. The only sled importer.
+//! - [`state`]: the backend of dedup marks and guard state, chosen once: sled, or
+//!   [`redis_store`] (the only redis importer) for several replicas.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/spool`.
 //! - [`metrics`]: the Prometheus registry.
 //! - [`ratelimit`]: the per-route token bucket.
@@ -37,9 +39,11 @@ pub mod metrics;
 pub mod pipeline;
 pub mod publish;
 pub mod ratelimit;
+pub mod redis_store;
 pub mod secrets;
 pub mod shutdown;
 pub mod signature;
 pub mod spool;
+pub mod state;
 pub mod store;
 pub mod tls;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::{Config, Route};
-use crate::dedup::{event_key, request_key, Claim, SledMarks};
+use crate::dedup::{event_key, request_key, Claim, KeyState};
 use crate::event::{self, Delivery, Event, ParseError};
 use crate::guard_state::{Check, GuardState, RouteGuard};
 use crate::metrics::{Metrics, RouteLabel, RouteReason};
@@ -14,6 +14,7 @@ use crate::ratelimit::TokenBucket;
 use crate::secrets::RouteSecrets;
 use crate::signature::Scheme;
 use crate::spool::{Spool, SpoolError};
+use crate::state::StateStore;
 use crate::store::StoreError;
 
 /// Unix time in milliseconds; injected so tests can move time without sleeping.
@@ -89,9 +90,11 @@ struct Settings {
     exchange: String,
     routing_key: String,
     dropped_routing_key: Option<String>,
+    ttl: Duration,
     ttl_ms: i64,
     skew_ms: i64,
     in_flight_wait: Duration,
+    in_flight_lease: Duration,
 }
 
 /// Everything a request needs, shared by all connections.
@@ -99,7 +102,7 @@ pub struct Pipeline {
     /// Routes in config order.
     pub routes: Vec<RouteRuntime>,
     settings: Settings,
-    marks: SledMarks,
+    state: Arc<StateStore>,
     guards: GuardState,
     spool: Arc<Spool>,
     publisher: Publisher,
@@ -118,8 +121,7 @@ impl Pipeline {
     pub fn new(
         config: &Config,
         routes: Vec<RouteRuntime>,
-        marks: SledMarks,
-        guards: GuardState,
+        state: Arc<StateStore>,
         spool: Arc<Spool>,
         publisher: Publisher,
         metrics: Arc<Metrics>,
@@ -131,12 +133,14 @@ impl Pipeline {
                 exchange: config.amqp.exchange.clone(),
                 routing_key: config.amqp.routing_key.clone(),
                 dropped_routing_key: config.amqp.dropped_routing_key.clone(),
+                ttl: config.dedup.ttl,
                 ttl_ms: config.dedup.ttl.as_millis() as i64,
                 skew_ms: config.max_clock_skew.as_millis() as i64,
                 in_flight_wait: config.dedup.in_flight_wait,
+                in_flight_lease: config.dedup.in_flight_lease,
             },
-            marks,
-            guards,
+            guards: GuardState::new(state.clone()),
+            state,
             spool,
             publisher,
             metrics,
@@ -275,11 +279,15 @@ impl Pipeline {
         loop {
             let now = self.now_ms();
             if let Some(k) = &req_key {
-                if self.marks.state(k, now)? == crate::dedup::KeyState::Done {
+                if self.state.mark_state(k, now).await? == KeyState::Done {
                     return Ok(duplicate());
                 }
             }
-            match self.marks.try_claim(&ev_key, token, now)? {
+            match self
+                .state
+                .try_claim(&ev_key, token, now, self.settings.in_flight_lease)
+                .await?
+            {
                 Claim::Claimed => break,
                 Claim::Done => return Ok(duplicate()),
                 Claim::InFlight if Instant::now() >= deadline => {
@@ -302,10 +310,11 @@ impl Pipeline {
             Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) => {
                 // A drop is final too: the sender got its 200, and a retry must not be judged
                 // against state that has moved on since.
-                self.marks
-                    .mark_done(&done_keys, self.now_ms() + self.settings.ttl_ms)?;
+                self.state
+                    .mark_done(&done_keys, self.now_ms(), self.settings.ttl)
+                    .await?;
             }
-            _ => self.marks.release(&ev_key, token)?,
+            _ => self.state.release(&ev_key, token).await?,
         }
         result
     }
@@ -332,7 +341,7 @@ impl Pipeline {
         match self.deliver(&msg).await {
             Ok(how) => {
                 if let Some(held) = held {
-                    self.guards.commit(held)?;
+                    self.guards.commit(held, now_ms).await?;
                 }
                 if matches!(how, Delivered::Spooled) {
                     tracing::debug!(route = name, event_id = %event.id, "event spooled");
@@ -341,16 +350,25 @@ impl Pipeline {
                     event_id: event.id.clone(),
                 })
             }
-            Err(SpoolError::Store(e)) => Err(e),
             Err(error) => {
-                tracing::warn!(route = name, event_id = %event.id, %error, "event not accepted; answering 503");
-                let retry_after = match error {
-                    SpoolError::Full { .. } => RETRY_AFTER_SPOOL_FULL,
-                    _ => RETRY_AFTER_UNAVAILABLE,
+                if let Some(held) = held {
+                    self.guards.abandon(held).await;
+                }
+                let SpoolError::Store(error) = error else {
+                    return Ok(self.unavailable(name, event, error));
                 };
-                Ok(Outcome::Unavailable { retry_after })
+                Err(error)
             }
         }
+    }
+
+    fn unavailable(&self, name: &str, event: &Event, error: SpoolError) -> Outcome {
+        tracing::warn!(route = name, event_id = %event.id, %error, "event not accepted; answering 503");
+        let retry_after = match error {
+            SpoolError::Full { .. } => RETRY_AFTER_SPOOL_FULL,
+            _ => RETRY_AFTER_UNAVAILABLE,
+        };
+        Outcome::Unavailable { retry_after }
     }
 
     /// Publishes with a confirm, or spools. While the spool holds anything, new events go
@@ -419,12 +437,13 @@ impl Pipeline {
     /// Removes expired dedup marks and guard state; returns how many entries went.
     pub fn sweep(&self) -> Result<usize, StoreError> {
         let now = self.now_ms();
-        Ok(self.marks.sweep(now)? + self.guards.sweep(now)?)
+        self.state
+            .sweep(now, |v| crate::guard_state::is_expired(v, now))
     }
 
-    /// The dedup marks (for tests and tools).
-    pub fn marks(&self) -> &SledMarks {
-        &self.marks
+    /// The dedup and guard state store.
+    pub fn state(&self) -> &StateStore {
+        &self.state
     }
 }
 

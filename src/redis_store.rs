@@ -1,0 +1,257 @@
+//! Dedup marks, guard state and guard-key locks in a shared Redis, for several replicas.
+//! The only module that imports the redis crate.
+//!
+//! Every operation has a deadline; a slow or unreachable Redis is a [`StoreError`], which
+//! the pipeline answers with 503 so the sender retries. Nothing is answered 200 unless its
+//! mark was written.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::AsyncCommands;
+
+use crate::dedup::{Claim, KeyState};
+use crate::store::StoreError;
+
+/// A Redis call slower than this counts as a failure (the request answers 503).
+const OP_TIMEOUT: Duration = Duration::from_secs(2);
+/// Value of a done mark.
+const DONE: &str = "d";
+/// How long a waiter sleeps between polls of a busy guard-key lock, at most.
+const LOCK_POLL_MAX: Duration = Duration::from_millis(50);
+
+/// Deletes a key only if it still holds our value: a claim or lock taken over after its
+/// lease must not be released by the old owner.
+const COMPARE_AND_DELETE: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"#;
+
+/// A checked Redis URL, parsed before any port is bound.
+#[derive(Clone)]
+pub struct RedisTarget {
+    client: redis::Client,
+    prefix: String,
+}
+
+impl RedisTarget {
+    /// Parses the URL (`redis://`, `rediss://`, with password and database).
+    pub fn new(url: &str, prefix: &str) -> Result<Self, String> {
+        let client = redis::Client::open(url).map_err(|e| format!("redis.url: {e}"))?;
+        Ok(Self {
+            client,
+            prefix: prefix.to_owned(),
+        })
+    }
+}
+
+/// The shared state store.
+#[derive(Clone)]
+pub struct RedisState {
+    conn: ConnectionManager,
+    prefix: String,
+    release: Arc<redis::Script>,
+    healthy: Arc<AtomicBool>,
+}
+
+impl RedisState {
+    /// Creates the connection manager; it connects lazily and reconnects by itself, so a
+    /// Redis that is down at start is not fatal.
+    pub fn connect(target: &RedisTarget) -> Result<Self, StoreError> {
+        let config = redis::aio::ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(OP_TIMEOUT))
+            .set_response_timeout(Some(OP_TIMEOUT))
+            .set_max_delay(Duration::from_secs(2))
+            .set_number_of_retries(1);
+        let conn = ConnectionManager::new_lazy_with_config(target.client.clone(), config)
+            .map_err(|e| StoreError::Io(format!("redis: {e}")))?;
+        Ok(Self {
+            conn,
+            prefix: target.prefix.clone(),
+            release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+            healthy: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// Whether the last Redis call succeeded.
+    pub fn is_healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Pings Redis (for readiness while no traffic flows).
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let mut c = self.conn.clone();
+        self.run(async move { redis::cmd("PING").query_async::<String>(&mut c).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// The state of a dedup key.
+    pub async fn state(&self, key: &[u8]) -> Result<KeyState, StoreError> {
+        let k = self.key(key);
+        let mut c = self.conn.clone();
+        let v: Option<String> = self.run(async move { c.get(k).await }).await?;
+        Ok(match v.as_deref() {
+            None => KeyState::Free,
+            Some(DONE) => KeyState::Done,
+            Some(_) => KeyState::InFlight,
+        })
+    }
+
+    /// Claims a dedup key with `SET NX PX lease`: the lease expires by itself if this
+    /// replica dies, so a crash leftover is taken over without a sweep.
+    pub async fn try_claim(
+        &self,
+        key: &[u8],
+        token: u64,
+        lease: Duration,
+    ) -> Result<Claim, StoreError> {
+        loop {
+            if self.set_nx(key, &token.to_string(), lease).await? {
+                return Ok(Claim::Claimed);
+            }
+            match self.state(key).await? {
+                KeyState::Done => return Ok(Claim::Done),
+                KeyState::InFlight => return Ok(Claim::InFlight),
+                // Expired between the SET and the GET: try again.
+                KeyState::Free => continue,
+            }
+        }
+    }
+
+    /// Marks keys done for `ttl`.
+    pub async fn mark_done(&self, keys: &[&[u8]], ttl: Duration) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.set_options(
+                self.key(key),
+                DONE,
+                redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(millis(ttl))),
+            )
+            .ignore();
+        }
+        let mut c = self.conn.clone();
+        self.run(async move { pipe.query_async::<()>(&mut c).await })
+            .await
+    }
+
+    /// Releases a claim if `token` still holds it.
+    pub async fn release(&self, key: &[u8], token: u64) -> Result<(), StoreError> {
+        self.compare_and_delete(self.key(key), token.to_string())
+            .await
+    }
+
+    /// Takes the lock of a guard key, polling with backoff until `wait` passes. The lock
+    /// expires after `lease` if this replica dies holding it.
+    pub async fn lock(
+        &self,
+        key: &[u8],
+        token: u64,
+        lease: Duration,
+        wait: Duration,
+    ) -> Result<(), StoreError> {
+        let lock_key = [b"lock:".as_slice(), key].concat();
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut pause = Duration::from_millis(2);
+        loop {
+            if self.set_nx(&lock_key, &token.to_string(), lease).await? {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StoreError::Io(
+                    "guard key is locked by another request for too long".into(),
+                ));
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(LOCK_POLL_MAX);
+        }
+    }
+
+    /// Releases a guard-key lock taken with `token`.
+    pub async fn unlock(&self, key: &[u8], token: u64) -> Result<(), StoreError> {
+        let lock_key = self.key(&[b"lock:".as_slice(), key].concat());
+        self.compare_and_delete(lock_key, token.to_string()).await
+    }
+
+    /// Reads guard state.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        let k = self.key(&[b"guard:".as_slice(), key].concat());
+        let mut c = self.conn.clone();
+        self.run(async move { c.get(k).await }).await
+    }
+
+    /// Writes guard state, forgotten after `ttl` when given.
+    pub async fn put(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let k = self.key(&[b"guard:".as_slice(), key].concat());
+        let mut c = self.conn.clone();
+        let value = value.to_vec();
+        match ttl {
+            Some(ttl) => {
+                self.run(async move { c.pset_ex::<_, _, ()>(k, value, millis(ttl)).await })
+                    .await
+            }
+            None => {
+                self.run(async move { c.set::<_, _, ()>(k, value).await })
+                    .await
+            }
+        }
+    }
+
+    async fn set_nx(&self, key: &[u8], value: &str, ttl: Duration) -> Result<bool, StoreError> {
+        let k = self.key(key);
+        let mut c = self.conn.clone();
+        let value = value.to_owned();
+        let opts = redis::SetOptions::default()
+            .conditional_set(redis::ExistenceCheck::NX)
+            .with_expiration(redis::SetExpiry::PX(millis(ttl)));
+        let reply: Option<String> = self
+            .run(async move { c.set_options(k, value, opts).await })
+            .await?;
+        Ok(reply.is_some())
+    }
+
+    async fn compare_and_delete(&self, key: Vec<u8>, value: String) -> Result<(), StoreError> {
+        let mut c = self.conn.clone();
+        let script = self.release.clone();
+        self.run(async move { script.key(key).arg(value).invoke_async::<i64>(&mut c).await })
+            .await
+            .map(|_| ())
+    }
+
+    /// Runs a call under the deadline and records whether Redis answered.
+    async fn run<T>(
+        &self,
+        op: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StoreError> {
+        let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(StoreError::Io(format!("redis: {e}"))),
+            Err(_) => Err(StoreError::Io(
+                "redis: no answer within the deadline".into(),
+            )),
+        };
+        self.healthy.store(result.is_ok(), Ordering::Relaxed);
+        result
+    }
+
+    /// The Redis key of a store key: prefix, then the route-namespaced key with its
+    /// separators made readable.
+    fn key(&self, key: &[u8]) -> Vec<u8> {
+        let mut out = self.prefix.as_bytes().to_vec();
+        out.extend(key.iter().map(|b| if *b == 0 { b':' } else { *b }));
+        out
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
