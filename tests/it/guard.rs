@@ -116,6 +116,12 @@ fn status_at(event_id: &str, message_id: &str, status: &str, ts_ms: i64) -> Stri
 #[tokio::test]
 async fn every_shared_scenario_through_the_binary() {
     require_broker!();
+    run_shared_scenarios(|cfg| cfg).await;
+}
+
+/// Runs every scenario of the shared file, each on an empty store: `configure` adapts the
+/// gateway config (e.g. to the Redis backend with a fresh key prefix).
+pub(crate) async fn run_shared_scenarios(configure: impl Fn(GatewayConfig) -> GatewayConfig) {
     let file: serde_json::Value = serde_json::from_str(SCENARIOS).expect("scenario file");
     let scenarios = file["scenarios"].as_array().expect("scenarios");
     assert!(!scenarios.is_empty());
@@ -125,9 +131,10 @@ async fn every_shared_scenario_through_the_binary() {
         let name = scenario["name"].as_str().expect("name");
         // A fresh store per scenario, as the file says.
         let dir = tempfile::tempdir().expect("tempdir");
-        let gw =
-            Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange).with_spec_guard())
-                .await;
+        let gw = Gateway::start(&configure(
+            GatewayConfig::new(dir.path(), &broker.exchange).with_spec_guard(),
+        ))
+        .await;
         let base = wall_ms() - 10 * 60_000;
         let mut expected_messages = Vec::new();
         let steps = scenario["steps"].as_array().expect("steps");
@@ -167,15 +174,25 @@ async fn every_shared_scenario_through_the_binary() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_statuses_for_one_message_never_publish_a_lower_rank() {
     require_broker!();
-    const ROUNDS: usize = 20;
-    const EVENTS: usize = 20;
     let dir = tempfile::tempdir().expect("tempdir");
     let broker = Broker::new().await;
     let gw = Arc::new(
         Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange).with_spec_guard()).await,
     );
+    concurrent_status_rounds(&[gw], &broker).await;
+    broker.delete().await;
+}
+
+/// Rounds of 20 status events for one message id sent at once in random order, spread over
+/// `gateways`; the statuses published per message must never go down in rank.
+pub(crate) async fn concurrent_status_rounds(gateways: &[Arc<Gateway>], broker: &Broker) {
+    const ROUNDS: usize = 20;
+    const EVENTS: usize = 20;
     let client = client(None);
-    wait_broker_connected(&client, &gw).await;
+    for gw in gateways {
+        wait_broker_connected(&client, gw).await;
+    }
+    let gw = &gateways[0];
 
     // message id -> (accepted event ids, highest rank sent)
     let mut accepted: BTreeMap<String, (Vec<String>, u32)> = BTreeMap::new();
@@ -204,8 +221,8 @@ async fn concurrent_statuses_for_one_message_never_publish_a_lower_rank() {
             .max()
             .expect("events");
         let mut tasks = tokio::task::JoinSet::new();
-        for (id, body) in events {
-            let (gw, client) = (gw.clone(), client.clone());
+        for (i, (id, body)) in events.into_iter().enumerate() {
+            let (gw, client) = (gateways[i % gateways.len()].clone(), client.clone());
             tasks.spawn(async move {
                 let answer = gw.deliver(&client, &body, &unique("req")).await;
                 (id, answer)
@@ -267,7 +284,6 @@ async fn concurrent_statuses_for_one_message_never_publish_a_lower_rank() {
             "{message_id}: published = accepted"
         );
     }
-    broker.delete().await;
 }
 
 #[tokio::test]

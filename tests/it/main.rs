@@ -6,4 +6,5 @@ mod accept;
 mod dedup;
 mod guard;
 mod ops;
+mod redis;
 mod spool;

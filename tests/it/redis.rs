@@ -1,0 +1,332 @@
+//! The Redis backend (SPEC §3 "Backends"): several gateways sharing one Redis behave as one
+//! for dedup and the guard, and a Redis outage is a 503, never a duplicate.
+
+use std::time::Duration;
+
+use crate::dedup::{ids, outcome, wait_broker_connected};
+use crate::guard::{concurrent_status_rounds, run_shared_scenarios};
+use crate::require_broker;
+use crate::util::proxy::Proxy;
+use crate::util::*;
+
+const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+
+/// Whether Redis can be used; the same rule as the broker (skip loudly, or fail in CI).
+fn redis_available() -> bool {
+    let up = std::net::TcpStream::connect_timeout(
+        &([127, 0, 0, 1], 6379).into(),
+        Duration::from_secs(2),
+    )
+    .is_ok();
+    if up {
+        return true;
+    }
+    if std::env::var_os("HOOKGATE_REQUIRE_BROKER").is_some() {
+        panic!("Redis is not reachable on 127.0.0.1:6379 and HOOKGATE_REQUIRE_BROKER is set");
+    }
+    eprintln!("\n!!!!! SKIPPING: Redis is not reachable on 127.0.0.1:6379 !!!!!\n");
+    false
+}
+
+macro_rules! require_redis {
+    () => {
+        require_broker!();
+        if !redis_available() {
+            return;
+        }
+    };
+}
+
+/// Points a gateway config at Redis with its own key prefix.
+fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> GatewayConfig {
+    cfg.extra.push_str(&format!(
+        "dedup:\n  backend: redis\nredis:\n  url: {url}\n  key_prefix: \"{prefix}\"\n"
+    ));
+    cfg
+}
+
+/// Deletes every key under `prefix`, so test runs leave the shared Redis as they found it.
+async fn cleanup(prefix: &str) {
+    let client = redis::Client::open(REDIS_URL).expect("redis url");
+    let mut conn = tokio::time::timeout(BROKER_TIMEOUT, client.get_multiplexed_async_connection())
+        .await
+        .expect("redis connect timed out")
+        .expect("redis connect");
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .expect("keys");
+    if !keys.is_empty() {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&keys)
+            .query_async(&mut conn)
+            .await
+            .expect("del");
+    }
+}
+
+/// Two gateways (each with its own sled store and spool) sharing one Redis prefix.
+async fn pair(
+    broker: &Broker,
+    dirs: &[tempfile::TempDir; 2],
+    prefix: &str,
+    guard: bool,
+) -> (Gateway, Gateway) {
+    let make = |d: &tempfile::TempDir| {
+        let cfg = GatewayConfig::new(d.path(), &broker.exchange);
+        let cfg = if guard { cfg.with_spec_guard() } else { cfg };
+        on_redis(cfg, REDIS_URL, prefix)
+    };
+    let a = Gateway::start(&make(&dirs[0])).await;
+    let b = Gateway::start(&make(&dirs[1])).await;
+    // Both publish directly (not into their spools), so a sentinel sent through either
+    // arrives after everything accepted before it.
+    let client = client(None);
+    wait_broker_connected(&client, &a).await;
+    wait_broker_connected(&client, &b).await;
+    (a, b)
+}
+
+#[tokio::test]
+async fn deliveries_alternated_between_two_instances_publish_each_event_once() {
+    require_redis!();
+    let broker = Broker::new().await;
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let prefix = unique("hg-test") + ":";
+    let (a, b) = pair(&broker, &dirs, &prefix, false).await;
+    let client = client(None);
+    let mut expected = Vec::new();
+    for i in 0..20 {
+        let id = format!("evt_alt_{i}");
+        let body = event_body(&id);
+        let (first, second) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let (s1, r1) = first.deliver(&client, &body, &unique("req")).await;
+        // The sender's retry lands on the other replica, with a new request id.
+        let (s2, r2) = second.deliver(&client, &body, &unique("req")).await;
+        assert_eq!((s1, outcome(&r1).as_str()), (200, "accepted"), "{id}");
+        assert_eq!((s2, outcome(&r2).as_str()), (200, "duplicate"), "{id}");
+        expected.push(id);
+    }
+    let sentinel = unique("sentinel");
+    a.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(ids(&broker.until(&sentinel).await), expected);
+    cleanup(&prefix).await;
+    broker.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_deliveries_spread_over_two_instances_publish_once() {
+    require_redis!();
+    let broker = Broker::new().await;
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let prefix = unique("hg-test") + ":";
+    let (a, b) = pair(&broker, &dirs, &prefix, false).await;
+    let client = client(None);
+    let body = event_body("evt_fifty");
+    let urls = [a.url("/webhooks/botix"), b.url("/webhooks/botix")];
+    let signature = sign(SECRET, body.as_bytes());
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        let (client, url, body, signature) = (
+            client.clone(),
+            urls[i % 2].clone(),
+            body.clone(),
+            signature.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let resp = client
+                .post(url)
+                .header("x-botix-signature", signature)
+                .header("x-botix-request-id", format!("req_{i}"))
+                .body(body)
+                .send()
+                .await
+                .expect("send");
+            let status = resp.status().as_u16();
+            let answer: serde_json::Value = resp.json().await.expect("json");
+            (status, outcome(&answer))
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        let (status, what) = t.await.expect("task");
+        assert_eq!(status, 200, "{what}");
+        match what.as_str() {
+            "accepted" => accepted += 1,
+            "duplicate" => {}
+            other => panic!("unexpected outcome {other}"),
+        }
+    }
+    assert_eq!(accepted, 1);
+    let sentinel = unique("sentinel");
+    b.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(ids(&broker.until(&sentinel).await), vec!["evt_fifty"]);
+    cleanup(&prefix).await;
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn a_status_regression_and_a_repeated_stop_are_dropped_across_instances() {
+    require_redis!();
+    let broker = Broker::new().await;
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let prefix = unique("hg-test") + ":";
+    let (a, b) = pair(&broker, &dirs, &prefix, true).await;
+    let client = client(None);
+    let (_, r) = a
+        .deliver(&client, &status_body("e1", "msg_x", "delivered"), "r1")
+        .await;
+    assert_eq!(outcome(&r), "accepted");
+    let (_, r) = b
+        .deliver(&client, &status_body("e2", "msg_x", "sent"), "r2")
+        .await;
+    assert_eq!(outcome(&r), "dropped:stale_status");
+    let stop = |id: &str, text: &str| {
+        serde_json::json!({"id": id, "event": "message.received", "timestamp": rfc3339_from_now(0),
+            "data": {"from": "+15550001111", "to": "+15550002222", "text": text}})
+        .to_string()
+    };
+    let (_, r) = b.deliver(&client, &stop("k1", "STOP"), "r3").await;
+    assert_eq!(outcome(&r), "accepted");
+    let (_, r) = a.deliver(&client, &stop("k2", "stop"), "r4").await;
+    assert_eq!(outcome(&r), "dropped:repeated_stop");
+    let sentinel = unique("sentinel");
+    a.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(ids(&broker.until(&sentinel).await), vec!["e1", "k1"]);
+    cleanup(&prefix).await;
+    broker.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_statuses_over_two_instances_never_publish_a_lower_rank() {
+    require_redis!();
+    let broker = Broker::new().await;
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let prefix = unique("hg-test") + ":";
+    let (a, b) = pair(&broker, &dirs, &prefix, true).await;
+    concurrent_status_rounds(&[std::sync::Arc::new(a), std::sync::Arc::new(b)], &broker).await;
+    cleanup(&prefix).await;
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn redis_cut_mid_stream_gives_503s_no_duplicate_and_recovers() {
+    require_redis!();
+    let broker = Broker::new().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let proxy = Proxy::start(([127, 0, 0, 1], 6379).into()).await;
+    let prefix = unique("hg-test") + ":";
+    let url = format!("redis://{}/0", proxy.addr);
+    let gw = Gateway::start(&on_redis(
+        GatewayConfig::new(dir.path(), &broker.exchange),
+        &url,
+        &prefix,
+    ))
+    .await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    let mut accepted = Vec::new();
+    let mut refused = Vec::new();
+    for i in 0..10 {
+        let id = format!("evt_before_{i}");
+        let (s, r) = gw.deliver(&client, &event_body(&id), &unique("req")).await;
+        assert_eq!((s, outcome(&r).as_str()), (200, "accepted"), "{id}");
+        accepted.push(id);
+    }
+    proxy.cut();
+    for i in 0..10 {
+        let id = format!("evt_during_{i}");
+        let (s, r) = gw.deliver(&client, &event_body(&id), &unique("req")).await;
+        assert_eq!(s, 503, "{id}: {r}");
+        refused.push(id);
+    }
+    let ready = client
+        .get(gw.admin_url("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    assert_eq!(
+        ready.status(),
+        503,
+        "readiness must say the store is unreachable"
+    );
+    let metrics = client
+        .get(gw.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let errors: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("hookgate_store_errors_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("store error counter");
+    assert!(errors >= 10.0, "store errors counted: {errors}");
+
+    proxy.restore();
+    // Recovery by itself: the sender's retries of the refused events go through.
+    let deadline = tokio::time::Instant::now() + BROKER_TIMEOUT;
+    for id in &refused {
+        loop {
+            let (s, r) = gw.deliver(&client, &event_body(id), &unique("req")).await;
+            if s == 200 {
+                assert_eq!(
+                    outcome(&r),
+                    "accepted",
+                    "{id} was refused before, so it is new"
+                );
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "Redis never came back: {s} {r}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        accepted.push(id.clone());
+    }
+    // Retries of events accepted before the cut are still duplicates.
+    let (_, r) = gw
+        .deliver(&client, &event_body("evt_before_0"), "again")
+        .await;
+    assert_eq!(outcome(&r), "duplicate");
+    let sentinel = unique("sentinel");
+    gw.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(
+        ids(&broker.until(&sentinel).await),
+        accepted,
+        "each event exactly once"
+    );
+    cleanup(&prefix).await;
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn the_shared_guard_scenarios_pass_on_the_redis_backend() {
+    require_redis!();
+    let run = unique("hg-test");
+    // A fresh prefix per scenario gives each an empty store, as the file asks.
+    let counter = std::sync::atomic::AtomicUsize::new(0);
+    run_shared_scenarios(|cfg| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        on_redis(cfg, REDIS_URL, &format!("{run}:{n}:"))
+    })
+    .await;
+    cleanup(&run).await;
+}
