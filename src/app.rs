@@ -35,8 +35,8 @@ pub enum AppError {
     Secret { route: String, source: SecretError },
     #[error("route {route}: {reason}")]
     Route { route: String, reason: String },
-    #[error("amqp.url_env: environment variable {0} is not set or empty")]
-    AmqpUrlEnv(String),
+    #[error("url_env: environment variable {0} is not set or empty")]
+    UrlEnv(String),
     #[error("{0}")]
     Backend(String),
     #[error(transparent)]
@@ -97,11 +97,13 @@ impl Prepared {
 /// Loads secrets, TLS material and the store.
 pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
     crate::tls::install_crypto_provider();
+    // URLs with passwords may come from the environment (a Kubernetes Secret) rather than
+    // the config file (a ConfigMap).
     if let Some(var) = &config.amqp.url_env {
-        config.amqp.url = std::env::var(var)
-            .ok()
-            .filter(|u| !u.is_empty())
-            .ok_or_else(|| AppError::AmqpUrlEnv(var.clone()))?;
+        config.amqp.url = url_from_env(var)?;
+    }
+    if let Some(var) = &config.redis.url_env {
+        config.redis.url = url_from_env(var)?;
     }
     let mut routes = Vec::with_capacity(config.routes.len());
     for route in &config.routes {
@@ -144,6 +146,13 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
         routes,
         tls,
     })
+}
+
+fn url_from_env(var: &str) -> Result<String, AppError> {
+    std::env::var(var)
+        .ok()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| AppError::UrlEnv(var.to_owned()))
 }
 
 /// Prepares and serves with production options.

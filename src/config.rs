@@ -210,6 +210,10 @@ pub struct Redis {
     /// `redis://` or `rediss://` URL. Default `redis://127.0.0.1:6379/0`. Redacted when printed.
     #[serde(default = "default_redis_url")]
     pub url: String,
+    /// Environment variable holding the whole URL (password included); overrides `url`.
+    /// Default unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_env: Option<String>,
     /// Prefix of every key, so several gateways can share one Redis. Default `hookgate:`.
     #[serde(default = "default_key_prefix")]
     pub key_prefix: String,
@@ -219,6 +223,7 @@ impl Default for Redis {
     fn default() -> Self {
         Self {
             url: default_redis_url(),
+            url_env: None,
             key_prefix: default_key_prefix(),
         }
     }
@@ -810,19 +815,10 @@ fn default_status_ptr() -> String {
     "/data/status".into()
 }
 fn default_ranks() -> BTreeMap<String, u32> {
-    [
-        ("queued", 0),
-        ("accepted", 0),
-        ("sending", 1),
-        ("sent", 2),
-        ("delivered", 3),
-        ("undelivered", 3),
-        ("failed", 3),
-        ("read", 4),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v))
-    .collect()
+    crate::guard::DEFAULT_RANKS
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
 }
 fn default_status_retention() -> Duration {
     Duration::from_secs(7 * 24 * 3600)
@@ -840,13 +836,13 @@ fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 fn default_stop_words() -> Vec<String> {
-    words(&["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"])
+    words(&crate::guard::DEFAULT_STOP)
 }
 fn default_start_words() -> Vec<String> {
-    words(&["START", "UNSTOP", "YES"])
+    words(&crate::guard::DEFAULT_START)
 }
 fn default_help_words() -> Vec<String> {
-    words(&["HELP", "INFO"])
+    words(&crate::guard::DEFAULT_HELP)
 }
 fn default_help_window() -> Duration {
     Duration::from_secs(60)
@@ -941,6 +937,17 @@ routes:
             "{MINIMAL}  - name: other\n    path: /webhooks/botix\n    secrets:\n      - secret: x\n"
         );
         assert!(err(&twice).contains("used twice"));
+    }
+
+    #[test]
+    fn yaml_1_1_booleans_in_keyword_lists_stay_words() {
+        let text = format!(
+            "{MINIMAL}    guard:\n      keywords:\n        events: [message.received]\n        start: [YES, ON, Si]\n"
+        );
+        let c = Config::parse(&text).expect("parses");
+        let kw = c.routes[0].guard.keywords.as_ref().expect("keywords");
+        assert_eq!(kw.start, vec!["YES", "ON", "Si"]);
+        assert_eq!(kw.stop, crate::guard::DEFAULT_STOP.to_vec());
     }
 
     #[test]

@@ -108,22 +108,31 @@ impl StatusRanks {
     }
 }
 
+/// The SPEC §4 rank table, used when a route configures none.
+pub const DEFAULT_RANKS: [(&str, u32); 8] = [
+    ("queued", 0),
+    ("accepted", 0),
+    ("sending", 1),
+    ("sent", 2),
+    ("delivered", 3),
+    ("undelivered", 3),
+    ("failed", 3),
+    ("read", 4),
+];
+/// The SPEC §4 opt-out keywords.
+pub const DEFAULT_STOP: [&str; 6] = ["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"];
+/// The SPEC §4 opt-in keywords.
+pub const DEFAULT_START: [&str; 3] = ["START", "UNSTOP", "YES"];
+/// The SPEC §4 help keywords.
+pub const DEFAULT_HELP: [&str; 2] = ["HELP", "INFO"];
+
 impl Default for StatusRanks {
-    /// SPEC defaults: queued 0, accepted 0, sending 1, sent 2, delivered 3, undelivered 3, failed 3, read 4.
+    /// [`DEFAULT_RANKS`].
     fn default() -> Self {
         Self::new(
-            [
-                ("queued", 0),
-                ("accepted", 0),
-                ("sending", 1),
-                ("sent", 2),
-                ("delivered", 3),
-                ("undelivered", 3),
-                ("failed", 3),
-                ("read", 4),
-            ]
-            .into_iter()
-            .map(|(name, rank)| (name.to_owned(), rank)),
+            DEFAULT_RANKS
+                .into_iter()
+                .map(|(name, rank)| (name.to_owned(), rank)),
         )
     }
 }
@@ -245,15 +254,15 @@ impl KeywordLists {
 }
 
 impl Default for KeywordLists {
-    /// SPEC defaults: STOP, STOPALL, UNSUBSCRIBE, CANCEL, END, QUIT / START, UNSTOP, YES / HELP, INFO.
+    /// [`DEFAULT_STOP`], [`DEFAULT_START`], [`DEFAULT_HELP`].
     fn default() -> Self {
         fn owned(words: &[&str]) -> Vec<String> {
             words.iter().map(|w| (*w).to_owned()).collect()
         }
         Self::new(
-            &owned(&["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"]),
-            &owned(&["START", "UNSTOP", "YES"]),
-            &owned(&["HELP", "INFO"]),
+            &owned(&DEFAULT_STOP),
+            &owned(&DEFAULT_START),
+            &owned(&DEFAULT_HELP),
         )
     }
 }

@@ -8,6 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+/// sled's page cache. Its default (1 GiB) would let a large store grow the process past a
+/// sidecar's memory limit; hot keys (recent marks, the spool head) fit in far less.
+const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+
 /// A store failure; the message names the path or operation, never a value.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -59,12 +63,16 @@ impl Store {
             reason,
         };
         std::fs::create_dir_all(path).map_err(|e| open_err(e.to_string()))?;
-        let db = sled::Config::new().path(path).open().map_err(|e| match e {
-            sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => open_err(
-                "it is locked by another process (is another hookgate running on it?)".into(),
-            ),
-            other => open_err(other.to_string()),
-        })?;
+        let db = sled::Config::new()
+            .path(path)
+            .cache_capacity(CACHE_BYTES)
+            .open()
+            .map_err(|e| match e {
+                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => open_err(
+                    "it is locked by another process (is another hookgate running on it?)".into(),
+                ),
+                other => open_err(other.to_string()),
+            })?;
         Ok(Self {
             db,
             path: path.to_owned(),

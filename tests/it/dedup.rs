@@ -253,19 +253,12 @@ async fn freshness_drops_expired_and_future_and_reads_every_timestamp_form() {
     assert_eq!((s, outcome(&a)), (200, "accepted".into()));
     accepted.push("evt_future".into());
 
-    let metrics = client
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = scrape(&client, &gw).await;
     for (reason, n) in [("expired", 1.0), ("future_timestamp", 1.0)] {
         assert_eq!(
             crate::guard::dropped_total(&metrics, reason),
             n,
-            "{reason} in\n{metrics}"
+            "{reason} in\n{metrics:?}"
         );
     }
     gw.deliver(&client, &event_body("sentinel"), "req_s").await;

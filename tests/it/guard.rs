@@ -14,17 +14,7 @@ const SCENARIOS: &str = include_str!(concat!(
     "/../shared/testdata/guard_scenarios.json"
 ));
 
-/// The default rank table of SPEC §4.
-const RANKS: [(&str, u32); 8] = [
-    ("queued", 0),
-    ("accepted", 0),
-    ("sending", 1),
-    ("sent", 2),
-    ("delivered", 3),
-    ("undelivered", 3),
-    ("failed", 3),
-    ("read", 4),
-];
+use hookgate::guard::DEFAULT_RANKS as RANKS;
 
 fn rank(status: &str) -> u32 {
     RANKS
@@ -34,72 +24,12 @@ fn rank(status: &str) -> u32 {
         .unwrap_or_else(|| panic!("{status} is not in the default rank table"))
 }
 
-/// Parses a Prometheus / OpenMetrics exposition: `(name, labels) -> value`.
-pub(crate) fn parse_metrics(text: &str) -> Vec<(String, BTreeMap<String, String>, f64)> {
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        let (series, value) = line.rsplit_once(' ').expect("sample line has a value");
-        let value: f64 = value.parse().expect("sample value");
-        let (name, labels) = match series.split_once('{') {
-            None => (series.to_owned(), BTreeMap::new()),
-            Some((name, rest)) => {
-                let body = rest.strip_suffix('}').expect("labels end with }");
-                let mut labels = BTreeMap::new();
-                let mut chars = body.chars().peekable();
-                while chars.peek().is_some() {
-                    let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
-                    assert_eq!(chars.next(), Some('"'), "label value is quoted: {line}");
-                    let mut val = String::new();
-                    while let Some(c) = chars.next() {
-                        match c {
-                            '\\' => val.push(chars.next().expect("escaped char")),
-                            '"' => break,
-                            c => val.push(c),
-                        }
-                    }
-                    labels.insert(key.trim().to_owned(), val);
-                    if chars.peek() == Some(&',') {
-                        chars.next();
-                    }
-                }
-                (name.to_owned(), labels)
-            }
-        };
-        out.push((name, labels, value));
-    }
-    out
-}
-
-/// `hookgate_dropped_events_total{route="botix",reason=...}`, 0 if not exported yet.
-pub(crate) fn dropped_total(metrics: &str, reason: &str) -> f64 {
-    let matching: Vec<f64> = parse_metrics(metrics)
-        .into_iter()
-        .filter(|(name, labels, _)| {
-            name == "hookgate_dropped_events_total"
-                && labels.get("route").map(String::as_str) == Some("botix")
-                && labels.get("reason").map(String::as_str) == Some(reason)
-        })
-        .map(|(_, _, v)| v)
-        .collect();
-    assert!(
-        matching.len() <= 1,
-        "one series per label set: {matching:?}"
-    );
-    matching.first().copied().unwrap_or(0.0)
-}
-
-async fn metrics_text(client: &reqwest::Client, gw: &Gateway) -> String {
-    let resp = client
-        .get(gw.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics");
-    assert_eq!(resp.status(), 200);
-    resp.text().await.expect("text")
+/// The `hookgate_dropped_events_total` of route botix for `reason` (0 before the first).
+pub(crate) fn dropped_total(metrics: &Exposition, reason: &str) -> f64 {
+    metrics.get(
+        "hookgate_dropped_events_total",
+        &[("route", "botix"), ("reason", reason)],
+    )
 }
 
 /// A status event whose timestamp is `ts_ms`.
@@ -339,7 +269,7 @@ async fn drops_go_to_the_dropped_routing_key_and_are_counted() {
     // The audit copy is best effort and never spooled: wait for the connection.
     wait_broker_connected(&client, &gw).await;
 
-    let before = metrics_text(&client, &gw).await;
+    let before = scrape(&client, &gw).await;
     let reasons = ["stale_status", "repeated_status", "repeated_stop"];
     let before: Vec<f64> = reasons.iter().map(|r| dropped_total(&before, r)).collect();
 
@@ -375,12 +305,12 @@ async fn drops_go_to_the_dropped_routing_key_and_are_counted() {
         assert_eq!((s, outcome(&a)), (200, (*expected).to_owned()), "{id}");
     }
 
-    let after = metrics_text(&client, &gw).await;
+    let after = scrape(&client, &gw).await;
     for (reason, before) in reasons.iter().zip(before) {
         assert_eq!(
             dropped_total(&after, reason),
             before + 1.0,
-            "{reason} in\n{after}"
+            "{reason} in\n{after:?}"
         );
     }
 

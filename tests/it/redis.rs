@@ -264,19 +264,9 @@ async fn redis_cut_mid_stream_gives_503s_no_duplicate_and_recovers() {
         503,
         "readiness must say the store is unreachable"
     );
-    let metrics = client
-        .get(gw.admin_url("/metrics"))
-        .send()
+    let errors = scrape(&client, &gw)
         .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    let errors: f64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("hookgate_store_errors_total "))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("store error counter");
+        .get("hookgate_store_errors_total", &[]);
     assert!(errors >= 10.0, "store errors counted: {errors}");
 
     proxy.restore();

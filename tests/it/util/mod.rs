@@ -5,12 +5,14 @@
 
 pub mod broker;
 pub mod gateway;
+pub mod metrics;
 pub mod proxy;
 
 use std::time::Duration;
 
 pub use broker::Broker;
 pub use gateway::{Gateway, GatewayConfig};
+pub use metrics::{scrape, Exposition};
 pub use proxy::Proxy;
 
 /// The secret every test route accepts first.
