@@ -248,7 +248,7 @@ fn build_pool(cli: &Cli, n: usize) -> Vec<Delivery> {
             let status = |id: &str, status: &str, ts: i64| {
                 serde_json::json!({
                     "id": id, "event": "message.status",
-                    "timestamp": rfc3339(ts),
+                    "timestamp": hookgate::pipeline::rfc3339(ts),
                     "data": {
                         "message_id": message_id, "status": status,
                         "to": "+15557654321", "from": "+15551230000",
@@ -285,16 +285,6 @@ fn sign(secret: &[u8], event: &str, body: String, request_id: &str) -> Delivery 
 
 fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s).unwrap_or_else(|_| HeaderValue::from_static("invalid"))
-}
-
-fn rfc3339(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 // ---------------------------------------------------------------------------------------

@@ -55,7 +55,17 @@ pub async fn serve_webhooks(
     let limits = service.limits.clone();
     let handler = move |req: Request<Incoming>| {
         let service = service.clone();
-        async move { Ok::<_, Infallible>(guarded(handle_webhook(&service, req)).await) }
+        async move {
+            // Timed here so early answers (404, 405, 413, 408) count in the histogram too.
+            let started = Instant::now();
+            let answer = guarded(handle_webhook(&service, req)).await;
+            service
+                .pipeline
+                .metrics()
+                .request_duration
+                .observe(started.elapsed().as_secs_f64());
+            Ok::<_, Infallible>(answer)
+        }
     };
     accept_loop(listener, tls, limits, stop, grace, handler).await;
 }
@@ -278,10 +288,6 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
         .metrics()
         .count_request(&route_name, outcome.label());
     let elapsed = started.elapsed();
-    pipeline
-        .metrics()
-        .request_duration
-        .observe(elapsed.as_secs_f64());
     tracing::debug!(route = %route_name, outcome = outcome.label(), request_id = %request_id, elapsed_us = elapsed.as_micros() as u64, "request");
     answer(&outcome, &request_id)
 }

@@ -464,7 +464,8 @@ fn new_request_id() -> String {
     uuid::Uuid::new_v4().to_string()
 }
 
-fn rfc3339(ms: i64) -> String {
+/// Unix milliseconds as RFC 3339 UTC text (empty if out of range).
+pub fn rfc3339(ms: i64) -> String {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .ok()
         .and_then(|t| {

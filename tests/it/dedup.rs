@@ -16,10 +16,7 @@ pub(crate) fn wall_ms() -> i64 {
 
 /// RFC 3339 text of Unix milliseconds.
 pub(crate) fn rfc3339_ms(ms: i64) -> String {
-    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
-        .expect("time")
-        .format(&time::format_description::well_known::Rfc3339)
-        .expect("format")
+    hookgate::pipeline::rfc3339(ms)
 }
 
 /// RFC 3339 text of Unix milliseconds, written in a zone `hours` east of UTC.
