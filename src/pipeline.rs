@@ -236,7 +236,9 @@ impl Pipeline {
             Ok(outcome) => outcome,
             Err(error) => {
                 self.metrics.store_errors.inc();
-                tracing::error!(route = name, event_id = %event.id, %error, "store failed; answering 503");
+                // WARN per request; an outage of the shared store is reported once at ERROR
+                // by the health check, so the log is not flooded while the sender retries.
+                tracing::warn!(route = name, event_id = %event.id, %error, "store failed; answering 503");
                 Outcome::Unavailable {
                     retry_after: RETRY_AFTER_UNAVAILABLE,
                 }
