@@ -285,3 +285,93 @@ async fn wait_until_ready_connected(client: &reqwest::Client, gw: &Gateway) -> b
     }
     false
 }
+
+/// `amqps://` must really speak TLS (lapin falls back to plain TCP without its rustls
+/// features): a TLS terminator owned by the test sits in front of the plain broker port, and
+/// the gateway trusts its certificate through `SSL_CERT_FILE`.
+#[tokio::test]
+async fn amqps_url_publishes_over_tls() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let cert = TestCert::generate(dir.path());
+    let terminator = tls_terminator(&cert).await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = format!("amqps://guest:guest@localhost:{}/%2f", terminator.port());
+    cfg.env
+        .push(("SSL_CERT_FILE".into(), cert.cert_path.display().to_string()));
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    crate::dedup::wait_broker_connected(&client, &gw).await;
+    let (status, answer) = gw.deliver(&client, &event_body("evt_tls"), "r1").await;
+    assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
+    let m = broker
+        .next(BROKER_TIMEOUT)
+        .await
+        .expect("message over amqps");
+    assert_eq!(m.message_id.as_deref(), Some("evt_tls"));
+    assert!(
+        terminator.handshakes() > 0,
+        "the gateway must have done a TLS handshake"
+    );
+    broker.delete().await;
+}
+
+struct Terminator {
+    addr: std::net::SocketAddr,
+    handshakes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Terminator {
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+    fn handshakes(&self) -> usize {
+        self.handshakes.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Terminator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Accepts TLS with `cert` on 127.0.0.1:0 and forwards the plaintext to RabbitMQ.
+async fn tls_terminator(cert: &TestCert) -> Terminator {
+    let files = hookgate::config::Tls {
+        cert: cert.cert_path.clone(),
+        key: cert.key_path.clone(),
+    };
+    let mut config = hookgate::tls::load(&files).expect("tls config");
+    config.alpn_protocols.clear();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let handshakes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = handshakes.clone();
+    let task = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let (acceptor, count) = (acceptor.clone(), count.clone());
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(stream).await else {
+                    return;
+                };
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let Ok(mut upstream) = tokio::net::TcpStream::connect("127.0.0.1:5672").await
+                else {
+                    return;
+                };
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut upstream).await;
+            });
+        }
+    });
+    Terminator {
+        addr,
+        handshakes,
+        task,
+    }
+}
