@@ -127,14 +127,6 @@ fn run(cli: &Cli) -> ExitCode {
         }
     };
     init_logging(cli.log_format, &config.log.level);
-    let prepared = match hookgate::app::prepare(config.clone()) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot start");
-            eprintln!("error: {e}");
-            return ExitCode::from(if e.is_config() { EXIT_USAGE } else { 1 });
-        }
-    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -143,6 +135,17 @@ fn run(cli: &Cli) -> ExitCode {
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
             return ExitCode::from(1);
+        }
+    };
+    // SIGHUP's default action ends the process; take it over before the (possibly slow)
+    // store opening, so a rotation signal sent during start-up is not fatal.
+    runtime.block_on(hookgate::shutdown::claim_sighup());
+    let prepared = match hookgate::app::prepare(config.clone()) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start");
+            eprintln!("error: {e}");
+            return ExitCode::from(if e.is_config() { EXIT_USAGE } else { 1 });
         }
     };
     let result: anyhow::Result<()> = runtime.block_on(async {

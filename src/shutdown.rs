@@ -25,3 +25,17 @@ pub async fn signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+/// Installs a SIGHUP handler (the reload task listens later); until then a SIGHUP is
+/// ignored instead of ending the process.
+pub async fn claim_sighup() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        // Once tokio has registered the signal, its disposition stays replaced for the life of
+        // the process, even after this stream is dropped.
+        if let Err(error) = signal(SignalKind::hangup()) {
+            tracing::warn!(%error, "cannot install a SIGHUP handler");
+        }
+    }
+}
