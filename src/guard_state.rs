@@ -5,7 +5,7 @@
 //! the spool took the event) or drops the check (a failed publish leaves state unchanged).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedMutexGuard;
@@ -239,10 +239,7 @@ impl KeyedLocks {
     /// Waits for and takes the lock of `key`.
     pub async fn lock(&self, key: &[u8]) -> OwnedMutexGuard<()> {
         let mutex = {
-            let mut map = match self.map.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
+            let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(m) = map.get(key).and_then(Weak::upgrade) {
                 m
             } else {

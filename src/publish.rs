@@ -5,7 +5,7 @@
 //! waiting for a reconnect.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -182,15 +182,14 @@ impl Publisher {
         if let Err(PublishError::Channel(_)) = &result {
             // A channel error closes the channel; take the whole connection down so the
             // task rebuilds it instead of failing every fourth publish.
-            self.drop_live(&live);
+            self.inner.clear_if(&live);
         }
         result
     }
 
     /// Closes the connection cleanly (at shutdown).
     pub async fn close(&self) {
-        let live = self.take_live();
-        if let Some(live) = live {
+        if let Some(live) = self.inner.replace(None) {
             let _ = tokio::time::timeout(
                 Duration::from_secs(2),
                 live.connection.close(200, ShortString::from("shutdown")),
@@ -200,30 +199,39 @@ impl Publisher {
     }
 
     fn current(&self) -> Option<Arc<Live>> {
-        match self.inner.live.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
+        self.inner.current()
+    }
+}
+
+impl Inner {
+    /// The connection in the slot, if any.
+    fn current(&self) -> Option<Arc<Live>> {
+        self.live
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Puts `live` in the slot and returns what was there; the `broker_connected` gauge
+    /// follows the slot, so it cannot disagree with it.
+    fn replace(&self, live: Option<Arc<Live>>) -> Option<Arc<Live>> {
+        let mut slot = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        self.metrics.broker_connected.set(i64::from(live.is_some()));
+        std::mem::replace(&mut *slot, live)
+    }
+
+    /// Empties the slot only if it still holds `failed`: the connection task may already
+    /// have put a new connection there.
+    fn clear_if(&self, failed: &Arc<Live>) {
+        let mut slot = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, failed)) {
+            *slot = None;
+            self.metrics.broker_connected.set(0);
         }
     }
 
-    fn take_live(&self) -> Option<Arc<Live>> {
-        let mut g = match self.inner.live.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        self.inner.metrics.broker_connected.set(0);
-        g.take()
-    }
-
-    fn drop_live(&self, failed: &Arc<Live>) {
-        let mut g = match self.inner.live.write() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        if g.as_ref().is_some_and(|l| Arc::ptr_eq(l, failed)) {
-            *g = None;
-            self.inner.metrics.broker_connected.set(0);
-        }
+    fn holds(&self, live: &Arc<Live>) -> bool {
+        self.current().is_some_and(|l| Arc::ptr_eq(&l, live))
     }
 }
 
@@ -262,9 +270,8 @@ async fn run_connection(inner: Arc<Inner>, stop: CancellationToken) {
             Ok(Ok(live)) => {
                 let mut events = live.connection.events_listener();
                 let live = Arc::new(live);
-                set_live(&inner, Some(live.clone()));
+                inner.replace(Some(live.clone()));
                 inner.blocked.store(false, Ordering::Relaxed);
-                inner.metrics.broker_connected.set(1);
                 inner.connected.notify_waiters();
                 tracing::info!(url = %url, "broker connected");
                 backoff = BACKOFF_MIN;
@@ -276,7 +283,7 @@ async fn run_connection(inner: Arc<Inner>, stop: CancellationToken) {
                         e = events.next() => e,
                         // The event stream is quiet on some failures; the status is the truth.
                         _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                            if live.connection.status().connected() && current_is(&inner, &live) {
+                            if live.connection.status().connected() && inner.holds(&live) {
                                 continue;
                             }
                             None
@@ -302,8 +309,7 @@ async fn run_connection(inner: Arc<Inner>, stop: CancellationToken) {
                         }
                     }
                 }
-                set_live(&inner, None);
-                inner.metrics.broker_connected.set(0);
+                inner.replace(None);
             }
             Ok(Err(error)) => {
                 report_unreachable(&mut warned, &url, &error.to_string());
@@ -334,22 +340,6 @@ fn jitter(base: Duration) -> Duration {
     // Full jitter between half and all of the step spreads reconnects of many replicas.
     let half = base / 2;
     half + half.mul_f64(rand::random::<f64>())
-}
-
-fn set_live(inner: &Inner, live: Option<Arc<Live>>) {
-    let mut g = match inner.live.write() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
-    *g = live;
-}
-
-fn current_is(inner: &Inner, live: &Arc<Live>) -> bool {
-    let g = match inner.live.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    };
-    g.as_ref().is_some_and(|l| Arc::ptr_eq(l, live))
 }
 
 /// Adds a 10 s heartbeat unless the URL sets one. The broker's default (60 s) would take

@@ -1,6 +1,6 @@
 //! A token bucket per route: `per_second` sustained, `burst` at once.
 
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Instant;
 
 /// A thread-safe token bucket.
@@ -23,10 +23,7 @@ impl TokenBucket {
 
     /// Takes a token, or says how many whole seconds until one is available.
     pub fn try_take(&self, now: Instant) -> Result<(), u64> {
-        let mut state = match self.state.lock() {
-            Ok(s) => s,
-            Err(p) => p.into_inner(),
-        };
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         let (tokens, last) = *state;
         let elapsed = now.saturating_duration_since(last).as_secs_f64();
         let tokens = (tokens + elapsed * self.rate).min(self.burst);

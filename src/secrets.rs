@@ -1,7 +1,7 @@
 //! Webhook secrets: loading them from the environment or files, and swapping them on reload.
 
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::SecretSource;
 
@@ -98,20 +98,17 @@ impl RouteSecrets {
 
     /// The secrets in force now.
     pub fn current(&self) -> Arc<Vec<Secret>> {
-        match self.current.read() {
-            Ok(g) => g.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
+        self.current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Re-reads every source. On failure the old secrets stay in force. Returns whether
     /// anything changed.
     pub fn reload(&self) -> Result<bool, SecretError> {
         let fresh = load(&self.sources)?;
-        let mut guard = match self.current.write() {
-            Ok(g) => g,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut guard = self.current.write().unwrap_or_else(PoisonError::into_inner);
         let changed = **guard != fresh;
         if changed {
             *guard = Arc::new(fresh);

@@ -2,7 +2,7 @@
 //! The only module that imports rustls.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -93,31 +93,30 @@ impl TlsReloader {
     /// Re-reads the files if their content changed. On failure the old config stays.
     pub fn reload_if_changed(&self) -> Result<bool, TlsError> {
         let now = fingerprint(&self.files);
-        let same = match self.fingerprint.read() {
-            Ok(f) => *f == now,
-            Err(p) => *p.into_inner() == now,
-        };
+        let same = *self
+            .fingerprint
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            == now;
         if same {
             return Ok(false);
         }
         let config = load(&self.files)?;
-        match self.current.write() {
-            Ok(mut c) => *c = Arc::new(config),
-            Err(p) => *p.into_inner() = Arc::new(config),
-        }
-        match self.fingerprint.write() {
-            Ok(mut f) => *f = now,
-            Err(p) => *p.into_inner() = now,
-        }
+        *self.current.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+        *self
+            .fingerprint
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = now;
         Ok(true)
     }
 
     /// Runs the handshake with the current config.
     pub async fn accept(&self, stream: TcpStream) -> std::io::Result<TlsStream<TcpStream>> {
-        let config = match self.current.read() {
-            Ok(c) => c.clone(),
-            Err(p) => p.into_inner().clone(),
-        };
+        let config = self
+            .current
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         tokio_rustls::TlsAcceptor::from(config).accept(stream).await
     }
 }
