@@ -6,7 +6,7 @@ use std::hint::black_box;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
-use hookgate::config::{Fields, Profile};
+use hookgate::config::Fields;
 use hookgate::event::{self, Delivery, Verified};
 use hookgate::secrets::Secret;
 use hookgate::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
@@ -45,8 +45,8 @@ fn bench(c: &mut Criterion) {
     for (name, body) in [("status", STATUS), ("inbound", INBOUND)] {
         group.bench_function(name, |b| {
             b.iter_batched(
-                || verified(&scheme, body),
-                |v| event::parse(v, black_box(&fields), Profile::Botix, String::new),
+                || (verified(&scheme, body), event::RequestId::generated()),
+                |(v, request_id)| event::parse(v, black_box(&fields), request_id),
                 BatchSize::SmallInput,
             )
         });

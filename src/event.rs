@@ -94,21 +94,46 @@ impl Event {
     }
 }
 
-/// The request id a delivery carries (botix or Standard Webhooks header), if any.
-pub fn request_id_header(headers: &HeaderMap, profile: Profile) -> Option<String> {
-    let name = match profile {
-        Profile::StandardWebhooks => WEBHOOK_ID,
-        Profile::Botix | Profile::Custom => REQUEST_ID,
-    };
-    header_text(headers, name).filter(|v| v.len() <= MAX_ID_BYTES)
+/// The id of one delivery attempt, read once per request: the sender's (botix
+/// `X-Botix-Request-Id`, Standard Webhooks `webhook-id`) or a generated UUID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestId {
+    /// The id echoed in `X-Request-Id` and sent as `x-request-id`.
+    pub value: String,
+    /// Whether the sender sent it (only then it is a dedup key and an event-id fallback).
+    pub from_sender: bool,
+}
+
+impl RequestId {
+    /// The delivery's request id header for `profile`, or a generated id.
+    pub fn of(headers: &HeaderMap, profile: Profile) -> Self {
+        let name = match profile {
+            Profile::StandardWebhooks => WEBHOOK_ID,
+            Profile::Botix | Profile::Custom => REQUEST_ID,
+        };
+        match header_text(headers, name).filter(|v| v.len() <= MAX_ID_BYTES) {
+            Some(value) => Self {
+                value,
+                from_sender: true,
+            },
+            None => Self::generated(),
+        }
+    }
+
+    /// A fresh id for a delivery that came without one.
+    pub fn generated() -> Self {
+        Self {
+            value: uuid::Uuid::new_v4().to_string(),
+            from_sender: false,
+        }
+    }
 }
 
 /// Reads the event out of a verified delivery.
 pub fn parse(
     verified: Verified,
     fields: &Fields,
-    profile: Profile,
-    generated_request_id: impl FnOnce() -> String,
+    request_id: RequestId,
 ) -> Result<Event, ParseError> {
     let Verified(delivery) = verified;
     let json: Value =
@@ -117,12 +142,11 @@ pub fn parse(
         return Err(ParseError::NotAnObject);
     }
     let headers = &delivery.headers;
-    let sent_request_id = request_id_header(headers, profile);
     let id = json
         .pointer(&fields.event_id)
         .and_then(value_text)
         .or_else(|| header_text(headers, EVENT_ID))
-        .or_else(|| sent_request_id.clone())
+        .or_else(|| request_id.from_sender.then(|| request_id.value.clone()))
         .filter(|s| !s.is_empty())
         .ok_or(ParseError::NoEventId)?;
     if id.len() > MAX_ID_BYTES {
@@ -142,14 +166,12 @@ pub fn parse(
         Some(v) => Some(parse_timestamp(v).ok_or(ParseError::BadTimestamp)?),
     };
     let attempt = header_text(headers, DELIVERY_ATTEMPT).and_then(|v| v.trim().parse().ok());
-    let request_id_from_sender = sent_request_id.is_some();
-    let request_id = sent_request_id.unwrap_or_else(generated_request_id);
     Ok(Event {
         id,
         event_type,
         timestamp_ms,
-        request_id,
-        request_id_from_sender,
+        request_id: request_id.value,
+        request_id_from_sender: request_id.from_sender,
         attempt,
         body: delivery.body,
         json,
@@ -216,12 +238,12 @@ mod tests {
     }
 
     fn parse_one(body: &str, headers: &[(&'static str, &str)]) -> Result<Event, ParseError> {
-        parse(
-            verified(body, headers),
-            &Fields::default(),
-            Profile::Botix,
-            || "gen".into(),
-        )
+        let v = verified(body, headers);
+        let mut request_id = RequestId::of(&v.0.headers, Profile::Botix);
+        if !request_id.from_sender {
+            request_id.value = "gen".into();
+        }
+        parse(v, &Fields::default(), request_id)
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Config, Route};
 use crate::dedup::{event_key, request_key, Claim, KeyState};
-use crate::event::{self, Delivery, Event, ParseError};
+use crate::event::{self, Delivery, Event, ParseError, RequestId};
 use crate::guard_state::{Check, GuardState, RouteGuard};
 use crate::metrics::{Metrics, RouteLabel, RouteReason};
 use crate::publish::{Message, Publisher};
@@ -161,14 +161,14 @@ impl Pipeline {
                 Outcome::Unavailable {
                     retry_after: RETRY_AFTER_UNAVAILABLE,
                 },
-                new_request_id(),
+                RequestId::generated().value,
             );
         };
         let name = route.config.name.as_str();
-        let sent_request_id = event::request_id_header(&delivery.headers, route.config.profile);
-        let request_id = sent_request_id.clone().unwrap_or_else(new_request_id);
+        let request_id = RequestId::of(&delivery.headers, route.config.profile);
         let now_ms = self.now_ms();
-        let outcome = self.run(route, delivery, &request_id, now_ms).await;
+        let echoed = request_id.value.clone();
+        let outcome = self.run(route, delivery, request_id, now_ms).await;
         match &outcome {
             Outcome::Duplicate { .. } => {
                 self.metrics
@@ -194,14 +194,14 @@ impl Pipeline {
             }
             _ => {}
         }
-        (outcome, request_id)
+        (outcome, echoed)
     }
 
     async fn run(
         &self,
         route: &RouteRuntime,
         delivery: Delivery,
-        request_id: &str,
+        request_id: RequestId,
         now_ms: i64,
     ) -> Outcome {
         let name = route.config.name.as_str();
@@ -219,10 +219,7 @@ impl Pipeline {
                 return Outcome::InvalidSignature;
             }
         };
-        let request_id_owned = request_id.to_owned();
-        let event = match event::parse(verified, &route.config.fields, route.config.profile, || {
-            request_id_owned
-        }) {
+        let event = match event::parse(verified, &route.config.fields, request_id) {
             Ok(e) => e,
             Err(e) => return Outcome::BadRequest(e),
         };
@@ -460,10 +457,6 @@ pub fn routing_key(template: &str, route: &str, event_type: &str) -> String {
     template
         .replace("{route}", route)
         .replace("{event}", event_type)
-}
-
-fn new_request_id() -> String {
-    uuid::Uuid::new_v4().to_string()
 }
 
 /// Unix milliseconds as RFC 3339 UTC text (empty if out of range).
