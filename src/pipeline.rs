@@ -91,7 +91,6 @@ struct Settings {
     routing_key: String,
     dropped_routing_key: Option<String>,
     ttl: Duration,
-    ttl_ms: i64,
     skew_ms: i64,
     in_flight_wait: Duration,
     in_flight_lease: Duration,
@@ -134,7 +133,6 @@ impl Pipeline {
                 routing_key: config.amqp.routing_key.clone(),
                 dropped_routing_key: config.amqp.dropped_routing_key.clone(),
                 ttl: config.dedup.ttl,
-                ttl_ms: config.dedup.ttl.as_millis() as i64,
                 skew_ms: config.max_clock_skew.as_millis() as i64,
                 in_flight_wait: config.dedup.in_flight_wait,
                 in_flight_lease: config.dedup.in_flight_lease,
@@ -247,7 +245,7 @@ impl Pipeline {
     /// far in the future would outlive its own dedup mark.
     fn freshness(&self, event: &Event, now_ms: i64) -> Option<&'static str> {
         let ts = event.timestamp_ms?;
-        if ts < now_ms - self.settings.ttl_ms {
+        if ts < now_ms - self.settings.ttl.as_millis() as i64 {
             Some("expired")
         } else if ts > now_ms + self.settings.skew_ms {
             Some("future_timestamp")

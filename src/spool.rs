@@ -51,8 +51,9 @@ pub struct Spool {
     depth: AtomicU64,
     bytes: AtomicU64,
     next_seq: AtomicU64,
-    /// Receipt time (Unix seconds) of the oldest entry, or -1.
+    /// Depth and bytes are mirrored into its gauges.
     metrics: Arc<Metrics>,
+    /// Receipt time (Unix seconds) of the oldest entry, or -1.
     oldest_secs: AtomicI64,
     /// Wakes the drainer when an entry is added.
     added: tokio::sync::Notify,

@@ -236,12 +236,4 @@ impl StateStore {
             StateStore::Redis { .. } => Ok(0),
         }
     }
-
-    /// Number of dedup marks (sled only; for tests and tools).
-    pub fn sled_marks(&self) -> Option<&SledMarks> {
-        match self {
-            StateStore::Sled(s) => Some(&s.marks),
-            StateStore::Redis { .. } => None,
-        }
-    }
 }

@@ -40,7 +40,6 @@ impl From<sled::transaction::TransactionError<StoreError>> for StoreError {
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
-    path: PathBuf,
     flush: Arc<GroupFlush>,
 }
 
@@ -75,7 +74,6 @@ impl Store {
             })?;
         Ok(Self {
             db,
-            path: path.to_owned(),
             flush: Arc::new(GroupFlush {
                 requested: AtomicU64::new(0),
                 done: AtomicU64::new(0),
@@ -112,11 +110,6 @@ impl Store {
     /// Bytes the database occupies on disk.
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
-    }
-
-    /// The directory of the database.
-    pub fn path(&self) -> &Path {
-        &self.path
     }
 }
 
