@@ -196,9 +196,8 @@ pub async fn serve(
     }
     let state = Arc::new(StateStore::open(&backend, &config, &store)?);
     tracing::info!(backend = state.name(), "dedup and guard state store");
-    if matches!(backend, BackendChoice::Redis(_)) {
-        tokio::spawn(ping_loop(state.clone(), stop_background.clone()));
-    }
+    // A no-op for sled; for Redis it keeps readiness current while no requests flow.
+    tokio::spawn(ping_loop(state.clone(), stop_background.clone()));
     let pipeline = Arc::new(Pipeline::new(
         &config,
         routes,
@@ -239,12 +238,12 @@ pub async fn serve(
         pipeline: pipeline.clone(),
         limits: config.limits.clone(),
     });
-    let stop_accepting = CancellationToken::new();
+    // One token: the listener stops accepting at the moment readiness turns 503.
     let webhooks = tokio::spawn(serve_webhooks(
         listeners.webhooks,
         tls.clone(),
         service,
-        stop_accepting.clone(),
+        shutting_down.clone(),
         config.shutdown_grace,
     ));
     let stop_admin = CancellationToken::new();
@@ -269,7 +268,6 @@ pub async fn serve(
 
     shutdown.await;
     shutting_down.cancel();
-    stop_accepting.cancel();
     // serve_webhooks returns once in-flight requests finished or the grace ran out.
     let _ = webhooks.await;
     stop_background.cancel();
@@ -284,7 +282,7 @@ pub async fn serve(
     Ok(())
 }
 
-/// Keeps the Redis health flag current while no requests flow, so `/readyz` tells.
+/// Keeps the state store's health flag current while no requests flow, so `/readyz` tells.
 async fn ping_loop(state: Arc<StateStore>, stop: CancellationToken) {
     let mut was_healthy = true;
     loop {
