@@ -9,7 +9,8 @@
 # idle and peak under load (VmRSS sampled every 0.2 s).
 #
 # Env: DURATION (20s) WARMUP (3s) CONNECTIONS (64) HTTP2 (empty; 1 = HTTP/2) OUT
-# (target/bench-load) HOOKGATE (binary to test; default target/release/hookgate) TRANSIENT_QUEUE (empty; 1 = a non-durable queue) RABBIT (amqp://guest:guest@127.0.0.1:5672/%2f) TARGETS ("http publish
+# (target/bench-load) HOOKGATE (binary to test; default target/release/hookgate) TRANSIENT_QUEUE
+# (empty; 1 = a non-durable queue) CONSUMER (1; empty = nobody consumes the queue) RABBIT (amqp://guest:guest@127.0.0.1:5672/%2f) TARGETS ("http publish
 # hookgate"). Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +23,7 @@ OUT=${OUT:-target/bench-load}
 RABBIT=${RABBIT:-amqp://guest:guest@127.0.0.1:5672/%2f}
 TARGETS=${TARGETS:-http publish hookgate}
 TRANSIENT_QUEUE=${TRANSIENT_QUEUE:-}
+CONSUMER=${CONSUMER:-1}
 SECRET=bench-secret-$RANDOM$RANDOM
 
 cargo build --release --bin hookgate --example load
@@ -50,6 +52,12 @@ trap cleanup EXIT
 "$LOAD" --gen-cert "$TMP"
 "$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" \
     ${TRANSIENT_QUEUE:+--transient-queue}
+if [[ -n $CONSUMER ]]; then
+    # The handler behind the gateway: keeps the queue short, as in production. Without it the
+    # queue fills to its cap during the run and the broker's confirms slow down.
+    "$LOAD" --consume --amqp-url "$RABBIT" --queue "$QUEUE" >"$TMP/consumer.log" 2>&1 &
+    PIDS+=($!)
+fi
 
 cat >"$TMP/hookgate.yaml" <<EOF
 listen:

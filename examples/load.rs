@@ -40,6 +40,10 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 
+// The same allocator as hookgate, so the baselines are not slower for want of it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(about = "hookgate load generator and baselines")]
 struct Cli {
@@ -131,6 +135,10 @@ struct Cli {
     /// Delete the queue and the exchange, then exit.
     #[arg(long)]
     amqp_teardown: bool,
+    /// Consume `--queue` (auto-ack) until killed: the handler behind the gateway, so the
+    /// queue stays short as in production instead of filling up during the run.
+    #[arg(long)]
+    consume: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -152,6 +160,9 @@ fn main() -> Result<()> {
         .build()?;
     if cli.amqp_setup || cli.amqp_teardown {
         return rt.block_on(amqp_admin(&cli));
+    }
+    if cli.consume {
+        return rt.block_on(consume(&cli));
     }
     match cli.serve_baseline {
         Some(kind) => rt.block_on(serve_baseline(&cli, kind)),
@@ -925,6 +936,33 @@ fn gen_cert(dir: &std::path::Path) -> Result<()> {
     std::fs::create_dir_all(dir)?;
     std::fs::write(dir.join("tls.crt"), ck.cert.pem())?;
     std::fs::write(dir.join("tls.key"), ck.signing_key.serialize_pem())?;
+    Ok(())
+}
+
+async fn consume(cli: &Cli) -> Result<()> {
+    use futures_util::StreamExt;
+    let connection =
+        lapin::Connection::connect(&cli.amqp_url, lapin::ConnectionProperties::default()).await?;
+    let ch = connection.create_channel().await?;
+    ch.basic_qos(1000, Default::default()).await?;
+    let mut consumer = ch
+        .basic_consume(
+            cli.queue.as_str().into(),
+            "hookgate-bench-consumer".into(),
+            lapin::options::BasicConsumeOptions {
+                no_ack: true,
+                ..Default::default()
+            },
+            lapin::types::FieldTable::default(),
+        )
+        .await?;
+    println!("consuming {}", cli.queue);
+    let mut count: u64 = 0;
+    while let Some(delivery) = consumer.next().await {
+        delivery?;
+        count += 1;
+    }
+    println!("consumed {count} messages");
     Ok(())
 }
 

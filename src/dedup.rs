@@ -126,21 +126,22 @@ impl SledMarks {
             token,
             since_ms: now_ms,
         });
+        // Most keys are new: swap from absent first, and read the mark only on a miss.
+        let mut expected: Option<Vec<u8>> = None;
         loop {
-            let current = self.tree.get(key)?;
+            let current = match self
+                .tree
+                .swap_or_current(key, expected.as_deref(), Some(&claim))?
+            {
+                Ok(()) => return Ok(Claim::Claimed),
+                Err(current) => current,
+            };
             let mark = current.as_deref().and_then(decode);
             match classify(mark.as_ref(), now_ms, self.lease_ms) {
                 KeyState::Done => return Ok(Claim::Done),
                 KeyState::InFlight => return Ok(Claim::InFlight),
-                KeyState::Free => {
-                    if self
-                        .tree
-                        .compare_and_swap(key, current.as_deref(), Some(&claim))?
-                    {
-                        return Ok(Claim::Claimed);
-                    }
-                    // Someone changed the key between read and swap: judge it again.
-                }
+                // Expired or left over: swap again against what is there now.
+                KeyState::Free => expected = current,
             }
         }
     }

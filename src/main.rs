@@ -8,6 +8,11 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use hookgate::config::Config;
 
+// malloc and free were a fifth of the CPU of an accepted event with glibc's allocator
+// (BENCHMARKS.md, "Profile"); mimalloc spends less per call and keeps per-thread heaps.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Exit code for a bad config or bad arguments (sysexits EX_USAGE); nothing was bound.
 const EXIT_USAGE: u8 = 64;
 

@@ -144,7 +144,21 @@ impl Tree {
         old: Option<&[u8]>,
         new: Option<&[u8]>,
     ) -> Result<bool, StoreError> {
-        Ok(self.0.compare_and_swap(key, old, new)?.is_ok())
+        Ok(self.swap_or_current(key, old, new)?.is_ok())
+    }
+
+    /// Like [`Tree::compare_and_swap`], but a miss hands back the value found instead, so
+    /// the caller can judge it without reading the key again.
+    pub fn swap_or_current(
+        &self,
+        key: &[u8],
+        old: Option<&[u8]>,
+        new: Option<&[u8]>,
+    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
+        Ok(self
+            .0
+            .compare_and_swap(key, old, new)?
+            .map_err(|miss| miss.current.map(|v| v.to_vec())))
     }
 
     /// The first entry in key order.
