@@ -1,5 +1,5 @@
 //! Dedup cost per request: claim the event key, then record it done (what an accepted
-//! delivery does in sled), each iteration with a new event id.
+//! delivery does in the sled backend's journal), each iteration with a new event id.
 //!
 //! `cargo bench --bench dedup`
 
@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hookgate::dedup::{event_key, request_key, Claim, SledMarks};
+use hookgate::journal::Journal;
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
@@ -15,8 +16,14 @@ const TTL_MS: i64 = 72 * 3600 * 1000;
 fn claim_and_done(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path()).expect("open store");
-    let marks = SledMarks::new(store.tree("dedup").expect("tree"), Duration::from_secs(30));
     let now = 1_800_000_000_000_i64;
+    let journal = Journal::open(
+        store.tree("state").expect("tree"),
+        now,
+        Duration::from_secs(72 * 3600),
+    )
+    .expect("journal");
+    let marks = SledMarks::new(journal, Duration::from_secs(30));
     let mut n: u64 = 0;
 
     c.bench_function("dedup claim+done (event and request key)", |b| {
@@ -24,18 +31,18 @@ fn claim_and_done(c: &mut Criterion) {
             n += 1;
             let ev = event_key("botix", &format!("evt_{n}"));
             let req = request_key("botix", &format!("req_{n}"));
-            let claim = marks.try_claim(&ev, n, now).expect("claim");
+            let claim = marks.try_claim(&ev, n, now);
             assert_eq!(claim, Claim::Claimed);
-            marks.mark_done(&[&ev, &req], now + TTL_MS).expect("done");
+            marks.mark_done(&[&ev, &req], now + TTL_MS, now);
             black_box(claim)
         })
     });
 
     c.bench_function("dedup claim of a done key (duplicate)", |b| {
         let ev = event_key("botix", "evt_dup");
-        marks.mark_done(&[&ev], now + TTL_MS).expect("done");
+        marks.mark_done(&[&ev], now + TTL_MS, now);
         b.iter(|| {
-            let claim = marks.try_claim(black_box(&ev), 1, now).expect("claim");
+            let claim = marks.try_claim(black_box(&ev), 1, now);
             assert_eq!(claim, Claim::Done);
             claim
         })

@@ -1,7 +1,8 @@
 //! Stores one million distinct dedup marks (claim, then done, as an accepted delivery does)
-//! in a temporary sled store, reports its size on disk, then moves the clock past the TTL
-//! and reports how long the sweep takes and what is left, then stores as many new marks to
-//! show whether the swept space is reused.
+//! in the state journal of a temporary sled store, reports its size on disk and how long a
+//! restart's replay takes, then moves the clock past the TTL and reports how long the sweep
+//! takes and what is left, then stores as many new marks to show whether the swept space is
+//! reused.
 //!
 //! `cargo run --release --example dedup_million [-- COUNT]`
 
@@ -10,6 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hookgate::dedup::{event_key, Claim, SledMarks};
+use hookgate::journal::Journal;
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
@@ -36,8 +38,10 @@ fn main() -> anyhow::Result<()> {
         .unwrap_or(1_000_000);
     let dir = tempfile::tempdir()?;
     let store = Store::open(dir.path())?;
-    let marks = SledMarks::new(store.tree("dedup")?, Duration::from_secs(30));
     let now = 1_800_000_000_000_i64;
+    let ttl = Duration::from_millis(TTL_MS as u64);
+    let journal = Journal::open(store.tree("state")?, now, ttl)?;
+    let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
 
     let started = Instant::now();
     for n in 0..count {
@@ -46,16 +50,14 @@ fn main() -> anyhow::Result<()> {
             "botix",
             &format!("evt_{}", uuid::Uuid::from_u128(u128::from(n))),
         );
-        anyhow::ensure!(
-            marks.try_claim(&key, n, now)? == Claim::Claimed,
-            "claim {n}"
-        );
-        marks.mark_done(&[&key], now + TTL_MS)?;
+        anyhow::ensure!(marks.try_claim(&key, n, now) == Claim::Claimed, "claim {n}");
+        marks.mark_done(&[&key], now + TTL_MS, now);
     }
+    journal.write_now()?;
     let insert = started.elapsed();
     store.flush_blocking()?;
     println!("marks stored:        {count} in {insert:.2?}");
-    println!("marks counted:       {}", marks.len());
+    println!("marks held:          {}", journal.len());
     println!(
         "size_on_disk:        {} bytes ({:.1} MiB)",
         store.size_on_disk(),
@@ -63,12 +65,24 @@ fn main() -> anyhow::Result<()> {
     );
     println!("du -sh:              {}", du(dir.path()));
 
+    // A restart: the journal is replayed into memory.
+    drop(marks);
+    drop(journal);
     let started = Instant::now();
-    let removed = marks.sweep(now + TTL_MS)?;
+    let journal = Journal::open(store.tree("state")?, now, ttl)?;
+    println!(
+        "replay at restart:   {} marks in {:.2?}",
+        journal.len(),
+        started.elapsed()
+    );
+    let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
+
+    let started = Instant::now();
+    let removed = journal.sweep(now + TTL_MS)?;
     let sweep = started.elapsed();
     store.flush_blocking()?;
     println!("sweep past the TTL:  removed {removed} in {sweep:.2?}");
-    println!("marks left:          {}", marks.len());
+    println!("marks left:          {}", journal.len());
     println!(
         "size_on_disk after:  {} bytes ({:.1} MiB)",
         store.size_on_disk(),
@@ -84,11 +98,12 @@ fn main() -> anyhow::Result<()> {
             &format!("evt_{}", uuid::Uuid::from_u128(u128::from(n))),
         );
         anyhow::ensure!(
-            marks.try_claim(&key, n, later)? == Claim::Claimed,
+            marks.try_claim(&key, n, later) == Claim::Claimed,
             "claim {n}"
         );
-        marks.mark_done(&[&key], later + TTL_MS)?;
+        marks.mark_done(&[&key], later + TTL_MS, later);
     }
+    journal.write_now()?;
     store.flush_blocking()?;
     println!(
         "after {count} more:   {} bytes ({:.1} MiB), du -sh {}",

@@ -31,11 +31,17 @@ impl Admin {
                     format!("{why}\n"),
                 )
             }
-            "/metrics" => (
-                200,
-                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                self.pipeline.metrics().render(),
-            ),
+            "/metrics" => {
+                let metrics = self.pipeline.metrics();
+                if let Some(n) = self.pipeline.state().entries() {
+                    metrics.state_entries.set(n as i64);
+                }
+                (
+                    200,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    metrics.render(),
+                )
+            }
             SPOOL_PATH => {
                 let status = self.pipeline.spool().status(self.pipeline.now_ms() / 1000);
                 (

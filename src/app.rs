@@ -194,7 +194,12 @@ pub async fn serve(
             "spool holds events from a previous run; draining once the broker is up"
         );
     }
-    let state = Arc::new(StateStore::open(&backend, &config, &store)?);
+    let state = Arc::new(StateStore::open(
+        &backend,
+        &config,
+        &store,
+        (options.clock)(),
+    )?);
     tracing::info!(backend = state.name(), "dedup and guard state store");
     // A no-op for sled; for Redis it keeps readiness current while no requests flow.
     tokio::spawn(ping_loop(state.clone(), stop_background.clone()));
@@ -272,6 +277,9 @@ pub async fn serve(
     let _ = webhooks.await;
     stop_background.cancel();
     let _ = drainer.await;
+    if let Err(error) = pipeline.state().write_now() {
+        tracing::error!(%error, "state journal write at shutdown failed");
+    }
     if let Err(error) = store.flush().await {
         tracing::error!(%error, "store flush at shutdown failed");
     }

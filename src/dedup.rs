@@ -5,7 +5,9 @@
 
 use std::time::Duration;
 
-use crate::store::{StoreError, Tree};
+use std::sync::Arc;
+
+use crate::journal::{Change, Journal};
 
 /// A stored mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,15 +51,6 @@ pub fn classify(mark: Option<&Mark>, now_ms: i64, lease_ms: i64) -> KeyState {
     }
 }
 
-/// Whether a sweep at `now_ms` may delete the mark. In-flight marks are kept for twice the
-/// lease so a slow publisher's `done` still finds its own claim.
-pub fn is_garbage(mark: &Mark, now_ms: i64, lease_ms: i64) -> bool {
-    match mark {
-        Mark::Done { expires_ms } => *expires_ms <= now_ms,
-        Mark::InFlight { since_ms, .. } => now_ms - since_ms >= 2 * lease_ms,
-    }
-}
-
 /// Binary form: tag byte then two little-endian i64s.
 pub fn encode(mark: &Mark) -> [u8; 17] {
     let mut out = [0u8; 17];
@@ -98,104 +91,67 @@ pub fn request_key(route: &str, request_id: &str) -> Vec<u8> {
     format!("{route}\0request:{request_id}").into_bytes()
 }
 
-/// Dedup marks in a sled tree.
+/// Dedup marks of the sled backend, kept in the state [`Journal`].
 #[derive(Clone)]
 pub struct SledMarks {
-    tree: Tree,
+    journal: Arc<Journal>,
     lease_ms: i64,
 }
 
 impl SledMarks {
-    /// Marks in `tree`, with in-flight leases of `lease`.
-    pub fn new(tree: Tree, lease: Duration) -> Self {
+    /// Marks in `journal`, with in-flight leases of `lease`.
+    pub fn new(journal: Arc<Journal>, lease: Duration) -> Self {
         Self {
-            tree,
+            journal,
             lease_ms: lease.as_millis() as i64,
         }
     }
 
     /// The key's state now.
-    pub fn state(&self, key: &[u8], now_ms: i64) -> Result<KeyState, StoreError> {
-        let mark = self.tree.get(key)?.as_deref().and_then(decode);
-        Ok(classify(mark.as_ref(), now_ms, self.lease_ms))
+    pub fn state(&self, key: &[u8], now_ms: i64) -> KeyState {
+        let mark = self.journal.get(key).as_deref().and_then(decode);
+        classify(mark.as_ref(), now_ms, self.lease_ms)
     }
 
-    /// Claims `key` for `token` if it is free (absent, expired or a stale lease).
-    pub fn try_claim(&self, key: &[u8], token: u64, now_ms: i64) -> Result<Claim, StoreError> {
-        let claim = encode(&Mark::InFlight {
-            token,
-            since_ms: now_ms,
-        });
-        // Most keys are new: swap from absent first, and read the mark only on a miss.
-        let mut expected: Option<Vec<u8>> = None;
-        loop {
-            let current = match self
-                .tree
-                .swap_or_current(key, expected.as_deref(), Some(&claim))?
-            {
-                Ok(()) => return Ok(Claim::Claimed),
-                Err(current) => current,
-            };
-            let mark = current.as_deref().and_then(decode);
+    /// Claims `key` for `token` if it is free (absent, expired or a stale lease). The check
+    /// and the claim happen under one lock, so of two concurrent claims exactly one wins.
+    pub fn try_claim(&self, key: &[u8], token: u64, now_ms: i64) -> Claim {
+        self.journal.modify(key, now_ms, |current| {
+            let mark = current.and_then(decode);
             match classify(mark.as_ref(), now_ms, self.lease_ms) {
-                KeyState::Done => return Ok(Claim::Done),
-                KeyState::InFlight => return Ok(Claim::InFlight),
-                // Expired or left over: swap again against what is there now.
-                KeyState::Free => expected = current,
+                KeyState::Done => (Change::Keep, Claim::Done),
+                KeyState::InFlight => (Change::Keep, Claim::InFlight),
+                KeyState::Free => {
+                    let claim = Mark::InFlight {
+                        token,
+                        since_ms: now_ms,
+                    };
+                    // Claims stay in memory: after a crash nothing is in flight.
+                    let change = Change::Put {
+                        value: encode(&claim).to_vec(),
+                        expires_ms: now_ms + 2 * self.lease_ms,
+                        durable: false,
+                    };
+                    (change, Claim::Claimed)
+                }
             }
-        }
+        })
     }
 
     /// Records the keys as done until `expires_ms`.
-    pub fn mark_done(&self, keys: &[&[u8]], expires_ms: i64) -> Result<(), StoreError> {
+    pub fn mark_done(&self, keys: &[&[u8]], expires_ms: i64, now_ms: i64) {
         let done = encode(&Mark::Done { expires_ms });
         for key in keys {
-            self.tree.insert(key, &done)?;
+            self.journal.put(key, &done, expires_ms, now_ms);
         }
-        Ok(())
     }
 
     /// Gives a claim back, if `token` still holds it, so the sender's retry can claim it.
-    pub fn release(&self, key: &[u8], token: u64) -> Result<(), StoreError> {
-        let current = self.tree.get(key)?;
-        if let Some(Mark::InFlight { token: t, .. }) = current.as_deref().and_then(decode) {
-            if t == token {
-                self.tree.compare_and_swap(key, current.as_deref(), None)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Deletes garbage marks, a page at a time so the tree is never held for long.
-    /// Returns how many were removed.
-    pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
-        const PAGE: usize = 10_000;
-        let mut removed = 0;
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = self.tree.page(after.as_deref(), PAGE)?;
-            let Some((last, _)) = page.last() else {
-                return Ok(removed);
-            };
-            after = Some(last.clone());
-            for (key, value) in &page {
-                let garbage = decode(value).is_none_or(|m| is_garbage(&m, now_ms, self.lease_ms));
-                // Compare-and-swap: a mark rewritten since the read (a new claim) is kept.
-                if garbage && self.tree.compare_and_swap(key, Some(value), None)? {
-                    removed += 1;
-                }
-            }
-        }
-    }
-
-    /// Number of marks (walks the tree).
-    pub fn len(&self) -> usize {
-        self.tree.len()
-    }
-
-    /// Whether there are no marks.
-    pub fn is_empty(&self) -> bool {
-        self.tree.is_empty()
+    pub fn release(&self, key: &[u8], token: u64) {
+        self.journal.forget_volatile_if(
+            key,
+            |value| matches!(decode(value), Some(Mark::InFlight { token: t, .. }) if t == token),
+        );
     }
 }
 
@@ -244,41 +200,34 @@ mod tests {
     fn claim_done_release_and_sweep_with_an_injected_clock() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = crate::store::Store::open(dir.path()).expect("open");
-        let marks = SledMarks::new(store.tree("d").expect("tree"), Duration::from_secs(30));
+        let journal = Journal::open(
+            store.tree("state").expect("tree"),
+            0,
+            Duration::from_secs(3600),
+        )
+        .expect("journal");
+        let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
         let key = event_key("r", "e1");
-        assert_eq!(marks.try_claim(&key, 1, 0).expect("claim"), Claim::Claimed);
-        assert_eq!(
-            marks.try_claim(&key, 2, 10).expect("claim"),
-            Claim::InFlight
-        );
-        // A lease older than 30 s is a crash leftover and can be taken over.
-        assert_eq!(
-            marks.try_claim(&key, 2, 30_000).expect("claim"),
-            Claim::Claimed
-        );
+        assert_eq!(marks.try_claim(&key, 1, 0), Claim::Claimed);
+        assert_eq!(marks.try_claim(&key, 2, 10), Claim::InFlight);
+        // A lease older than 30 s is a leftover and can be taken over.
+        assert_eq!(marks.try_claim(&key, 2, 30_000), Claim::Claimed);
         // The first owner's release must not free the new owner's claim.
-        marks.release(&key, 1).expect("release");
-        assert_eq!(
-            marks.state(&key, 30_001).expect("state"),
-            KeyState::InFlight
-        );
-        marks.release(&key, 2).expect("release");
-        assert_eq!(marks.state(&key, 30_001).expect("state"), KeyState::Free);
+        marks.release(&key, 1);
+        assert_eq!(marks.state(&key, 30_001), KeyState::InFlight);
+        marks.release(&key, 2);
+        assert_eq!(marks.state(&key, 30_001), KeyState::Free);
 
         let ttl_end = 72 * 3600 * 1000;
-        marks.mark_done(&[&key], ttl_end).expect("done");
-        assert_eq!(
-            marks.try_claim(&key, 3, ttl_end - 1).expect("claim"),
-            Claim::Done
-        );
-        assert_eq!(marks.sweep(ttl_end - 1).expect("sweep"), 0);
-        assert_eq!(
-            marks.try_claim(&key, 3, ttl_end).expect("claim"),
-            Claim::Claimed
-        );
-        marks.release(&key, 3).expect("release");
-        marks.mark_done(&[&key], ttl_end).expect("done");
-        assert_eq!(marks.sweep(ttl_end).expect("sweep"), 1);
-        assert!(marks.is_empty());
+        marks.mark_done(&[&key], ttl_end, 30_002);
+        assert_eq!(marks.try_claim(&key, 3, ttl_end - 1), Claim::Done);
+        assert_eq!(journal.sweep(ttl_end - 1).expect("sweep"), 0);
+        assert_eq!(marks.try_claim(&key, 3, ttl_end), Claim::Claimed);
+        marks.release(&key, 3);
+        marks.mark_done(&[&key], ttl_end, ttl_end);
+        journal.write_now().expect("write");
+        assert_eq!(journal.sweep(ttl_end).expect("sweep"), 1);
+        assert!(journal.is_empty());
+        assert_eq!(journal.batches_on_disk(), 0, "dead batches deleted");
     }
 }

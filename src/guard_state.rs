@@ -217,16 +217,6 @@ impl GuardState {
     }
 }
 
-/// Whether a stored guard value has expired at `now_ms` (unreadable values count as expired).
-pub fn is_expired(value: &[u8], now_ms: i64) -> bool {
-    #[derive(Deserialize)]
-    struct Expiry {
-        expires_ms: Option<i64>,
-    }
-    serde_json::from_slice::<Expiry>(value)
-        .map_or(true, |e| e.expires_ms.is_some_and(|e| e <= now_ms))
-}
-
 /// One async mutex per key, created on demand and forgotten when unused, so different keys
 /// never wait for each other and the map does not grow without bound.
 #[derive(Default)]

@@ -14,7 +14,8 @@
 //! - [`secrets`]: secrets from environment or files, swapped on reload.
 //! - [`event`]: the delivery, its verified form, and the event read from it.
 //! - [`pipeline`]: verify → parse → freshness → dedup → guard → publish or spool.
-//! - [`dedup`]: claim / in-flight / done marks and their sweep.
+//! - [`dedup`]: claim / in-flight / done marks.
+//! - [`journal`]: the sled backend's marks and guard state: in memory, journaled to sled.
 //! - [`guard`]: the pure out-of-order decisions; [`guard_state`] wraps them with per-key
 //!   locks and stored state.
 //! - [`publish`]: the AMQP connection and confirm channels. The only lapin importer.
@@ -35,6 +36,7 @@ pub mod event;
 pub mod guard;
 pub mod guard_state;
 pub mod http;
+pub mod journal;
 pub mod metrics;
 pub mod pipeline;
 pub mod publish;

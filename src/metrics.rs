@@ -68,6 +68,8 @@ pub struct Metrics {
     pub spool_bytes: Gauge,
     /// Dedup/guard store operations that failed (the request got a 503).
     pub store_errors: Counter,
+    /// Dedup marks and guard states held by the sled backend (set when scraped).
+    pub state_entries: Gauge,
 }
 
 impl Metrics {
@@ -134,6 +136,12 @@ impl Metrics {
             "Dedup or guard store operations that failed",
             store_errors.clone(),
         );
+        let state_entries = Gauge::default();
+        registry.register(
+            "state_entries",
+            "Dedup marks and guard states held in memory (sled backend)",
+            state_entries.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -153,6 +161,7 @@ impl Metrics {
             spool_depth,
             spool_bytes,
             store_errors,
+            state_entries,
         }
     }
 

@@ -433,9 +433,7 @@ impl Pipeline {
 
     /// Removes expired dedup marks and guard state; returns how many entries went.
     pub fn sweep(&self) -> Result<usize, StoreError> {
-        let now = self.now_ms();
-        self.state
-            .sweep(now, |v| crate::guard_state::is_expired(v, now))
+        self.state.sweep(self.now_ms())
     }
 
     /// The dedup and guard state store.

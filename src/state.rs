@@ -2,6 +2,7 @@
 //! shared Redis (several). The backend is chosen here, once, from `dedup.backend`; the rest
 //! of the code calls these methods and does not know which one runs.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
@@ -9,13 +10,17 @@ use tokio::sync::OwnedMutexGuard;
 use crate::config::{Backend, Config};
 use crate::dedup::{Claim, KeyState, SledMarks};
 use crate::guard_state::KeyedLocks;
+use crate::journal::Journal;
 use crate::redis_store::{RedisState, RedisTarget};
-use crate::store::{Store, StoreError, Tree};
+use crate::store::{Store, StoreError};
 
-/// The sled backend: marks and guard state in two trees, guard keys locked in process.
+/// Name of the sled tree that holds the state journal.
+pub const JOURNAL_TREE: &str = "state";
+
+/// The sled backend: marks and guard state in the journal, guard keys locked in process.
 pub struct SledState {
     marks: SledMarks,
-    guards: Tree,
+    journal: Arc<Journal>,
     locks: KeyedLocks,
 }
 
@@ -64,18 +69,25 @@ impl BackendChoice {
 }
 
 impl StateStore {
-    /// Opens the chosen backend. Must run inside the tokio runtime.
+    /// Opens the chosen backend (replaying the sled journal at `now_ms`). Must run inside
+    /// the tokio runtime.
     pub fn open(
         choice: &BackendChoice,
         config: &Config,
         store: &Store,
+        now_ms: i64,
     ) -> Result<Self, StoreError> {
         match choice {
-            BackendChoice::Sled => Ok(StateStore::Sled(SledState {
-                marks: SledMarks::new(store.tree("dedup")?, config.dedup.in_flight_lease),
-                guards: store.tree("guard")?,
-                locks: KeyedLocks::default(),
-            })),
+            BackendChoice::Sled => {
+                // A live record older than the dedup TTL can only be long-lived guard state;
+                // it is copied forward so its batch can go.
+                let journal = Journal::open(store.tree(JOURNAL_TREE)?, now_ms, config.dedup.ttl)?;
+                Ok(StateStore::Sled(SledState {
+                    marks: SledMarks::new(journal.clone(), config.dedup.in_flight_lease),
+                    journal,
+                    locks: KeyedLocks::default(),
+                }))
+            }
             BackendChoice::Redis(target) => Ok(StateStore::Redis {
                 redis: RedisState::connect(target)?,
                 // Held across decide → publish → commit: the publish may take a whole
@@ -94,10 +106,10 @@ impl StateStore {
         }
     }
 
-    /// Whether the backend answers (always true for sled).
+    /// Whether the backend answers (sled: whether the state journal is being written).
     pub fn is_healthy(&self) -> bool {
         match self {
-            StateStore::Sled(_) => true,
+            StateStore::Sled(s) => !s.journal.is_failing(),
             StateStore::Redis { redis, .. } => redis.is_healthy(),
         }
     }
@@ -113,7 +125,7 @@ impl StateStore {
     /// The state of a dedup key at `now_ms`.
     pub async fn mark_state(&self, key: &[u8], now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
-            StateStore::Sled(s) => s.marks.state(key, now_ms),
+            StateStore::Sled(s) => Ok(s.marks.state(key, now_ms)),
             StateStore::Redis { redis, .. } => redis.state(key).await,
         }
     }
@@ -127,7 +139,7 @@ impl StateStore {
         lease: Duration,
     ) -> Result<Claim, StoreError> {
         match self {
-            StateStore::Sled(s) => s.marks.try_claim(key, token, now_ms),
+            StateStore::Sled(s) => Ok(s.marks.try_claim(key, token, now_ms)),
             StateStore::Redis { redis, .. } => redis.try_claim(key, token, lease).await,
         }
     }
@@ -140,7 +152,11 @@ impl StateStore {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => s.marks.mark_done(keys, now_ms + ttl.as_millis() as i64),
+            StateStore::Sled(s) => {
+                s.marks
+                    .mark_done(keys, now_ms + ttl.as_millis() as i64, now_ms);
+                Ok(())
+            }
             StateStore::Redis { redis, .. } => redis.mark_done(keys, ttl).await,
         }
     }
@@ -148,7 +164,10 @@ impl StateStore {
     /// Releases a claim still held by `token`.
     pub async fn release(&self, key: &[u8], token: u64) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => s.marks.release(key, token),
+            StateStore::Sled(s) => {
+                s.marks.release(key, token);
+                Ok(())
+            }
             StateStore::Redis { redis, .. } => redis.release(key, token).await,
         }
     }
@@ -185,7 +204,7 @@ impl StateStore {
     /// Reads guard state.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
-            StateStore::Sled(s) => s.guards.get(key),
+            StateStore::Sled(s) => Ok(s.journal.get(key)),
             StateStore::Redis { redis, .. } => redis.get(key).await,
         }
     }
@@ -199,7 +218,11 @@ impl StateStore {
         expires_ms: Option<i64>,
     ) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => s.guards.insert(key, value),
+            StateStore::Sled(s) => {
+                s.journal
+                    .put(key, value, expires_ms.unwrap_or(i64::MAX), now_ms);
+                Ok(())
+            }
             StateStore::Redis { redis, .. } => {
                 let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
                 redis.put(key, value, ttl).await
@@ -207,33 +230,28 @@ impl StateStore {
         }
     }
 
-    /// Deletes expired marks and guard state (sled; Redis expires keys by itself).
-    /// `guard_expired` says whether a stored guard value has expired at `now_ms`.
-    pub fn sweep(
-        &self,
-        now_ms: i64,
-        guard_expired: impl Fn(&[u8]) -> bool,
-    ) -> Result<usize, StoreError> {
+    /// Forgets expired marks and guard state (sled; Redis expires keys by itself).
+    /// Returns how many entries went.
+    pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
         match self {
-            StateStore::Sled(s) => {
-                let mut removed = s.marks.sweep(now_ms)?;
-                let mut after: Option<Vec<u8>> = None;
-                loop {
-                    let page = s.guards.page(after.as_deref(), 10_000)?;
-                    let Some((last, _)) = page.last() else {
-                        return Ok(removed);
-                    };
-                    after = Some(last.clone());
-                    for (key, value) in &page {
-                        if guard_expired(value)
-                            && s.guards.compare_and_swap(key, Some(value), None)?
-                        {
-                            removed += 1;
-                        }
-                    }
-                }
-            }
+            StateStore::Sled(s) => s.journal.sweep(now_ms),
             StateStore::Redis { .. } => Ok(0),
+        }
+    }
+
+    /// Dedup marks and guard states held (sled only: Redis keeps its own count).
+    pub fn entries(&self) -> Option<usize> {
+        match self {
+            StateStore::Sled(s) => Some(s.journal.len()),
+            StateStore::Redis { .. } => None,
+        }
+    }
+
+    /// Hands every journaled change to the store now (before the store's last flush).
+    pub fn write_now(&self) -> Result<(), StoreError> {
+        match self {
+            StateStore::Sled(s) => s.journal.write_now(),
+            StateStore::Redis { .. } => Ok(()),
         }
     }
 }

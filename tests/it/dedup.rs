@@ -291,7 +291,6 @@ async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
     cfg.extra = "dedup:\n  ttl: 1h\n".into();
     let config = hookgate::config::Config::parse(&cfg.yaml()).expect("config");
     let prepared = hookgate::app::prepare(config).expect("prepare");
-    let marks = prepared.store().tree("dedup").expect("dedup tree");
 
     let now = Arc::new(AtomicI64::new(wall_ms()));
     let clock: hookgate::pipeline::Clock = {
@@ -305,6 +304,7 @@ async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
         .await
         .expect("bind");
     let addr = webhooks.local_addr().expect("addr");
+    let admin_addr = admin.local_addr().expect("admin addr");
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(hookgate::app::serve(
         prepared,
@@ -326,26 +326,39 @@ async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
     let t0 = now.load(Ordering::SeqCst);
     let (s, a) = post(&client, addr, &body_at(t0), "req_ttl_1").await;
     assert_eq!((s, outcome(&a)), (200, "accepted".into()));
-    assert_eq!(marks.len(), 2, "an event mark and a request mark");
+    let held = || async {
+        let text = client
+            .get(format!("http://{admin_addr}/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body");
+        Exposition::parse(&text).get("hookgate_state_entries", &[])
+    };
+    assert_eq!(held().await, 2.0, "an event mark and a request mark");
 
     // Just inside the TTL: still a duplicate (new request id, fresh timestamp), still stored.
     let hour = 3_600_000;
     now.store(t0 + hour - 60_000, Ordering::SeqCst);
     let (s, a) = post(&client, addr, &body_at(t0 + hour - 60_000), "req_ttl_2").await;
     assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
-    assert_eq!(marks.len(), 2, "nothing expired yet");
+    assert_eq!(held().await, 2.0, "nothing expired yet");
 
     // Past the TTL: the background sweep removes both marks...
     now.store(t0 + hour + 60_000, Ordering::SeqCst);
-    assert!(
-        wait_until(Duration::from_secs(10), || marks.is_empty()).await,
-        "expired marks were not swept: {} left",
-        marks.len()
-    );
+    let mut left = held().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while left > 0.0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        left = held().await;
+    }
+    assert_eq!(left, 0.0, "expired marks were not swept");
     // ...and the event is new again (a timestamp fresh for the moved clock).
     let (s, a) = post(&client, addr, &body_at(t0 + hour + 60_000), "req_ttl_3").await;
     assert_eq!((s, outcome(&a)), (200, "accepted".into()));
-    assert_eq!(marks.len(), 2);
+    assert_eq!(held().await, 2.0);
 
     let sentinel = serde_json::json!({"id": "sentinel", "event": "contact.created", "timestamp": rfc3339_ms(t0 + hour + 60_000)}).to_string();
     let (s, _) = post(&client, addr, &sentinel, "req_s").await;

@@ -1,0 +1,635 @@
+//! The sled backend's dedup marks and guard state: held in memory while the gateway runs,
+//! made durable as an append-only journal of batches in one sled tree.
+//!
+//! Why not one sled key per mark: an accepted event wrote three to four keys (claim, two done
+//! marks, guard state), and those tree writes cost more CPU than everything else hookgate
+//! does for the event (BENCHMARKS.md, "The state layer"). Here a request changes a hash map
+//! under a mutex and appends a record to a buffer; a writer thread stores the buffer as one
+//! sled entry every few milliseconds. sled locks its directory, so one process owns the
+//! journal and memory is the single source of truth while it runs; opening replays it.
+//!
+//! Durability is what it was with one key per mark: a record reaches sled within
+//! [`WRITE_INTERVAL`] and the disk within sled's own flush interval, so a crash can forget
+//! the marks of the last moments and a retry of those events is published again (allowed by
+//! SPEC §3). Claims are never written: after a crash nothing is in flight.
+//!
+//! Space: a batch is deleted once none of its records is the current value of its key,
+//! oldest batches first, so a superseded record never outlives the record that superseded
+//! it (no tombstones are needed). An oldest batch that is mostly dead, or older than
+//! `copy_after`, has its live records copied forward so it can go.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::store::{StoreError, Tree};
+
+/// How long a record may wait in memory before it is handed to sled.
+pub const WRITE_INTERVAL: Duration = Duration::from_millis(5);
+/// A batch this large is written at once (sled stores big values as separate files).
+const MAX_BATCH_BYTES: usize = 32 * 1024;
+/// Batch header: created_ms (i64) and record count (u32), little-endian.
+const HEADER_BYTES: usize = 12;
+
+/// What [`Journal::modify`] does to a key.
+pub enum Change {
+    /// Leave it as it is.
+    Keep,
+    /// Set it; `durable: false` keeps it in memory only (claims).
+    Put {
+        value: Vec<u8>,
+        expires_ms: i64,
+        durable: bool,
+    },
+}
+
+struct Entry {
+    value: Vec<u8>,
+    /// When a sweep may forget the entry.
+    expires_ms: i64,
+    /// The batch holding its current record; `None` for memory-only values.
+    batch: Option<u64>,
+}
+
+struct BatchInfo {
+    /// Records of this batch that are still the current value of their key.
+    live: u32,
+    records: u32,
+    created_ms: i64,
+}
+
+/// Records appended since the last write.
+struct Open {
+    seq: u64,
+    buf: Vec<u8>,
+}
+
+struct Inner {
+    map: HashMap<Vec<u8>, Entry>,
+    open: Open,
+    batches: BTreeMap<u64, BatchInfo>,
+}
+
+/// Dedup marks and guard state with an append-only journal in sled. Dropping it stops the
+/// writer thread and writes what is left.
+pub struct Journal {
+    shared: Arc<Shared>,
+    writer: Option<JoinHandle<()>>,
+}
+
+/// What the requests and the writer thread share.
+struct Shared {
+    inner: Mutex<Inner>,
+    /// Wakes the writer early when the open batch is full.
+    wake: Condvar,
+    /// Held while a batch is written or deleted, so batches land in sequence order and a
+    /// batch is never deleted while it is being written.
+    writes: Mutex<()>,
+    tree: Tree,
+    copy_after: Duration,
+    stop: AtomicBool,
+    /// Batches taken from memory that sled has not accepted yet (a failing disk).
+    unwritten: Mutex<Vec<Open>>,
+    /// Set while writes fail; readiness reports it.
+    failing: AtomicBool,
+}
+
+impl Journal {
+    /// Replays `tree` (values that expired by `now_ms` are dropped) and starts the writer
+    /// thread. `copy_after` bounds how long a live record pins an old batch.
+    pub fn open(tree: Tree, now_ms: i64, copy_after: Duration) -> Result<Arc<Self>, StoreError> {
+        let mut map: HashMap<Vec<u8>, Entry> = HashMap::new();
+        let mut batches = BTreeMap::new();
+        let mut next_seq = 0;
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = tree.page(after.as_deref(), 256)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (key, value) in page {
+                let Some(seq) = decode_seq(&key) else {
+                    continue;
+                };
+                next_seq = seq + 1;
+                let Some((created_ms, records)) = decode_batch(&value) else {
+                    tracing::warn!(batch = seq, "unreadable state batch ignored");
+                    batches.insert(seq, BatchInfo::empty(now_ms));
+                    continue;
+                };
+                let mut info = BatchInfo {
+                    live: 0,
+                    records: records.len() as u32,
+                    created_ms,
+                };
+                for (key, expires_ms, value) in records {
+                    let entry = Entry {
+                        value: value.to_vec(),
+                        expires_ms,
+                        batch: Some(seq),
+                    };
+                    if let Some(old) = map.insert(key.to_vec(), entry) {
+                        release_live(&mut batches, &mut info, seq, old.batch);
+                    }
+                    info.live += 1;
+                }
+                batches.insert(seq, info);
+            }
+        }
+        let mut inner = Inner {
+            map,
+            open: Open::new(next_seq),
+            batches,
+        };
+        inner.forget_expired(now_ms);
+        let shared = Arc::new(Shared {
+            inner: Mutex::new(inner),
+            wake: Condvar::new(),
+            writes: Mutex::new(()),
+            tree,
+            copy_after,
+            stop: AtomicBool::new(false),
+            unwritten: Mutex::new(Vec::new()),
+            failing: AtomicBool::new(false),
+        });
+        let for_writer = shared.clone();
+        let writer = std::thread::Builder::new()
+            .name("state-journal".into())
+            .spawn(move || write_loop(&for_writer))
+            .map_err(|e| StoreError::Io(format!("cannot start the journal writer: {e}")))?;
+        Ok(Arc::new(Self {
+            shared,
+            writer: Some(writer),
+        }))
+    }
+
+    /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
+    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        self.shared.lock().map.get(key).map(|e| e.value.clone())
+    }
+
+    /// Sets `key` durably.
+    pub fn put(&self, key: &[u8], value: &[u8], expires_ms: i64, now_ms: i64) {
+        self.modify(key, now_ms, |_| {
+            (
+                Change::Put {
+                    value: value.to_vec(),
+                    expires_ms,
+                    durable: true,
+                },
+                (),
+            )
+        });
+    }
+
+    /// Reads and changes `key` atomically: `decide` sees the current value and says what
+    /// to do; its second result is returned.
+    pub fn modify<R>(
+        &self,
+        key: &[u8],
+        now_ms: i64,
+        decide: impl FnOnce(Option<&[u8]>) -> (Change, R),
+    ) -> R {
+        let mut inner = self.shared.lock();
+        let (change, result) = decide(inner.map.get(key).map(|e| e.value.as_slice()));
+        match change {
+            Change::Keep => {}
+            Change::Put {
+                value,
+                expires_ms,
+                durable,
+            } => {
+                let batch = durable.then(|| inner.append(key, expires_ms, &value, now_ms));
+                let entry = Entry {
+                    value,
+                    expires_ms,
+                    batch,
+                };
+                if let Some(old) = inner.map.insert(key.to_vec(), entry) {
+                    release(&mut inner.batches, old.batch);
+                }
+                if inner.open.buf.len() >= MAX_BATCH_BYTES {
+                    self.shared.wake.notify_one();
+                }
+            }
+        }
+        result
+    }
+
+    /// Forgets `key` if its value is memory-only and `forget` says so. Durable values are
+    /// only forgotten by expiry: without a tombstone, a removed one would come back on replay.
+    pub fn forget_volatile_if(&self, key: &[u8], forget: impl FnOnce(&[u8]) -> bool) {
+        let mut inner = self.shared.lock();
+        if inner
+            .map
+            .get(key)
+            .is_some_and(|e| e.batch.is_none() && forget(&e.value))
+        {
+            inner.map.remove(key);
+        }
+    }
+
+    /// Number of keys held.
+    pub fn len(&self) -> usize {
+        self.shared.lock().map.len()
+    }
+
+    /// Whether no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Forgets values that expired by `now_ms` and deletes the batches nothing needs any
+    /// more. Returns how many values went.
+    pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
+        let removed = self.shared.lock().forget_expired(now_ms);
+        self.shared.compact(now_ms)?;
+        Ok(removed)
+    }
+
+    /// Hands every appended record to sled now (shutdown, tests).
+    pub fn write_now(&self) -> Result<(), StoreError> {
+        self.shared.write_now()
+    }
+
+    /// Whether the last write to sled failed.
+    pub fn is_failing(&self) -> bool {
+        self.shared.failing.load(Ordering::SeqCst)
+    }
+
+    /// Number of batches in sled (for tests and the dedup example).
+    pub fn batches_on_disk(&self) -> usize {
+        self.shared.tree.len()
+    }
+}
+
+impl Shared {
+    fn write_now(&self) -> Result<(), StoreError> {
+        let _writing = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        self.write_open()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the open batch; the caller holds `writes`.
+    fn write_open(&self) -> Result<(), StoreError> {
+        let mut unwritten = self
+            .unwritten
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let taken = {
+            let mut inner = self.lock();
+            (inner.open.buf.len() > HEADER_BYTES).then(|| {
+                let next = Open::new(inner.open.seq + 1);
+                std::mem::replace(&mut inner.open, next)
+            })
+        };
+        unwritten.extend(taken);
+        // Oldest first, and a batch leaves the queue only once sled took it.
+        while let Some(batch) = unwritten.first() {
+            if let Err(error) = self.tree.insert(&batch.seq.to_be_bytes(), &batch.buf) {
+                if !self.failing.swap(true, Ordering::SeqCst) {
+                    tracing::error!(%error, "state journal cannot be written; retrying");
+                }
+                return Err(error);
+            }
+            unwritten.remove(0);
+        }
+        if self.failing.swap(false, Ordering::SeqCst) {
+            tracing::info!("state journal written again");
+        }
+        Ok(())
+    }
+
+    /// Deletes dead batches from the oldest on; copies a mostly dead (or old) oldest batch's
+    /// live records forward first.
+    fn compact(&self, now_ms: i64) -> Result<(), StoreError> {
+        let _writing = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        // Batches written by this compaction (the copies) wait for the next one.
+        let end = self.lock().open.seq;
+        loop {
+            let (seq, copy) = {
+                let inner = self.lock();
+                let Some((&seq, info)) = inner.batches.first_key_value() else {
+                    return Ok(());
+                };
+                if seq >= end {
+                    return Ok(());
+                }
+                let old = now_ms - info.created_ms >= self.copy_after.as_millis() as i64;
+                let mostly_dead = info.live * 2 <= info.records;
+                match (info.live, old || mostly_dead) {
+                    (0, _) => (seq, false),
+                    (_, true) => (seq, true),
+                    (_, false) => return Ok(()),
+                }
+            };
+            if copy {
+                self.copy_forward(seq, now_ms)?;
+                // The copies must be in sled before the batch they came from goes.
+                self.write_open()?;
+            }
+            self.tree.remove(&seq.to_be_bytes())?;
+            self.lock().batches.remove(&seq);
+        }
+    }
+
+    /// Appends the records of batch `seq` that are still current to the open batch.
+    fn copy_forward(&self, seq: u64, now_ms: i64) -> Result<(), StoreError> {
+        let Some(bytes) = self.tree.get(&seq.to_be_bytes())? else {
+            return Ok(());
+        };
+        let records = decode_batch(&bytes).map(|(_, r)| r).unwrap_or_default();
+        let mut inner = self.lock();
+        for (key, _, _) in records {
+            let current = inner
+                .map
+                .get(key)
+                .filter(|e| e.batch == Some(seq))
+                .map(|e| (e.expires_ms, e.value.clone()));
+            if let Some((expires_ms, value)) = current {
+                let batch = inner.append(key, expires_ms, &value, now_ms);
+                if let Some(entry) = inner.map.get_mut(key) {
+                    entry.batch = Some(batch);
+                }
+                release(&mut inner.batches, Some(seq));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::SeqCst);
+        self.shared.wake.notify_one();
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+        if let Err(error) = self.shared.write_now() {
+            tracing::error!(%error, "state journal not written at shutdown");
+        }
+    }
+}
+
+/// The writer thread: writes the open batch every [`WRITE_INTERVAL`] (or when full) until
+/// the journal is dropped.
+fn write_loop(shared: &Shared) {
+    while !shared.stop.load(Ordering::SeqCst) {
+        {
+            let inner = shared.lock();
+            if inner.open.buf.len() < MAX_BATCH_BYTES && !shared.stop.load(Ordering::SeqCst) {
+                drop(
+                    shared
+                        .wake
+                        .wait_timeout(inner, WRITE_INTERVAL)
+                        .unwrap_or_else(PoisonError::into_inner),
+                );
+            }
+        }
+        // A failure is logged (once) and retried by the next round.
+        let _ = shared.write_now();
+    }
+}
+
+impl Inner {
+    /// Appends a record to the open batch and returns the batch's sequence number.
+    fn append(&mut self, key: &[u8], expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
+        let seq = self.open.seq;
+        let info = self
+            .batches
+            .entry(seq)
+            .or_insert_with(|| BatchInfo::empty(now_ms));
+        info.live += 1;
+        info.records += 1;
+        let buf = &mut self.open.buf;
+        if buf.len() == HEADER_BYTES {
+            buf[..8].copy_from_slice(&now_ms.to_le_bytes());
+        }
+        buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
+        buf.extend_from_slice(key);
+        buf.extend_from_slice(&expires_ms.to_le_bytes());
+        buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        buf.extend_from_slice(value);
+        let count = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) + 1;
+        buf[8..12].copy_from_slice(&count.to_le_bytes());
+        seq
+    }
+
+    fn forget_expired(&mut self, now_ms: i64) -> usize {
+        let Inner { map, batches, .. } = self;
+        let before = map.len();
+        map.retain(|_, e| {
+            let keep = e.expires_ms > now_ms;
+            if !keep {
+                release(batches, e.batch);
+            }
+            keep
+        });
+        before - map.len()
+    }
+}
+
+/// A record of `batch` is no longer the current value of its key.
+fn release(batches: &mut BTreeMap<u64, BatchInfo>, batch: Option<u64>) {
+    if let Some(info) = batch.and_then(|b| batches.get_mut(&b)) {
+        info.live = info.live.saturating_sub(1);
+    }
+}
+
+impl BatchInfo {
+    fn empty(created_ms: i64) -> Self {
+        Self {
+            live: 0,
+            records: 0,
+            created_ms,
+        }
+    }
+}
+
+impl Open {
+    fn new(seq: u64) -> Self {
+        Self {
+            seq,
+            buf: vec![0; HEADER_BYTES],
+        }
+    }
+}
+
+/// During replay: the key's previous record (in `old_batch`) is superseded.
+fn release_live(
+    batches: &mut BTreeMap<u64, BatchInfo>,
+    current: &mut BatchInfo,
+    seq: u64,
+    old_batch: Option<u64>,
+) {
+    match old_batch {
+        Some(b) if b == seq => current.live = current.live.saturating_sub(1),
+        other => release(batches, other),
+    }
+}
+
+fn decode_seq(key: &[u8]) -> Option<u64> {
+    Some(u64::from_be_bytes(key.try_into().ok()?))
+}
+
+type Record<'a> = (&'a [u8], i64, &'a [u8]);
+
+/// A batch's creation time and records; `None` if it is cut short or malformed.
+fn decode_batch(bytes: &[u8]) -> Option<(i64, Vec<Record<'_>>)> {
+    let created_ms = i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let count = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
+    let mut rest = bytes.get(HEADER_BYTES..)?;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
+        rest = tail;
+        Some(head)
+    };
+    let mut records = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let key_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let key = take(key_len)?;
+        let expires_ms = i64::from_le_bytes(take(8)?.try_into().ok()?);
+        let value_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        records.push((key, expires_ms, take(value_len)?));
+    }
+    Some((created_ms, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: Duration = Duration::from_secs(86_400);
+
+    fn open(store: &crate::store::Store, now_ms: i64) -> Arc<Journal> {
+        Journal::open(store.tree("state").expect("tree"), now_ms, DAY).expect("open")
+    }
+
+    #[test]
+    fn values_survive_a_reopen_and_expired_ones_do_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(dir.path()).expect("store");
+        {
+            let j = open(&store, 0);
+            j.put(b"a", b"1", 1_000, 0);
+            j.put(b"b", b"2", 100, 0);
+            j.put(b"a", b"3", 2_000, 10); // supersedes the first record of a
+            j.modify(b"c", 10, |_| {
+                (
+                    Change::Put {
+                        value: b"claim".to_vec(),
+                        expires_ms: 5_000,
+                        durable: false,
+                    },
+                    (),
+                )
+            });
+            assert_eq!(j.len(), 3);
+        }
+        let j = open(&store, 500);
+        assert_eq!(j.get(b"a").as_deref(), Some(&b"3"[..]));
+        assert_eq!(j.get(b"b"), None, "expired before the reopen");
+        assert_eq!(j.get(b"c"), None, "claims are never written");
+        assert_eq!(j.len(), 1);
+    }
+
+    #[test]
+    fn sweeping_deletes_dead_batches_oldest_first() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(dir.path()).expect("store");
+        let j = open(&store, 0);
+        j.put(b"short", b"x", 100, 0);
+        j.write_now().expect("write");
+        j.put(b"long", b"y", 10_000, 1);
+        j.write_now().expect("write");
+        assert_eq!(j.batches_on_disk(), 2);
+        assert_eq!(j.sweep(50).expect("sweep"), 0);
+        assert_eq!(j.batches_on_disk(), 2);
+        assert_eq!(j.sweep(100).expect("sweep"), 1);
+        assert_eq!(
+            j.batches_on_disk(),
+            1,
+            "the first batch is dead and deleted"
+        );
+        assert_eq!(j.sweep(10_000).expect("sweep"), 1);
+        assert_eq!(j.batches_on_disk(), 0);
+        assert!(j.is_empty());
+    }
+
+    #[test]
+    fn a_superseded_record_never_outlives_its_successor() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(dir.path()).expect("store");
+        {
+            let j = open(&store, 0);
+            // Batch 0: k (soon superseded) and pin (long-lived, keeps batch 0 alive).
+            j.put(b"k", b"old", 9_000, 0);
+            j.put(b"pin", b"p", 9_000, 0);
+            j.put(b"filler", b"f", 9_000, 0);
+            j.write_now().expect("write");
+            // Batch 1: k's new value, expiring sooner.
+            j.put(b"k", b"new", 500, 1);
+            j.write_now().expect("write");
+            // k expires; batch 1 is dead, batch 0 still holds pin and filler.
+            j.sweep(600).expect("sweep");
+            assert_eq!(j.batches_on_disk(), 2, "batch 1 waits for batch 0");
+        }
+        let j = open(&store, 600);
+        assert_eq!(j.get(b"k"), None, "the old record of k must not come back");
+        assert_eq!(j.get(b"pin").as_deref(), Some(&b"p"[..]));
+    }
+
+    #[test]
+    fn a_mostly_dead_oldest_batch_is_copied_forward() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(dir.path()).expect("store");
+        {
+            let j = open(&store, 0);
+            for i in 0..10u8 {
+                j.put(&[i], b"v", if i == 0 { 9_000 } else { 100 }, 0);
+            }
+            j.write_now().expect("write");
+            j.sweep(200).expect("sweep");
+            assert_eq!(j.len(), 1);
+            // Batch 0 went; its one live record now sits in batch 1.
+            assert_eq!(j.batches_on_disk(), 1);
+        }
+        let j = open(&store, 300);
+        assert_eq!(j.get(&[0]).as_deref(), Some(&b"v"[..]));
+        assert_eq!(j.len(), 1);
+    }
+
+    #[test]
+    fn the_writer_thread_writes_without_being_asked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(dir.path()).expect("store");
+        let j = open(&store, 0);
+        j.put(b"a", b"1", 1_000, 0);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while j.batches_on_disk() == 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert_eq!(j.batches_on_disk(), 1);
+    }
+
+    #[test]
+    fn a_truncated_batch_is_skipped_not_fatal() {
+        assert!(decode_batch(&[0; 5]).is_none());
+        let mut open = Open::new(0);
+        let mut inner = Inner {
+            map: HashMap::new(),
+            open: Open::new(0),
+            batches: BTreeMap::new(),
+        };
+        inner.append(b"key", 7, b"value", 1);
+        std::mem::swap(&mut open, &mut inner.open);
+        let full = open.buf;
+        let (created, records) = decode_batch(&full).expect("whole batch");
+        assert_eq!((created, records.len()), (1, 1));
+        assert!(decode_batch(&full[..full.len() - 1]).is_none());
+    }
+}
