@@ -10,7 +10,8 @@
 #
 # Env: DURATION (20s) WARMUP (3s) CONNECTIONS (64) HTTP2 (empty; 1 = HTTP/2) OUT
 # (target/bench-load) HOOKGATE (binary to test; default target/release/hookgate) TRANSIENT_QUEUE
-# (empty; 1 = a non-durable queue) CONSUMER (1; empty = nobody consumes the queue) RABBIT (amqp://guest:guest@127.0.0.1:5672/%2f) TARGETS ("http publish
+# (empty; 1 = a non-durable queue) CONSUMER (1; empty = nobody consumes the queue)
+# CLOSED_REQUESTS (1000000: pre-signed deliveries per closed-loop run) RABBIT (amqp://guest:guest@127.0.0.1:5672/%2f) TARGETS ("http publish
 # hookgate"). Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +25,9 @@ RABBIT=${RABBIT:-amqp://guest:guest@127.0.0.1:5672/%2f}
 TARGETS=${TARGETS:-http publish hookgate}
 TRANSIENT_QUEUE=${TRANSIENT_QUEUE:-}
 CONSUMER=${CONSUMER:-1}
+# Enough pre-signed deliveries that a closed-loop run ends by time, not by running dry (the
+# bare HTTP server takes ~33k req/s here; raise it for longer runs).
+CLOSED_REQUESTS=${CLOSED_REQUESTS:-1000000}
 SECRET=bench-secret-$RANDOM$RANDOM
 
 cargo build --release --bin hookgate --example load
@@ -156,7 +160,7 @@ load() {
 
 echo "== machine: $(nproc) cores, $(uptime)"
 for t in $TARGETS; do
-    load "$t" "$OUT/$t-closed.json" --connections "$CONNECTIONS"
+    load "$t" "$OUT/$t-closed.json" --connections "$CONNECTIONS" --requests "$CLOSED_REQUESTS"
 done
 
 if [[ " $TARGETS " == *" hookgate "* ]]; then

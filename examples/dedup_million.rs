@@ -26,6 +26,19 @@ fn du(path: &Path) -> String {
         .unwrap_or_else(|| "du failed".into())
 }
 
+/// Current and peak resident size (Linux), for the memory a million marks take.
+fn resident() -> String {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .map(|l| l[name.len()..].trim().to_owned())
+            .unwrap_or_else(|| "?".into())
+    };
+    format!("RSS {}, peak {}", field("VmRSS:"), field("VmHWM:"))
+}
+
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
@@ -57,7 +70,7 @@ fn main() -> anyhow::Result<()> {
     let insert = started.elapsed();
     store.flush_blocking()?;
     println!("marks stored:        {count} in {insert:.2?}");
-    println!("marks held:          {}", journal.len());
+    println!("marks held:          {}; {}", journal.len(), resident());
     println!(
         "size_on_disk:        {} bytes ({:.1} MiB)",
         store.size_on_disk(),
@@ -71,9 +84,10 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let journal = Journal::open(store.tree("state")?, now, ttl)?;
     println!(
-        "replay at restart:   {} marks in {:.2?}",
+        "replay at restart:   {} marks in {:.2?}; {}",
         journal.len(),
-        started.elapsed()
+        started.elapsed(),
+        resident()
     );
     let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
 

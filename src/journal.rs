@@ -2,11 +2,11 @@
 //! made durable as an append-only journal of batches in one sled tree.
 //!
 //! Why not one sled key per mark: an accepted event wrote three to four keys (claim, two done
-//! marks, guard state), and those tree writes cost more CPU than everything else hookgate
-//! does for the event (BENCHMARKS.md, "The state layer"). Here a request changes a hash map
-//! under a mutex and appends a record to a buffer; a writer thread stores the buffer as one
-//! sled entry every few milliseconds. sled locks its directory, so one process owns the
-//! journal and memory is the single source of truth while it runs; opening replays it.
+//! marks, guard state), and those tree writes were about 40 % of hookgate's CPU per request
+//! (BENCHMARKS.md, "The state layer"). Here a request changes one of 64 maps (chosen by key
+//! hash) under its mutex and appends a record to a buffer; a writer thread stores the buffer
+//! as one sled entry every few milliseconds. sled locks its directory, so one process owns
+//! the journal and memory is the single source of truth while it runs; opening replays it.
 //!
 //! Durability is what it was with one key per mark: a record reaches sled within
 //! [`WRITE_INTERVAL`] and the disk within sled's own flush interval, so a crash can forget
@@ -18,7 +18,8 @@
 //! it (no tombstones are needed). An oldest batch that is mostly dead, or older than
 //! `copy_after`, has its live records copied forward so it can go.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -32,6 +33,9 @@ pub const WRITE_INTERVAL: Duration = Duration::from_millis(5);
 const MAX_BATCH_BYTES: usize = 32 * 1024;
 /// Batch header: created_ms (i64) and record count (u32), little-endian.
 const HEADER_BYTES: usize = 12;
+/// The map is split so that a sweep holds up only the requests whose keys fall in the part
+/// being swept, and two runtime workers rarely want the same lock.
+const SHARDS: usize = 64;
 
 /// What [`Journal::modify`] does to a key.
 pub enum Change {
@@ -46,12 +50,16 @@ pub enum Change {
 }
 
 struct Entry {
-    value: Vec<u8>,
+    value: Box<[u8]>,
     /// When a sweep may forget the entry.
     expires_ms: i64,
     /// The batch holding its current record; `None` for memory-only values.
     batch: Option<u64>,
 }
+
+/// An ordered map rather than a hash map: it grows a node at a time, where a hash table
+/// rehashes everything at once and holds the request (and its runtime worker) meanwhile.
+type Shard = BTreeMap<Box<[u8]>, Entry>;
 
 struct BatchInfo {
     /// Records of this batch that are still the current value of their key.
@@ -66,8 +74,8 @@ struct Open {
     buf: Vec<u8>,
 }
 
-struct Inner {
-    map: HashMap<Vec<u8>, Entry>,
+/// The open batch and what is known of the written ones.
+struct Log {
     open: Open,
     batches: BTreeMap<u64, BatchInfo>,
 }
@@ -79,13 +87,15 @@ pub struct Journal {
     writer: Option<JoinHandle<()>>,
 }
 
-/// What the requests and the writer thread share.
+/// What the requests and the writer thread share. Lock order: a shard, then `log`.
 struct Shared {
-    inner: Mutex<Inner>,
-    /// Wakes the writer early when the open batch is full.
+    shards: Vec<Mutex<Shard>>,
+    hasher: RandomState,
+    log: Mutex<Log>,
+    /// Wakes the writer early when the open batch is full (waits on `log`).
     wake: Condvar,
     /// Held while a batch is written or deleted, so batches land in sequence order and a
-    /// batch is never deleted while it is being written.
+    /// batch is never deleted while it is being written. Taken before any other lock.
     writes: Mutex<()>,
     tree: Tree,
     copy_after: Duration,
@@ -100,9 +110,12 @@ impl Journal {
     /// Replays `tree` (values that expired by `now_ms` are dropped) and starts the writer
     /// thread. `copy_after` bounds how long a live record pins an old batch.
     pub fn open(tree: Tree, now_ms: i64, copy_after: Duration) -> Result<Arc<Self>, StoreError> {
-        let mut map: HashMap<Vec<u8>, Entry> = HashMap::new();
-        let mut batches = BTreeMap::new();
-        let mut next_seq = 0;
+        let hasher = RandomState::new();
+        let mut shards: Vec<Shard> = (0..SHARDS).map(|_| BTreeMap::new()).collect();
+        let mut log = Log {
+            open: Open::new(0),
+            batches: BTreeMap::new(),
+        };
         let mut after: Option<Vec<u8>> = None;
         loop {
             let page = tree.page(after.as_deref(), 256)?;
@@ -112,39 +125,33 @@ impl Journal {
                 let Some(seq) = decode_seq(&key) else {
                     continue;
                 };
-                next_seq = seq + 1;
+                log.open = Open::new(seq + 1);
                 let Some((created_ms, records)) = decode_batch(&value) else {
                     tracing::warn!(batch = seq, "unreadable state batch ignored");
-                    batches.insert(seq, BatchInfo::empty(now_ms));
+                    log.batches.insert(seq, BatchInfo::empty(now_ms));
                     continue;
                 };
-                let mut info = BatchInfo {
-                    live: 0,
-                    records: records.len() as u32,
-                    created_ms,
-                };
+                let mut info = BatchInfo::empty(created_ms);
+                info.records = records.len() as u32;
+                log.batches.insert(seq, info);
                 for (key, expires_ms, value) in records {
                     let entry = Entry {
-                        value: value.to_vec(),
+                        value: value.into(),
                         expires_ms,
                         batch: Some(seq),
                     };
-                    if let Some(old) = map.insert(key.to_vec(), entry) {
-                        release_live(&mut batches, &mut info, seq, old.batch);
+                    let shard = &mut shards[shard_of(&hasher, key)];
+                    if let Some(old) = shard.insert(key.into(), entry) {
+                        log.release(old.batch);
                     }
-                    info.live += 1;
+                    log.take(seq);
                 }
-                batches.insert(seq, info);
             }
         }
-        let mut inner = Inner {
-            map,
-            open: Open::new(next_seq),
-            batches,
-        };
-        inner.forget_expired(now_ms);
         let shared = Arc::new(Shared {
-            inner: Mutex::new(inner),
+            shards: shards.into_iter().map(Mutex::new).collect(),
+            hasher,
+            log: Mutex::new(log),
             wake: Condvar::new(),
             writes: Mutex::new(()),
             tree,
@@ -153,6 +160,7 @@ impl Journal {
             unwritten: Mutex::new(Vec::new()),
             failing: AtomicBool::new(false),
         });
+        shared.forget_expired(now_ms);
         let for_writer = shared.clone();
         let writer = std::thread::Builder::new()
             .name("state-journal".into())
@@ -166,7 +174,7 @@ impl Journal {
 
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.shared.lock().map.get(key).map(|e| e.value.clone())
+        self.shared.shard(key).get(key).map(|e| e.value.to_vec())
     }
 
     /// Sets `key` durably.
@@ -191,27 +199,31 @@ impl Journal {
         now_ms: i64,
         decide: impl FnOnce(Option<&[u8]>) -> (Change, R),
     ) -> R {
-        let mut inner = self.shared.lock();
-        let (change, result) = decide(inner.map.get(key).map(|e| e.value.as_slice()));
-        match change {
-            Change::Keep => {}
-            Change::Put {
-                value,
+        let mut shard = self.shared.shard(key);
+        let (change, result) = decide(shard.get(key).map(|e| &*e.value));
+        if let Change::Put {
+            value,
+            expires_ms,
+            durable,
+        } = change
+        {
+            // The shard lock is held while the record is appended, so records of one key
+            // enter the journal in the order their changes were made.
+            let mut log = self.shared.lock_log();
+            let was_empty = log.open.buf.len() == HEADER_BYTES;
+            let batch = durable.then(|| log.append(key, expires_ms, &value, now_ms));
+            let entry = Entry {
+                value: value.into(),
                 expires_ms,
-                durable,
-            } => {
-                let batch = durable.then(|| inner.append(key, expires_ms, &value, now_ms));
-                let entry = Entry {
-                    value,
-                    expires_ms,
-                    batch,
-                };
-                if let Some(old) = inner.map.insert(key.to_vec(), entry) {
-                    release(&mut inner.batches, old.batch);
-                }
-                if inner.open.buf.len() >= MAX_BATCH_BYTES {
-                    self.shared.wake.notify_one();
-                }
+                batch,
+            };
+            if let Some(old) = shard.insert(key.into(), entry) {
+                log.release(old.batch);
+            }
+            // The writer sleeps while there is nothing to write: wake it for the first
+            // record of a batch, and again when the batch is full.
+            if (was_empty && durable) || log.open.buf.len() >= MAX_BATCH_BYTES {
+                self.shared.wake.notify_one();
             }
         }
         result
@@ -220,19 +232,18 @@ impl Journal {
     /// Forgets `key` if its value is memory-only and `forget` says so. Durable values are
     /// only forgotten by expiry: without a tombstone, a removed one would come back on replay.
     pub fn forget_volatile_if(&self, key: &[u8], forget: impl FnOnce(&[u8]) -> bool) {
-        let mut inner = self.shared.lock();
-        if inner
-            .map
+        let mut shard = self.shared.shard(key);
+        if shard
             .get(key)
             .is_some_and(|e| e.batch.is_none() && forget(&e.value))
         {
-            inner.map.remove(key);
+            shard.remove(key);
         }
     }
 
     /// Number of keys held.
     pub fn len(&self) -> usize {
-        self.shared.lock().map.len()
+        self.shared.shards.iter().map(|s| lock(s).len()).sum()
     }
 
     /// Whether no key is held.
@@ -243,7 +254,9 @@ impl Journal {
     /// Forgets values that expired by `now_ms` and deletes the batches nothing needs any
     /// more. Returns how many values went.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
-        let removed = self.shared.lock().forget_expired(now_ms);
+        let removed = self.shared.forget_expired(now_ms);
+        // Also retries batches sled refused while no new records woke the writer.
+        self.shared.write_now()?;
         self.shared.compact(now_ms)?;
         Ok(removed)
     }
@@ -265,26 +278,27 @@ impl Journal {
 }
 
 impl Shared {
+    fn shard(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[shard_of(&self.hasher, key)])
+    }
+
+    fn lock_log(&self) -> MutexGuard<'_, Log> {
+        lock(&self.log)
+    }
+
     fn write_now(&self) -> Result<(), StoreError> {
-        let _writing = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
+        let _writing = lock(&self.writes);
         self.write_open()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Writes the open batch; the caller holds `writes`.
+    /// Writes the open batch (and any earlier one sled refused); the caller holds `writes`.
     fn write_open(&self) -> Result<(), StoreError> {
-        let mut unwritten = self
-            .unwritten
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut unwritten = lock(&self.unwritten);
         let taken = {
-            let mut inner = self.lock();
-            (inner.open.buf.len() > HEADER_BYTES).then(|| {
-                let next = Open::new(inner.open.seq + 1);
-                std::mem::replace(&mut inner.open, next)
+            let mut log = self.lock_log();
+            (log.open.buf.len() > HEADER_BYTES).then(|| {
+                let next = Open::new(log.open.seq + 1);
+                std::mem::replace(&mut log.open, next)
             })
         };
         unwritten.extend(taken);
@@ -304,16 +318,41 @@ impl Shared {
         Ok(())
     }
 
+    /// Forgets expired values, one shard at a time.
+    fn forget_expired(&self, now_ms: i64) -> usize {
+        let mut removed = 0;
+        for shard in &self.shards {
+            let mut shard = lock(shard);
+            let mut log = self.lock_log();
+            let before = shard.len();
+            shard.retain(|_, e| {
+                let keep = e.expires_ms > now_ms;
+                if !keep {
+                    log.release(e.batch);
+                }
+                keep
+            });
+            removed += before - shard.len();
+        }
+        removed
+    }
+
     /// Deletes dead batches from the oldest on; copies a mostly dead (or old) oldest batch's
     /// live records forward first.
     fn compact(&self, now_ms: i64) -> Result<(), StoreError> {
-        let _writing = self.writes.lock().unwrap_or_else(PoisonError::into_inner);
-        // Batches written by this compaction (the copies) wait for the next one.
-        let end = self.lock().open.seq;
+        let _writing = lock(&self.writes);
+        // Batches written by this compaction (the copies) wait for the next one, and so does
+        // everything from the first batch sled has not taken yet.
+        let end = {
+            let unwritten = lock(&self.unwritten);
+            unwritten
+                .first()
+                .map_or_else(|| self.lock_log().open.seq, |b| b.seq)
+        };
         loop {
             let (seq, copy) = {
-                let inner = self.lock();
-                let Some((&seq, info)) = inner.batches.first_key_value() else {
+                let log = self.lock_log();
+                let Some((&seq, info)) = log.batches.first_key_value() else {
                     return Ok(());
                 };
                 if seq >= end {
@@ -333,7 +372,7 @@ impl Shared {
                 self.write_open()?;
             }
             self.tree.remove(&seq.to_be_bytes())?;
-            self.lock().batches.remove(&seq);
+            self.lock_log().batches.remove(&seq);
         }
     }
 
@@ -343,20 +382,14 @@ impl Shared {
             return Ok(());
         };
         let records = decode_batch(&bytes).map(|(_, r)| r).unwrap_or_default();
-        let mut inner = self.lock();
         for (key, _, _) in records {
-            let current = inner
-                .map
-                .get(key)
-                .filter(|e| e.batch == Some(seq))
-                .map(|e| (e.expires_ms, e.value.clone()));
-            if let Some((expires_ms, value)) = current {
-                let batch = inner.append(key, expires_ms, &value, now_ms);
-                if let Some(entry) = inner.map.get_mut(key) {
-                    entry.batch = Some(batch);
-                }
-                release(&mut inner.batches, Some(seq));
-            }
+            let mut shard = self.shard(key);
+            let Some(entry) = shard.get_mut(key).filter(|e| e.batch == Some(seq)) else {
+                continue;
+            };
+            let mut log = self.lock_log();
+            entry.batch = Some(log.append(key, entry.expires_ms, &entry.value, now_ms));
+            log.release(Some(seq));
         }
         Ok(())
     }
@@ -364,8 +397,12 @@ impl Shared {
 
 impl Drop for Journal {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::SeqCst);
-        self.shared.wake.notify_one();
+        {
+            // Set under the lock the writer checks it under, so the wake-up cannot be missed.
+            let _log = self.shared.lock_log();
+            self.shared.stop.store(true, Ordering::SeqCst);
+            self.shared.wake.notify_one();
+        }
         if let Some(writer) = self.writer.take() {
             let _ = writer.join();
         }
@@ -375,17 +412,25 @@ impl Drop for Journal {
     }
 }
 
-/// The writer thread: writes the open batch every [`WRITE_INTERVAL`] (or when full) until
-/// the journal is dropped.
+/// The writer thread: sleeps while nothing was appended; after the first record of a
+/// batch, waits [`WRITE_INTERVAL`] (less if the batch fills) so records share a write, then
+/// writes. Ends when the journal is dropped.
 fn write_loop(shared: &Shared) {
-    while !shared.stop.load(Ordering::SeqCst) {
+    let stopping = || shared.stop.load(Ordering::SeqCst);
+    while !stopping() {
         {
-            let inner = shared.lock();
-            if inner.open.buf.len() < MAX_BATCH_BYTES && !shared.stop.load(Ordering::SeqCst) {
+            let mut log = shared.lock_log();
+            while log.open.buf.len() == HEADER_BYTES && !stopping() {
+                log = shared
+                    .wake
+                    .wait(log)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+            if log.open.buf.len() < MAX_BATCH_BYTES && !stopping() {
                 drop(
                     shared
                         .wake
-                        .wait_timeout(inner, WRITE_INTERVAL)
+                        .wait_timeout(log, WRITE_INTERVAL)
                         .unwrap_or_else(PoisonError::into_inner),
                 );
             }
@@ -395,7 +440,15 @@ fn write_loop(shared: &Shared) {
     }
 }
 
-impl Inner {
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn shard_of(hasher: &RandomState, key: &[u8]) -> usize {
+    (hasher.hash_one(key) % SHARDS as u64) as usize
+}
+
+impl Log {
     /// Appends a record to the open batch and returns the batch's sequence number.
     fn append(&mut self, key: &[u8], expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
         let seq = self.open.seq;
@@ -419,24 +472,18 @@ impl Inner {
         seq
     }
 
-    fn forget_expired(&mut self, now_ms: i64) -> usize {
-        let Inner { map, batches, .. } = self;
-        let before = map.len();
-        map.retain(|_, e| {
-            let keep = e.expires_ms > now_ms;
-            if !keep {
-                release(batches, e.batch);
-            }
-            keep
-        });
-        before - map.len()
+    /// A record of batch `seq` (read at replay) is the current value of its key.
+    fn take(&mut self, seq: u64) {
+        if let Some(info) = self.batches.get_mut(&seq) {
+            info.live += 1;
+        }
     }
-}
 
-/// A record of `batch` is no longer the current value of its key.
-fn release(batches: &mut BTreeMap<u64, BatchInfo>, batch: Option<u64>) {
-    if let Some(info) = batch.and_then(|b| batches.get_mut(&b)) {
-        info.live = info.live.saturating_sub(1);
+    /// A record of `batch` is no longer the current value of its key.
+    fn release(&mut self, batch: Option<u64>) {
+        if let Some(info) = batch.and_then(|b| self.batches.get_mut(&b)) {
+            info.live = info.live.saturating_sub(1);
+        }
     }
 }
 
@@ -456,19 +503,6 @@ impl Open {
             seq,
             buf: vec![0; HEADER_BYTES],
         }
-    }
-}
-
-/// During replay: the key's previous record (in `old_batch`) is superseded.
-fn release_live(
-    batches: &mut BTreeMap<u64, BatchInfo>,
-    current: &mut BatchInfo,
-    seq: u64,
-    old_batch: Option<u64>,
-) {
-    match old_batch {
-        Some(b) if b == seq => current.live = current.live.saturating_sub(1),
-        other => release(batches, other),
     }
 }
 
@@ -619,15 +653,12 @@ mod tests {
     #[test]
     fn a_truncated_batch_is_skipped_not_fatal() {
         assert!(decode_batch(&[0; 5]).is_none());
-        let mut open = Open::new(0);
-        let mut inner = Inner {
-            map: HashMap::new(),
+        let mut log = Log {
             open: Open::new(0),
             batches: BTreeMap::new(),
         };
-        inner.append(b"key", 7, b"value", 1);
-        std::mem::swap(&mut open, &mut inner.open);
-        let full = open.buf;
+        log.append(b"key", 7, b"value", 1);
+        let full = log.open.buf;
         let (created, records) = decode_batch(&full).expect("whole batch");
         assert_eq!((created, records.len()), (1, 1));
         assert!(decode_batch(&full[..full.len() - 1]).is_none());
