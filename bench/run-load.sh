@@ -8,11 +8,15 @@
 # Also records CPU time per 10,000 accepted events (utime+stime from /proc/PID/stat) and RSS
 # idle and peak under load (VmRSS sampled every 0.2 s).
 #
-# Env: DURATION (20s) WARMUP (3s) CONNECTIONS (64) HTTP2 (empty; 1 = HTTP/2) OUT
-# (target/bench-load) HOOKGATE (binary to test; default target/release/hookgate) TRANSIENT_QUEUE
-# (empty; 1 = a non-durable queue) CONSUMER (1; empty = nobody consumes the queue)
-# CLOSED_REQUESTS (1000000: pre-signed deliveries per closed-loop run) RABBIT (amqp://guest:guest@127.0.0.1:5672/%2f) TARGETS ("http publish
-# hookgate"). Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
+# Env (defaults in brackets):
+#   DURATION [20s] WARMUP [3s] CONNECTIONS [64] HTTP2 [empty; 1 = HTTP/2]
+#   OUT [target/bench-load] HOOKGATE [target/release/hookgate] TARGETS ["http publish hookgate"]
+#   TRANSIENT_QUEUE [empty; 1 = a non-durable queue]
+#   CONSUMER [1; empty = nobody consumes the queue, which then fills to its cap]
+#   CLOSED_REQUESTS [1000000: pre-signed deliveries per closed-loop run]
+#   ROUNDS [3: runs per target, alternated; the summary reports medians]
+#   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
+# Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +32,7 @@ CONSUMER=${CONSUMER:-1}
 # Enough pre-signed deliveries that a closed-loop run ends by time, not by running dry (the
 # bare HTTP server takes ~33k req/s here; raise it for longer runs).
 CLOSED_REQUESTS=${CLOSED_REQUESTS:-1000000}
+ROUNDS=${ROUNDS:-3}
 SECRET=bench-secret-$RANDOM$RANDOM
 
 cargo build --release --bin hookgate --example load
@@ -159,38 +164,63 @@ load() {
 }
 
 echo "== machine: $(nproc) cores, $(uptime)"
-for t in $TARGETS; do
-    load "$t" "$OUT/$t-closed.json" --connections "$CONNECTIONS" --requests "$CLOSED_REQUESTS"
+# Rounds alternate the targets, so a slow minute of this shared VM hits all of them, and
+# the summary takes medians.
+for round in $(seq 1 "$ROUNDS"); do
+    for t in $TARGETS; do
+        load "$t" "$OUT/$t-closed-$round.json" --connections "$CONNECTIONS" --requests "$CLOSED_REQUESTS"
+    done
 done
 
+median() { jq -s 'sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end'; }
 if [[ " $TARGETS " == *" hookgate "* ]]; then
-    MAX=$(jq '.requests_per_s' "$OUT/hookgate-closed.json")
+    MAX=$(jq '.requests_per_s' "$OUT"/hookgate-closed-*.json | median)
     HALF=$(jq -n --argjson m "$MAX" '($m / 2) | floor')
-    echo "== open loop at $HALF req/s (half of hookgate's $MAX)"
-    for t in hookgate publish; do
-        [[ " $TARGETS " == *" $t "* ]] || continue
-        load "$t" "$OUT/$t-half.json" --connections "$CONNECTIONS" --rate "$HALF"
+    echo "== open loop at $HALF req/s (half of hookgate's median $MAX)"
+    for round in $(seq 1 "$ROUNDS"); do
+        for t in hookgate publish; do
+            [[ " $TARGETS " == *" $t "* ]] || continue
+            load "$t" "$OUT/$t-half-$round.json" --connections "$CONNECTIONS" --rate "$HALF"
+        done
     done
 fi
 
-echo "== summary (also $OUT/summary.json)"
+echo "== summary: medians over $ROUNDS round(s) (also $OUT/summary.json)"
 jq -s '
-  map({key: (.label + (if .rate then "-half" else "-closed" end)), value: .}) | from_entries
+  def median: sort | if length == 0 then null
+    elif length % 2 == 1 then .[length / 2 | floor]
+    else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+  group_by(.label + (if .rate then "-half" else "-closed" end))
+  | map({key: (.[0].label + (if .[0].rate then "-half" else "-closed" end)), value: {
+      rps: (map(.requests_per_s) | median),
+      rps_each: map(.requests_per_s),
+      accepted_per_s: (map(.accepted_per_s) | median),
+      p99_ms: (map(.latency_ms.p99) | median),
+      p99_ms_each: map(.latency_ms.p99),
+      cpu_s_per_10k_accepted: (map(.cpu_s_per_10k_accepted) | median),
+      rss_idle_kib: (map(.rss_idle_kib) | min),
+      rss_peak_kib: (map(.rss_peak_kib) | max)}})
+  | from_entries
+  | . as $r
   | {
-      hookgate_rps: .["hookgate-closed"].requests_per_s,
-      publish_rps: .["publish-closed"].requests_per_s,
-      http_rps: .["http-closed"].requests_per_s,
-      ratio_to_publish: (try (.["hookgate-closed"].requests_per_s / .["publish-closed"].requests_per_s) catch null),
-      accepted_ratio_to_publish: (try (.["hookgate-closed"].accepted_per_s / .["publish-closed"].accepted_per_s) catch null),
-      ratio_to_http: (try (.["hookgate-closed"].requests_per_s / .["http-closed"].requests_per_s) catch null),
-      half_rate: .["hookgate-half"].rate,
-      hookgate_p99_ms_at_half: .["hookgate-half"].latency_ms.p99,
-      publish_p99_ms_at_half: .["publish-half"].latency_ms.p99,
-      cpu_s_per_10k_accepted: (to_entries | map(select(.key | endswith("-closed")) | {key: .key, value: .value.cpu_s_per_10k_accepted}) | from_entries),
-      rss_kib: (to_entries | map(select(.key | endswith("-closed")) | {key: .key, value: {idle: .value.rss_idle_kib, peak: .value.rss_peak_kib}}) | from_entries),
+      hookgate_rps: $r["hookgate-closed"].rps,
+      publish_rps: $r["publish-closed"].rps,
+      http_rps: $r["http-closed"].rps,
+      ratio_to_publish: (try ($r["hookgate-closed"].rps / $r["publish-closed"].rps) catch null),
+      ratio_to_publish_each_round: (try ([$r["hookgate-closed"].rps_each, $r["publish-closed"].rps_each]
+          | transpose | map(.[0] / .[1])) catch null),
+      accepted_ratio_to_publish: (try ($r["hookgate-closed"].accepted_per_s / $r["publish-closed"].accepted_per_s) catch null),
+      ratio_to_http: (try ($r["hookgate-closed"].rps / $r["http-closed"].rps) catch null),
+      half_rate: '"${HALF:-null}"',
+      hookgate_p99_ms_at_half: $r["hookgate-half"].p99_ms,
+      hookgate_p99_ms_at_half_each: $r["hookgate-half"].p99_ms_each,
+      publish_p99_ms_at_half: $r["publish-half"].p99_ms,
+      publish_p99_ms_at_half_each: $r["publish-half"].p99_ms_each,
+      cpu_s_per_10k_accepted: ($r | with_entries(.value |= .cpu_s_per_10k_accepted)),
+      rss_kib: ($r | with_entries(select(.key | endswith("-closed")) | .value |= {idle: .rss_idle_kib, peak: .rss_peak_kib})),
       targets_met: {
-        throughput_ge_80pct_of_publish: (try (.["hookgate-closed"].requests_per_s / .["publish-closed"].requests_per_s >= 0.8) catch null),
-        p99_at_half_lt_5ms: (try (.["hookgate-half"].latency_ms.p99 < 5) catch null)
+        throughput_ge_80pct_of_publish: (try ($r["hookgate-closed"].rps / $r["publish-closed"].rps >= 0.8) catch null),
+        p99_at_half_lt_5ms: (try ($r["hookgate-half"].p99_ms < 5) catch null)
       }
-    }' "$OUT"/*-closed.json "$OUT"/*-half.json 2>/dev/null | tee "$OUT/summary.json"
+    }' "$OUT"/*-closed-*.json $(ls "$OUT"/*-half-*.json 2>/dev/null) | tee "$OUT/summary.json"
 grep -c '"level":"ERROR"' "$TMP/hookgate.log" | sed 's/^/hookgate error log lines: /' || true

@@ -19,11 +19,12 @@
 //! `copy_after`, has its live records copied forward so it can go.
 
 use std::collections::BTreeMap;
-use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+use sha2::{Digest as _, Sha256};
 
 use crate::store::{StoreError, Tree};
 
@@ -49,17 +50,57 @@ pub enum Change {
     },
 }
 
+/// Keys are held and journaled as the first 16 bytes of their SHA-256: a mark then costs
+/// about 80 bytes of memory instead of about 250 with the key itself (route, kind and an id
+/// of up to 512 bytes). A collision needs about 2^64 chosen keys.
+type Digest = [u8; 16];
+
+fn digest(key: &[u8]) -> Digest {
+    let full = Sha256::digest(key);
+    let mut d = [0; 16];
+    d.copy_from_slice(&full[..16]);
+    d
+}
+
 struct Entry {
-    value: Box<[u8]>,
+    value: Value,
     /// When a sweep may forget the entry.
     expires_ms: i64,
     /// The batch holding its current record; `None` for memory-only values.
     batch: Option<u64>,
 }
 
+/// A value held inline when it is small (dedup marks are 17 bytes), on the heap otherwise.
+enum Value {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+const INLINE: usize = 22;
+
+impl Value {
+    fn new(value: &[u8]) -> Self {
+        match u8::try_from(value.len()) {
+            Ok(len) if value.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..value.len()].copy_from_slice(value);
+                Value::Inline { len, bytes }
+            }
+            _ => Value::Heap(value.into()),
+        }
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Value::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Value::Heap(b) => b,
+        }
+    }
+}
+
 /// An ordered map rather than a hash map: it grows a node at a time, where a hash table
 /// rehashes everything at once and holds the request (and its runtime worker) meanwhile.
-type Shard = BTreeMap<Box<[u8]>, Entry>;
+type Shard = BTreeMap<Digest, Entry>;
 
 struct BatchInfo {
     /// Records of this batch that are still the current value of their key.
@@ -90,7 +131,6 @@ pub struct Journal {
 /// What the requests and the writer thread share. Lock order: a shard, then `log`.
 struct Shared {
     shards: Vec<Mutex<Shard>>,
-    hasher: RandomState,
     log: Mutex<Log>,
     /// Wakes the writer early when the open batch is full (waits on `log`).
     wake: Condvar,
@@ -110,7 +150,6 @@ impl Journal {
     /// Replays `tree` (values that expired by `now_ms` are dropped) and starts the writer
     /// thread. `copy_after` bounds how long a live record pins an old batch.
     pub fn open(tree: Tree, now_ms: i64, copy_after: Duration) -> Result<Arc<Self>, StoreError> {
-        let hasher = RandomState::new();
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| BTreeMap::new()).collect();
         let mut log = Log {
             open: Open::new(0),
@@ -136,12 +175,11 @@ impl Journal {
                 log.batches.insert(seq, info);
                 for (key, expires_ms, value) in records {
                     let entry = Entry {
-                        value: value.into(),
+                        value: Value::new(value),
                         expires_ms,
                         batch: Some(seq),
                     };
-                    let shard = &mut shards[shard_of(&hasher, key)];
-                    if let Some(old) = shard.insert(key.into(), entry) {
+                    if let Some(old) = shards[shard_of(&key)].insert(key, entry) {
                         log.release(old.batch);
                     }
                     log.take(seq);
@@ -150,7 +188,6 @@ impl Journal {
         }
         let shared = Arc::new(Shared {
             shards: shards.into_iter().map(Mutex::new).collect(),
-            hasher,
             log: Mutex::new(log),
             wake: Condvar::new(),
             writes: Mutex::new(()),
@@ -174,7 +211,11 @@ impl Journal {
 
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.shared.shard(key).get(key).map(|e| e.value.to_vec())
+        let key = digest(key);
+        self.shared
+            .shard(&key)
+            .get(&key)
+            .map(|e| e.value.as_slice().to_vec())
     }
 
     /// Sets `key` durably.
@@ -199,8 +240,9 @@ impl Journal {
         now_ms: i64,
         decide: impl FnOnce(Option<&[u8]>) -> (Change, R),
     ) -> R {
-        let mut shard = self.shared.shard(key);
-        let (change, result) = decide(shard.get(key).map(|e| &*e.value));
+        let key = digest(key);
+        let mut shard = self.shared.shard(&key);
+        let (change, result) = decide(shard.get(&key).map(|e| e.value.as_slice()));
         if let Change::Put {
             value,
             expires_ms,
@@ -211,13 +253,13 @@ impl Journal {
             // enter the journal in the order their changes were made.
             let mut log = self.shared.lock_log();
             let was_empty = log.open.buf.len() == HEADER_BYTES;
-            let batch = durable.then(|| log.append(key, expires_ms, &value, now_ms));
+            let batch = durable.then(|| log.append(&key, expires_ms, &value, now_ms));
             let entry = Entry {
-                value: value.into(),
+                value: Value::new(&value),
                 expires_ms,
                 batch,
             };
-            if let Some(old) = shard.insert(key.into(), entry) {
+            if let Some(old) = shard.insert(key, entry) {
                 log.release(old.batch);
             }
             // The writer sleeps while there is nothing to write: wake it for the first
@@ -232,12 +274,13 @@ impl Journal {
     /// Forgets `key` if its value is memory-only and `forget` says so. Durable values are
     /// only forgotten by expiry: without a tombstone, a removed one would come back on replay.
     pub fn forget_volatile_if(&self, key: &[u8], forget: impl FnOnce(&[u8]) -> bool) {
-        let mut shard = self.shared.shard(key);
+        let key = digest(key);
+        let mut shard = self.shared.shard(&key);
         if shard
-            .get(key)
-            .is_some_and(|e| e.batch.is_none() && forget(&e.value))
+            .get(&key)
+            .is_some_and(|e| e.batch.is_none() && forget(e.value.as_slice()))
         {
-            shard.remove(key);
+            shard.remove(&key);
         }
     }
 
@@ -278,8 +321,8 @@ impl Journal {
 }
 
 impl Shared {
-    fn shard(&self, key: &[u8]) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[shard_of(&self.hasher, key)])
+    fn shard(&self, key: &Digest) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[shard_of(key)])
     }
 
     fn lock_log(&self) -> MutexGuard<'_, Log> {
@@ -318,21 +361,29 @@ impl Shared {
         Ok(())
     }
 
-    /// Forgets expired values, one shard at a time.
+    /// Forgets expired values, one shard at a time. The log lock, which every durable change
+    /// needs, is taken only to account for what went, not during the scan.
     fn forget_expired(&self, now_ms: i64) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
-            let mut shard = lock(shard);
-            let mut log = self.lock_log();
-            let before = shard.len();
-            shard.retain(|_, e| {
-                let keep = e.expires_ms > now_ms;
-                if !keep {
-                    log.release(e.batch);
+            let mut released = Vec::new();
+            {
+                let mut shard = lock(shard);
+                shard.retain(|_, e| {
+                    let keep = e.expires_ms > now_ms;
+                    if !keep {
+                        released.push(e.batch);
+                    }
+                    keep
+                });
+            }
+            removed += released.len();
+            if !released.is_empty() {
+                let mut log = self.lock_log();
+                for batch in released {
+                    log.release(batch);
                 }
-                keep
-            });
-            removed += before - shard.len();
+            }
         }
         removed
     }
@@ -383,12 +434,13 @@ impl Shared {
         };
         let records = decode_batch(&bytes).map(|(_, r)| r).unwrap_or_default();
         for (key, _, _) in records {
-            let mut shard = self.shard(key);
-            let Some(entry) = shard.get_mut(key).filter(|e| e.batch == Some(seq)) else {
+            let mut shard = self.shard(&key);
+            let Some(entry) = shard.get_mut(&key).filter(|e| e.batch == Some(seq)) else {
                 continue;
             };
             let mut log = self.lock_log();
-            entry.batch = Some(log.append(key, entry.expires_ms, &entry.value, now_ms));
+            let value = entry.value.as_slice();
+            entry.batch = Some(log.append(&key, entry.expires_ms, value, now_ms));
             log.release(Some(seq));
         }
         Ok(())
@@ -444,13 +496,13 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn shard_of(hasher: &RandomState, key: &[u8]) -> usize {
-    (hasher.hash_one(key) % SHARDS as u64) as usize
+fn shard_of(key: &Digest) -> usize {
+    usize::from(key[0]) % SHARDS
 }
 
 impl Log {
     /// Appends a record to the open batch and returns the batch's sequence number.
-    fn append(&mut self, key: &[u8], expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
+    fn append(&mut self, key: &Digest, expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
         let seq = self.open.seq;
         let info = self
             .batches
@@ -462,7 +514,6 @@ impl Log {
         if buf.len() == HEADER_BYTES {
             buf[..8].copy_from_slice(&now_ms.to_le_bytes());
         }
-        buf.extend_from_slice(&(key.len() as u32).to_le_bytes());
         buf.extend_from_slice(key);
         buf.extend_from_slice(&expires_ms.to_le_bytes());
         buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
@@ -510,7 +561,7 @@ fn decode_seq(key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(key.try_into().ok()?))
 }
 
-type Record<'a> = (&'a [u8], i64, &'a [u8]);
+type Record<'a> = (Digest, i64, &'a [u8]);
 
 /// A batch's creation time and records; `None` if it is cut short or malformed.
 fn decode_batch(bytes: &[u8]) -> Option<(i64, Vec<Record<'_>>)> {
@@ -524,8 +575,7 @@ fn decode_batch(bytes: &[u8]) -> Option<(i64, Vec<Record<'_>>)> {
     };
     let mut records = Vec::with_capacity(count as usize);
     for _ in 0..count {
-        let key_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-        let key = take(key_len)?;
+        let key: Digest = take(16)?.try_into().ok()?;
         let expires_ms = i64::from_le_bytes(take(8)?.try_into().ok()?);
         let value_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
         records.push((key, expires_ms, take(value_len)?));
@@ -657,7 +707,7 @@ mod tests {
             open: Open::new(0),
             batches: BTreeMap::new(),
         };
-        log.append(b"key", 7, b"value", 1);
+        log.append(&digest(b"key"), 7, b"value", 1);
         let full = log.open.buf;
         let (created, records) = decode_batch(&full).expect("whole batch");
         assert_eq!((created, records.len()), (1, 1));
