@@ -27,15 +27,6 @@ impl From<sled::Error> for StoreError {
     }
 }
 
-impl From<sled::transaction::TransactionError<StoreError>> for StoreError {
-    fn from(e: sled::transaction::TransactionError<StoreError>) -> Self {
-        match e {
-            sled::transaction::TransactionError::Abort(e) => e,
-            sled::transaction::TransactionError::Storage(e) => e.into(),
-        }
-    }
-}
-
 /// The database handle; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -137,30 +128,6 @@ impl Tree {
         Ok(self.0.remove(key)?.map(|v| v.to_vec()))
     }
 
-    /// Atomically replaces `old` by `new` (`None` = absent). Returns whether it swapped.
-    pub fn compare_and_swap(
-        &self,
-        key: &[u8],
-        old: Option<&[u8]>,
-        new: Option<&[u8]>,
-    ) -> Result<bool, StoreError> {
-        Ok(self.swap_or_current(key, old, new)?.is_ok())
-    }
-
-    /// Like [`Tree::compare_and_swap`], but a miss hands back the value found instead, so
-    /// the caller can judge it without reading the key again.
-    pub fn swap_or_current(
-        &self,
-        key: &[u8],
-        old: Option<&[u8]>,
-        new: Option<&[u8]>,
-    ) -> Result<Result<(), Option<Vec<u8>>>, StoreError> {
-        Ok(self
-            .0
-            .compare_and_swap(key, old, new)?
-            .map_err(|miss| miss.current.map(|v| v.to_vec())))
-    }
-
     /// The first entry in key order.
     pub fn first(&self) -> Result<Option<Entry>, StoreError> {
         Ok(self.0.first()?.map(|(k, v)| (k.to_vec(), v.to_vec())))
@@ -214,15 +181,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn cas_and_pages() {
+    async fn pages() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
         let t = store.tree("t").expect("tree");
-        assert!(t.compare_and_swap(b"k", None, Some(b"1")).expect("cas"));
-        assert!(!t.compare_and_swap(b"k", None, Some(b"2")).expect("cas"));
-        assert!(t
-            .compare_and_swap(b"k", Some(b"1"), Some(b"2"))
-            .expect("cas"));
         for i in 0u8..5 {
             t.insert(&[b'p', i], &[i]).expect("insert");
         }
