@@ -1,11 +1,11 @@
-//! Duplicate detection: claim / in-flight / done marks per key, their expiry and sweep.
+//! Duplicate detection: claim / in-flight / done marks per key and their expiry.
 //!
 //! The decisions (what a stored mark means at a given time) are pure functions; the sled
-//! I/O wraps them with compare-and-swap so of two concurrent claims exactly one wins.
-
-use std::time::Duration;
+//! backend applies them under the state journal's per-key lock, so of two concurrent claims
+//! exactly one wins (Redis: `redis_store`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::journal::{Change, Journal};
 
