@@ -128,11 +128,13 @@ pub struct Journal {
     writer: Option<JoinHandle<()>>,
 }
 
-/// What the requests and the writer thread share. Lock order: a shard, then `log`.
+/// What the requests and the writer thread share. Lock order: `writes`, `unwritten`, a
+/// shard, `log`.
 struct Shared {
     shards: Vec<Mutex<Shard>>,
     log: Mutex<Log>,
-    /// Wakes the writer early when the open batch is full (waits on `log`).
+    /// Wakes the writer for a batch's first record and when the batch is full (waits on
+    /// `log`).
     wake: Condvar,
     /// Held while a batch is written or deleted, so batches land in sequence order and a
     /// batch is never deleted while it is being written. Taken before any other lock.
