@@ -18,24 +18,6 @@ const POLL_DEADLINE: Duration = Duration::from_secs(20);
 // ---------------------------------------------------------------------------------------
 // Small helpers.
 
-/// Polls an async check every 100 ms until it holds or the deadline passes.
-async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if check().await {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn healthz(client: &reqwest::Client, gw: &Gateway) -> u16 {
     client
         .get(gw.admin_url("/healthz"))

@@ -152,3 +152,21 @@ pub async fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> b
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// Polls an async check every 100 ms until it holds or the deadline passes.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
