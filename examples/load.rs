@@ -16,7 +16,7 @@
 //! `--serve-baseline http` reads the body and answers 200; `--serve-baseline publish` also
 //! verifies the botix HMAC and publishes with a confirm (mandatory, persistent, 4 channels,
 //! like hookgate). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
-//! `--amqp-teardown`.
+//! `--amqp-teardown`, and `--consume` (the handler behind the gateway, draining the queue).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
