@@ -82,9 +82,8 @@ async fn signed_delivery_over_tls_becomes_exactly_one_spec_message() {
 #[tokio::test]
 async fn bad_signatures_get_401_and_publish_nothing() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let gw = Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await;
+    let (_dir, broker, cfg) = fixture().await;
+    let gw = Gateway::start(&cfg).await;
     let client = client(None);
     let body = event_body("evt_bad");
     let compact: serde_json::Value = serde_json::from_str(&body).expect("json");
@@ -147,9 +146,7 @@ async fn bad_signatures_get_401_and_publish_nothing() {
 #[tokio::test]
 async fn limits_and_bad_requests_get_the_spec_answers() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.extra = "limits:\n  max_body_bytes: 1KiB\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);

@@ -82,9 +82,8 @@ pub(crate) fn ids(messages: &[Received]) -> Vec<String> {
 #[tokio::test]
 async fn same_delivery_twice_and_a_new_request_id_are_duplicates() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let gw = Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await;
+    let (_dir, broker, cfg) = fixture().await;
+    let gw = Gateway::start(&cfg).await;
     let client = client(None);
     let body = event_body("evt_twice");
 
@@ -180,9 +179,8 @@ async fn failed_publish_is_not_recorded_and_restarts_keep_the_mark() {
 #[tokio::test]
 async fn freshness_drops_expired_and_future_and_reads_every_timestamp_form() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let gw = Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await;
+    let (_dir, broker, cfg) = fixture().await;
+    let gw = Gateway::start(&cfg).await;
     let client = client(None);
     let now = wall_ms();
     let body = |id: &str, ts: serde_json::Value| {
@@ -285,9 +283,7 @@ async fn post(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.extra = "dedup:\n  ttl: 1h\n".into();
     let config = hookgate::config::Config::parse(&cfg.yaml()).expect("config");
     let prepared = hookgate::app::prepare(config).expect("prepare");

@@ -102,9 +102,8 @@ async fn presented_cert(addr: SocketAddr, roots: &[&TestCert]) -> Result<Vec<u8>
 #[tokio::test]
 async fn metrics_follow_the_traffic() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let gw = Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await;
+    let (_dir, broker, cfg) = fixture().await;
+    let gw = Gateway::start(&cfg).await;
     let client = client(None);
     assert!(
         eventually(BROKER_TIMEOUT, || async {
@@ -193,9 +192,7 @@ async fn metrics_follow_the_traffic() {
 #[tokio::test]
 async fn sigterm_finishes_a_request_whose_body_is_still_arriving() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     // Longer than every poll below, so a poll that runs out is reported as itself.
     cfg.extra = "shutdown_grace: 30s\n".into();
     let mut gw = Gateway::start(&cfg).await;
@@ -423,9 +420,7 @@ async fn a_rotated_secret_file_is_honoured_by_polling_and_on_sighup() {
 #[tokio::test]
 async fn a_slow_loris_is_cut_off_while_normal_traffic_flows() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.extra = "limits:\n  header_read_timeout: 1s\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
@@ -459,9 +454,8 @@ async fn a_slow_loris_is_cut_off_while_normal_traffic_flows() {
 #[tokio::test]
 async fn hostile_bodies_and_headers_get_4xx_and_the_gateway_keeps_serving() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let gw = Gateway::start(&GatewayConfig::new(dir.path(), &broker.exchange)).await;
+    let (_dir, broker, cfg) = fixture().await;
+    let gw = Gateway::start(&cfg).await;
     let client = client(None);
 
     let post_bytes = |body: Vec<u8>| {
@@ -511,9 +505,7 @@ async fn hostile_bodies_and_headers_get_4xx_and_the_gateway_keeps_serving() {
 #[tokio::test]
 async fn connections_beyond_max_connections_are_refused() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.extra = "limits:\n  max_connections: 2\n  header_read_timeout: 60s\n".into();
     let gw = Gateway::start(&cfg).await;
 
@@ -585,9 +577,7 @@ async fn read_until_closed_or(stream: &mut TcpStream, needle: &[u8]) -> bool {
 #[tokio::test]
 async fn the_third_quick_request_is_rate_limited_with_retry_after() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.route_extra = "    rate_limit:\n      per_second: 1\n      burst: 2\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);

@@ -66,17 +66,18 @@ async fn cleanup(prefix: &str) {
     }
 }
 
-/// Two gateways (each with its own sled store and spool) sharing one Redis prefix.
-async fn pair(
-    broker: &Broker,
-    dirs: &[tempfile::TempDir; 2],
-    prefix: &str,
-    guard: bool,
-) -> (Gateway, Gateway) {
+/// Two gateways (each with its own sled store and spool) sharing one fresh Redis prefix:
+/// the gateways, the prefix (for [`cleanup`]) and their store directories (keep them alive).
+async fn pair(broker: &Broker, guard: bool) -> (Gateway, Gateway, String, [tempfile::TempDir; 2]) {
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let prefix = unique("hg-test") + ":";
     let make = |d: &tempfile::TempDir| {
         let cfg = GatewayConfig::new(d.path(), &broker.exchange);
         let cfg = if guard { cfg.with_spec_guard() } else { cfg };
-        on_redis(cfg, REDIS_URL, prefix)
+        on_redis(cfg, REDIS_URL, &prefix)
     };
     let a = Gateway::start(&make(&dirs[0])).await;
     let b = Gateway::start(&make(&dirs[1])).await;
@@ -85,19 +86,14 @@ async fn pair(
     let client = client(None);
     wait_broker_connected(&client, &a).await;
     wait_broker_connected(&client, &b).await;
-    (a, b)
+    (a, b, prefix, dirs)
 }
 
 #[tokio::test]
 async fn deliveries_alternated_between_two_instances_publish_each_event_once() {
     require_redis!();
     let broker = Broker::new().await;
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let prefix = unique("hg-test") + ":";
-    let (a, b) = pair(&broker, &dirs, &prefix, false).await;
+    let (a, b, prefix, _dirs) = pair(&broker, false).await;
     let client = client(None);
     let mut expected = Vec::new();
     for i in 0..20 {
@@ -122,12 +118,7 @@ async fn deliveries_alternated_between_two_instances_publish_each_event_once() {
 async fn fifty_concurrent_deliveries_spread_over_two_instances_publish_once() {
     require_redis!();
     let broker = Broker::new().await;
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let prefix = unique("hg-test") + ":";
-    let (a, b) = pair(&broker, &dirs, &prefix, false).await;
+    let (a, b, prefix, _dirs) = pair(&broker, false).await;
     let client = client(None);
     let body = event_body("evt_fifty");
     let urls = [a.url("/webhooks/botix"), b.url("/webhooks/botix")];
@@ -176,12 +167,7 @@ async fn fifty_concurrent_deliveries_spread_over_two_instances_publish_once() {
 async fn a_status_regression_and_a_repeated_stop_are_dropped_across_instances() {
     require_redis!();
     let broker = Broker::new().await;
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let prefix = unique("hg-test") + ":";
-    let (a, b) = pair(&broker, &dirs, &prefix, true).await;
+    let (a, b, prefix, _dirs) = pair(&broker, true).await;
     let client = client(None);
     let (_, r) = a
         .deliver(&client, &status_body("e1", "msg_x", "delivered"), "r1")
@@ -211,12 +197,7 @@ async fn a_status_regression_and_a_repeated_stop_are_dropped_across_instances() 
 async fn concurrent_statuses_over_two_instances_never_publish_a_lower_rank() {
     require_redis!();
     let broker = Broker::new().await;
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let prefix = unique("hg-test") + ":";
-    let (a, b) = pair(&broker, &dirs, &prefix, true).await;
+    let (a, b, prefix, _dirs) = pair(&broker, true).await;
     concurrent_status_rounds(&[std::sync::Arc::new(a), std::sync::Arc::new(b)], &broker).await;
     cleanup(&prefix).await;
     broker.delete().await;

@@ -176,9 +176,7 @@ fn missing(accepted: &[String], received: &[String]) -> Vec<String> {
 #[tokio::test]
 async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_restart() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (dir, broker, mut cfg) = fixture().await;
     cfg.amqp_url = closed_port_url();
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
@@ -363,9 +361,7 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
 #[tokio::test]
 async fn kill_9_while_the_spool_drains_loses_nothing() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.amqp_url = closed_port_url();
     let gw = Arc::new(Gateway::start(&cfg).await);
     let client = client(None);
@@ -479,9 +475,7 @@ fn assert_retry_later(a: &Answer, what: &str) {
 #[tokio::test]
 async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.amqp_url = closed_port_url();
     cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
     let mut gw = Gateway::start(&cfg).await;
@@ -524,9 +518,7 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
 #[tokio::test]
 async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.amqp_url = closed_port_url();
     cfg.extra = "spool:\n  enabled: false\n".into();
     let mut gw = Gateway::start(&cfg).await;
@@ -562,9 +554,7 @@ async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded
 #[tokio::test]
 async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.amqp_url = closed_port_url();
     cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
     let gw = Gateway::start(&cfg).await;
@@ -595,9 +585,7 @@ async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
 #[ignore = "measurement; run by hand in release mode"]
 async fn measure_spool_latency_and_drain_of_10k() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let (_dir, broker, mut cfg) = fixture().await;
     cfg.amqp_url = closed_port_url();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);

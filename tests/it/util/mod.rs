@@ -24,6 +24,15 @@ pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// Every broker await in tests is bounded by this.
 pub const BROKER_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// The usual start of a test: a temporary directory for the store, a fresh exchange with a
+/// queue bound to every routing key, and a gateway config for both (to adjust, then start).
+pub async fn fixture() -> (tempfile::TempDir, Broker, GatewayConfig) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    (dir, broker, cfg)
+}
+
 /// Whether the broker can be used. When it is unreachable, tests skip with a loud message,
 /// unless `HOOKGATE_REQUIRE_BROKER` is set (CI sets it): then they fail.
 pub fn broker_available() -> bool {
