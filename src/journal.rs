@@ -591,14 +591,19 @@ mod tests {
 
     const DAY: Duration = Duration::from_secs(86_400);
 
+    fn temp_store() -> (tempfile::TempDir, crate::store::Store) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = crate::store::Store::open(dir.path()).expect("store");
+        (dir, store)
+    }
+
     fn open(store: &crate::store::Store, now_ms: i64) -> Arc<Journal> {
         Journal::open(store.tree("state").expect("tree"), now_ms, DAY).expect("open")
     }
 
     #[test]
     fn values_survive_a_reopen_and_expired_ones_do_not() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("store");
+        let (_dir, store) = temp_store();
         {
             let j = open(&store, 0);
             j.put(b"a", b"1", 1_000, 0);
@@ -625,8 +630,7 @@ mod tests {
 
     #[test]
     fn sweeping_deletes_dead_batches_oldest_first() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("store");
+        let (_dir, store) = temp_store();
         let j = open(&store, 0);
         j.put(b"short", b"x", 100, 0);
         j.write_now().expect("write");
@@ -648,8 +652,7 @@ mod tests {
 
     #[test]
     fn a_superseded_record_never_outlives_its_successor() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("store");
+        let (_dir, store) = temp_store();
         {
             let j = open(&store, 0);
             // Batch 0: k (soon superseded) and pin (long-lived, keeps batch 0 alive).
@@ -671,8 +674,7 @@ mod tests {
 
     #[test]
     fn a_mostly_dead_oldest_batch_is_copied_forward() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("store");
+        let (_dir, store) = temp_store();
         {
             let j = open(&store, 0);
             for i in 0..10u8 {
@@ -691,8 +693,7 @@ mod tests {
 
     #[test]
     fn the_writer_thread_writes_without_being_asked() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("store");
+        let (_dir, store) = temp_store();
         let j = open(&store, 0);
         j.put(b"a", b"1", 1_000, 0);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
