@@ -116,19 +116,19 @@ impl SledMarks {
     /// Claims `key` for `token` if it is free (absent, expired or a stale lease). The check
     /// and the claim happen under one lock, so of two concurrent claims exactly one wins.
     pub fn try_claim(&self, key: &[u8], token: u64, now_ms: i64) -> Claim {
+        let claim = encode(&Mark::InFlight {
+            token,
+            since_ms: now_ms,
+        });
         self.journal.modify(key, now_ms, |current| {
             let mark = current.and_then(decode);
             match classify(mark.as_ref(), now_ms, self.lease_ms) {
                 KeyState::Done => (Change::Keep, Claim::Done),
                 KeyState::InFlight => (Change::Keep, Claim::InFlight),
                 KeyState::Free => {
-                    let claim = Mark::InFlight {
-                        token,
-                        since_ms: now_ms,
-                    };
                     // Claims stay in memory: after a crash nothing is in flight.
                     let change = Change::Put {
-                        value: encode(&claim).to_vec(),
+                        value: &claim,
                         expires_ms: now_ms + 2 * self.lease_ms,
                         durable: false,
                     };

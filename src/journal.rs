@@ -39,12 +39,12 @@ const HEADER_BYTES: usize = 12;
 const SHARDS: usize = 64;
 
 /// What [`Journal::modify`] does to a key.
-pub enum Change {
+pub enum Change<'v> {
     /// Leave it as it is.
     Keep,
     /// Set it; `durable: false` keeps it in memory only (claims).
     Put {
-        value: Vec<u8>,
+        value: &'v [u8],
         expires_ms: i64,
         durable: bool,
     },
@@ -225,7 +225,7 @@ impl Journal {
         self.modify(key, now_ms, |_| {
             (
                 Change::Put {
-                    value: value.to_vec(),
+                    value,
                     expires_ms,
                     durable: true,
                 },
@@ -236,11 +236,11 @@ impl Journal {
 
     /// Reads and changes `key` atomically: `decide` sees the current value and says what
     /// to do; its second result is returned.
-    pub fn modify<R>(
+    pub fn modify<'v, R>(
         &self,
         key: &[u8],
         now_ms: i64,
-        decide: impl FnOnce(Option<&[u8]>) -> (Change, R),
+        decide: impl FnOnce(Option<&[u8]>) -> (Change<'v>, R),
     ) -> R {
         let key = digest(key);
         let mut shard = self.shared.shard(&key);
@@ -255,9 +255,9 @@ impl Journal {
             // enter the journal in the order their changes were made.
             let mut log = self.shared.lock_log();
             let was_empty = log.open.buf.len() == HEADER_BYTES;
-            let batch = durable.then(|| log.append(&key, expires_ms, &value, now_ms));
+            let batch = durable.then(|| log.append(&key, expires_ms, value, now_ms));
             let entry = Entry {
-                value: Value::new(&value),
+                value: Value::new(value),
                 expires_ms,
                 batch,
             };
@@ -612,7 +612,7 @@ mod tests {
             j.modify(b"c", 10, |_| {
                 (
                     Change::Put {
-                        value: b"claim".to_vec(),
+                        value: b"claim",
                         expires_ms: 5_000,
                         durable: false,
                     },
