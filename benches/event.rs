@@ -40,7 +40,7 @@ fn bench(c: &mut Criterion) {
         prefix: Some("sha256=".into()),
         encoding: hookgate::config::Encoding::Hex,
     };
-    let fields = Fields::default();
+    let fields = event::EventFields::new(&Fields::default());
     let mut group = c.benchmark_group("event/parse");
     for (name, body) in [("status", STATUS), ("inbound", INBOUND)] {
         group.bench_function(name, |b| {

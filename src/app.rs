@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::admin::Admin;
 use crate::config::Config;
+use crate::event::EventFields;
 use crate::guard_state::RouteGuard;
 use crate::http::{serve_admin, serve_webhooks, WebhookService};
 use crate::metrics::Metrics;
@@ -121,6 +122,7 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
         }
         routes.push(RouteRuntime {
             config: route.clone(),
+            fields: EventFields::new(&route.fields),
             scheme,
             secrets,
             guard: RouteGuard::new(&route.guard),

@@ -1,10 +1,13 @@
 //! A delivery as received, the proof that it was verified, and the event read from it.
 
+use std::borrow::Cow;
+
 use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
 use crate::config::{Fields, Profile};
+use crate::json_pointer::JsonPointer;
 use crate::secrets::Secret;
 use crate::signature::{Scheme, SignatureError, WEBHOOK_ID};
 
@@ -89,8 +92,27 @@ pub struct Event {
 
 impl Event {
     /// The string at a JSON Pointer, if present (numbers are turned into text).
-    pub fn field(&self, pointer: &str) -> Option<String> {
-        value_text(self.json.pointer(pointer)?)
+    pub fn field(&self, pointer: &JsonPointer) -> Option<Cow<'_, str>> {
+        value_text(pointer.lookup(&self.json)?)
+    }
+}
+
+/// Where a route finds the id, type and time of its events: config `fields`, parsed once.
+#[derive(Debug, Clone)]
+pub struct EventFields {
+    event_id: JsonPointer,
+    event_type: JsonPointer,
+    timestamp: JsonPointer,
+}
+
+impl EventFields {
+    /// Parses a route's `fields`.
+    pub fn new(fields: &Fields) -> Self {
+        Self {
+            event_id: JsonPointer::new(&fields.event_id),
+            event_type: JsonPointer::new(&fields.event_type),
+            timestamp: JsonPointer::new(&fields.timestamp),
+        }
     }
 }
 
@@ -132,7 +154,7 @@ impl RequestId {
 /// Reads the event out of a verified delivery.
 pub fn parse(
     verified: Verified,
-    fields: &Fields,
+    fields: &EventFields,
     request_id: RequestId,
 ) -> Result<Event, ParseError> {
     let Verified(delivery) = verified;
@@ -142,9 +164,11 @@ pub fn parse(
         return Err(ParseError::NotAnObject);
     }
     let headers = &delivery.headers;
-    let id = json
-        .pointer(&fields.event_id)
+    let id = fields
+        .event_id
+        .lookup(&json)
         .and_then(value_text)
+        .map(Cow::into_owned)
         .or_else(|| header_text(headers, EVENT_ID))
         .or_else(|| request_id.from_sender.then(|| request_id.value.clone()))
         .filter(|s| !s.is_empty())
@@ -152,16 +176,18 @@ pub fn parse(
     if id.len() > MAX_ID_BYTES {
         return Err(ParseError::IdTooLong);
     }
-    let event_type = json
-        .pointer(&fields.event_type)
+    let event_type = fields
+        .event_type
+        .lookup(&json)
         .and_then(value_text)
+        .map(Cow::into_owned)
         .or_else(|| header_text(headers, BOTIX_EVENT))
         .or_else(|| header_text(headers, EVENT_TYPE))
         .unwrap_or_else(|| "unknown".to_owned());
     if event_type.len() > MAX_EVENT_TYPE_BYTES {
         return Err(ParseError::TypeTooLong);
     }
-    let timestamp_ms = match json.pointer(&fields.timestamp) {
+    let timestamp_ms = match fields.timestamp.lookup(&json) {
         None | Some(Value::Null) => None,
         Some(v) => Some(parse_timestamp(v).ok_or(ParseError::BadTimestamp)?),
     };
@@ -204,10 +230,10 @@ pub fn parse_timestamp(value: &Value) -> Option<i64> {
     }
 }
 
-fn value_text(v: &Value) -> Option<String> {
+fn value_text(v: &Value) -> Option<Cow<'_, str>> {
     match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Number(n) => Some(n.to_string()),
+        Value::String(s) => Some(Cow::Borrowed(s)),
+        Value::Number(n) => Some(Cow::Owned(n.to_string())),
         _ => None,
     }
 }
@@ -243,7 +269,7 @@ mod tests {
         if !request_id.from_sender {
             request_id.value = "gen".into();
         }
-        parse(v, &Fields::default(), request_id)
+        parse(v, &EventFields::new(&Fields::default()), request_id)
     }
 
     #[test]

@@ -16,22 +16,23 @@ use crate::guard::{
     decide_keyword, decide_status, status_of, GuardDrop, KeywordLists, KeywordState, StatusRanks,
     StatusState, Verdict,
 };
+use crate::json_pointer::JsonPointer;
 use crate::state::{KeyLock, StateStore};
 use crate::store::StoreError;
 
 struct StatusRules {
     events: HashSet<String>,
-    message_id: String,
-    status: String,
+    message_id: JsonPointer,
+    status: JsonPointer,
     ranks: StatusRanks,
     retention_ms: i64,
 }
 
 struct KeywordRules {
     events: HashSet<String>,
-    text: String,
-    contact: String,
-    channel: String,
+    text: JsonPointer,
+    contact: JsonPointer,
+    channel: JsonPointer,
     lists: KeywordLists,
     help_window_ms: i64,
     retention_ms: Option<i64>,
@@ -50,16 +51,16 @@ impl RouteGuard {
         Self {
             status: cfg.status.as_ref().map(|s| StatusRules {
                 events: s.events.iter().cloned().collect(),
-                message_id: s.message_id.clone(),
-                status: s.status.clone(),
+                message_id: JsonPointer::new(&s.message_id),
+                status: JsonPointer::new(&s.status),
                 ranks: StatusRanks::new(s.ranks.iter().map(|(k, v)| (k.clone(), *v))),
                 retention_ms: ms(s.retention),
             }),
             keywords: cfg.keywords.as_ref().map(|k| KeywordRules {
                 events: k.events.iter().cloned().collect(),
-                text: k.text.clone(),
-                contact: k.contact.clone(),
-                channel: k.channel.clone(),
+                text: JsonPointer::new(&k.text),
+                contact: JsonPointer::new(&k.contact),
+                channel: JsonPointer::new(&k.channel),
                 lists: KeywordLists::new(&k.stop, &k.start, &k.help),
                 help_window_ms: ms(k.help_window),
                 retention_ms: k.retention.map(ms),

@@ -12,7 +12,8 @@
 //! - [`tls`]: PEM loading and certificate reload. The only rustls importer.
 //! - [`signature`]: HMAC schemes and the constant-time check; pure.
 //! - [`secrets`]: secrets from environment or files, swapped on reload.
-//! - [`event`]: the delivery, its verified form, and the event read from it.
+//! - [`event`]: the delivery, its verified form, and the event read from it;
+//!   [`json_pointer`] finds its fields.
 //! - [`pipeline`]: verify → parse → freshness → dedup → guard → publish or spool.
 //! - [`dedup`]: claim / in-flight / done marks.
 //! - [`journal`]: the sled backend's marks and guard state: in memory, journaled to sled.
@@ -37,6 +38,7 @@ pub mod guard;
 pub mod guard_state;
 pub mod http;
 pub mod journal;
+pub mod json_pointer;
 pub mod metrics;
 pub mod pipeline;
 pub mod publish;

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::config::{Config, Route};
 use crate::dedup::{event_key, request_key, Claim, KeyState};
-use crate::event::{self, Delivery, Event, ParseError, RequestId};
+use crate::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
 use crate::guard_state::{Check, GuardState, RouteGuard};
 use crate::metrics::{Metrics, RouteLabel, RouteReason};
 use crate::publish::{Message, Publisher};
@@ -75,6 +75,8 @@ impl Outcome {
 pub struct RouteRuntime {
     /// The route's config.
     pub config: Route,
+    /// Where its events' id, type and time are.
+    pub fields: EventFields,
     /// Its signature scheme.
     pub scheme: Scheme,
     /// Its active secrets (reloadable).
@@ -217,7 +219,7 @@ impl Pipeline {
                 return Outcome::InvalidSignature;
             }
         };
-        let event = match event::parse(verified, &route.config.fields, request_id) {
+        let event = match event::parse(verified, &route.fields, request_id) {
             Ok(e) => e,
             Err(e) => return Outcome::BadRequest(e),
         };
@@ -450,6 +452,10 @@ fn route_label(route: &str) -> RouteLabel {
 
 /// Applies `{route}` and `{event}` to a routing key template.
 pub fn routing_key(template: &str, route: &str, event_type: &str) -> String {
+    if template == "{event}" {
+        // The default, built without searching the template.
+        return event_type.to_owned();
+    }
     template
         .replace("{route}", route)
         .replace("{event}", event_type)
@@ -477,6 +483,7 @@ mod tests {
             "botix.message.status"
         );
         assert_eq!(routing_key("fixed", "r", "e"), "fixed");
+        assert_eq!(routing_key("{event}", "r", "e"), "e");
     }
 
     #[test]
