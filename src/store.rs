@@ -11,6 +11,8 @@ use std::sync::Arc;
 /// sled's page cache. Its default (1 GiB) would let a large store grow the process past a
 /// sidecar's memory limit; hot keys (recent marks, the spool head) fit in far less.
 const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// How long an open waits for a lock that may be on its way out (see [`Store::open`]).
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// A store failure; the message names the path or operation, never a value.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +27,14 @@ impl From<sled::Error> for StoreError {
     fn from(e: sled::Error) -> Self {
         StoreError::Io(e.to_string())
     }
+}
+
+/// Whether sled failed to open because the directory's lock file is taken. sled reports it
+/// as an I/O error of kind `Other` with the lock error in its text.
+fn is_locked(e: &sled::Error) -> bool {
+    matches!(e, sled::Error::Io(io)
+        if io.kind() == std::io::ErrorKind::WouldBlock
+            || io.to_string().contains("could not acquire lock"))
 }
 
 /// The database handle; cheap to clone.
@@ -53,16 +63,30 @@ impl Store {
             reason,
         };
         std::fs::create_dir_all(path).map_err(|e| open_err(e.to_string()))?;
-        let db = sled::Config::new()
-            .path(path)
-            .cache_capacity(CACHE_BYTES)
-            .open()
-            .map_err(|e| match e {
-                sled::Error::Io(io) if io.kind() == std::io::ErrorKind::WouldBlock => open_err(
-                    "it is locked by another process (is another hookgate running on it?)".into(),
-                ),
-                other => open_err(other.to_string()),
-            })?;
+        let open = || {
+            sled::Config::new()
+                .path(path)
+                .cache_capacity(CACHE_BYTES)
+                .open()
+        };
+        // sled's write threads keep the directory locked for a moment after the last handle
+        // of a store is dropped, so a store reopened in the same process (tests) may find
+        // it still locked; another process's lock lasts, and is reported after the wait.
+        let deadline = std::time::Instant::now() + LOCK_WAIT;
+        let db = loop {
+            match open() {
+                Err(e) if is_locked(&e) && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                Err(e) if is_locked(&e) => {
+                    return Err(open_err(
+                        "it is locked by another process (is another hookgate running on it?)"
+                            .into(),
+                    ))
+                }
+                other => break other.map_err(|e| open_err(e.to_string()))?,
+            }
+        };
         Ok(Self {
             db,
             flush: Arc::new(GroupFlush {
@@ -178,6 +202,7 @@ mod tests {
             .expect("second open must fail");
         let text = err.to_string();
         assert!(text.contains(&dir.path().display().to_string()), "{text}");
+        assert!(text.contains("locked by another process"), "{text}");
     }
 
     #[tokio::test]
