@@ -168,7 +168,9 @@ impl Pipeline {
         let request_id = RequestId::of(&delivery.headers, route.config.profile);
         let now_ms = self.now_ms();
         let echoed = request_id.value.clone();
-        let outcome = self.run(route, delivery, request_id, now_ms).await;
+        // Boxed: the state machine of a whole delivery is kilobytes, and every future that
+        // wraps it (hyper's, the panic guard's, the handler's) would copy it as it moves.
+        let outcome = Box::pin(self.run(route, delivery, request_id, now_ms)).await;
         match &outcome {
             Outcome::Duplicate { .. } => {
                 self.metrics
@@ -374,7 +376,8 @@ impl Pipeline {
     /// behind it so the broker sees them in arrival order.
     async fn deliver(&self, msg: &Message) -> Result<Delivered, SpoolError> {
         if self.spool.is_empty() {
-            match self.publisher.publish(&self.settings.exchange, msg).await {
+            // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
+            match Box::pin(self.publisher.publish(&self.settings.exchange, msg)).await {
                 Ok(()) => return Ok(Delivered::Published),
                 Err(error @ crate::publish::PublishError::Unroutable(_)) => {
                     tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled; bind a queue to the exchange");
