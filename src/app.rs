@@ -120,12 +120,14 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
         if secrets.has_inline() {
             tracing::warn!(route = %route.name, "inline secret in the config: for development only; use secret_env or secret_file");
         }
+        let mut fields = EventFields::new(&route.fields);
+        let guard = RouteGuard::new(&route.guard, &mut fields);
         routes.push(RouteRuntime {
             config: route.clone(),
-            fields: EventFields::new(&route.fields),
+            fields,
             scheme,
             secrets,
-            guard: RouteGuard::new(&route.guard),
+            guard,
             limiter: route
                 .rate_limit
                 .as_ref()

@@ -2,14 +2,12 @@
 
 use std::borrow::Cow;
 
-use bytes::Bytes;
-use http::HeaderMap;
-use serde_json::Value;
-
 use crate::config::{Fields, Profile};
-use crate::json_pointer::JsonPointer;
+use crate::fields::{Extracted, Field, FieldPlan, Slot};
 use crate::secrets::Secret;
 use crate::signature::{Scheme, SignatureError, WEBHOOK_ID};
+use bytes::Bytes;
+use http::HeaderMap;
 
 /// Delivery attempt id of the botix profile.
 pub const REQUEST_ID: &str = "x-botix-request-id";
@@ -86,33 +84,43 @@ pub struct Event {
     pub attempt: Option<i64>,
     /// The raw body.
     pub body: Bytes,
-    /// The parsed body, for the guard's field lookups.
-    pub json: Value,
+    /// The values of the route's pointers, for the guard.
+    pub fields: Extracted,
 }
 
 impl Event {
-    /// The string at a JSON Pointer, if present (numbers are turned into text).
-    pub fn field(&self, pointer: &JsonPointer) -> Option<Cow<'_, str>> {
-        value_text(pointer.lookup(&self.json)?)
+    /// The text at a pointer added to the route's [`EventFields`], if present (numbers are
+    /// turned into text).
+    pub fn field(&self, slot: Slot) -> Option<Cow<'_, str>> {
+        self.fields.get(slot)?.text()
     }
 }
 
-/// Where a route finds the id, type and time of its events: config `fields`, parsed once.
+/// What a route reads from its events' bodies: the id, type and time (config `fields`), and
+/// the pointers the guard adds.
 #[derive(Debug, Clone)]
 pub struct EventFields {
-    event_id: JsonPointer,
-    event_type: JsonPointer,
-    timestamp: JsonPointer,
+    plan: FieldPlan,
+    event_id: Slot,
+    event_type: Slot,
+    timestamp: Slot,
 }
 
 impl EventFields {
-    /// Parses a route's `fields`.
+    /// Starts with a route's `fields`.
     pub fn new(fields: &Fields) -> Self {
+        let mut plan = FieldPlan::default();
         Self {
-            event_id: JsonPointer::new(&fields.event_id),
-            event_type: JsonPointer::new(&fields.event_type),
-            timestamp: JsonPointer::new(&fields.timestamp),
+            event_id: plan.add(&fields.event_id),
+            event_type: plan.add(&fields.event_type),
+            timestamp: plan.add(&fields.timestamp),
+            plan,
         }
+    }
+
+    /// Also reads `pointer`; [`Event::field`] finds its value under the returned slot.
+    pub fn add(&mut self, pointer: &str) -> Slot {
+        self.plan.add(pointer)
     }
 }
 
@@ -158,17 +166,13 @@ pub fn parse(
     request_id: RequestId,
 ) -> Result<Event, ParseError> {
     let Verified(delivery) = verified;
-    let json: Value =
-        serde_json::from_slice(&delivery.body).map_err(|_| ParseError::NotAnObject)?;
-    if !json.is_object() {
-        return Err(ParseError::NotAnObject);
-    }
+    let found = fields
+        .plan
+        .extract(&delivery.body)
+        .map_err(|_| ParseError::NotAnObject)?;
     let headers = &delivery.headers;
-    let id = fields
-        .event_id
-        .lookup(&json)
-        .and_then(value_text)
-        .map(Cow::into_owned)
+    let text = |slot| found.get(slot).and_then(Field::text).map(Cow::into_owned);
+    let id = text(fields.event_id)
         .or_else(|| header_text(headers, EVENT_ID))
         .or_else(|| request_id.from_sender.then(|| request_id.value.clone()))
         .filter(|s| !s.is_empty())
@@ -176,19 +180,15 @@ pub fn parse(
     if id.len() > MAX_ID_BYTES {
         return Err(ParseError::IdTooLong);
     }
-    let event_type = fields
-        .event_type
-        .lookup(&json)
-        .and_then(value_text)
-        .map(Cow::into_owned)
+    let event_type = text(fields.event_type)
         .or_else(|| header_text(headers, BOTIX_EVENT))
         .or_else(|| header_text(headers, EVENT_TYPE))
         .unwrap_or_else(|| "unknown".to_owned());
     if event_type.len() > MAX_EVENT_TYPE_BYTES {
         return Err(ParseError::TypeTooLong);
     }
-    let timestamp_ms = match fields.timestamp.lookup(&json) {
-        None | Some(Value::Null) => None,
+    let timestamp_ms = match found.get(fields.timestamp) {
+        None | Some(Field::Null) => None,
         Some(v) => Some(parse_timestamp(v).ok_or(ParseError::BadTimestamp)?),
     };
     let attempt = header_text(headers, DELIVERY_ATTEMPT).and_then(|v| v.trim().parse().ok());
@@ -200,41 +200,37 @@ pub fn parse(
         request_id_from_sender: request_id.from_sender,
         attempt,
         body: delivery.body,
-        json,
+        fields: found,
     })
 }
 
 /// Unix milliseconds from RFC 3339 text, or a number of Unix seconds or milliseconds.
-pub fn parse_timestamp(value: &Value) -> Option<i64> {
+pub fn parse_timestamp(value: &Field) -> Option<i64> {
     match value {
-        Value::Number(n) => {
-            let f = n.as_f64()?;
-            // Seconds since 1970 stay below 1e11 until the year 5138; milliseconds are above it
-            // for any date after 1973, so the magnitude tells the unit.
-            if f.abs() >= 1e11 {
-                Some(f as i64)
-            } else {
-                Some((f * 1000.0) as i64)
-            }
-        }
-        Value::String(s) => {
+        Field::Number(n) => unix_number_ms(n.as_f64()?),
+        Field::Text(s) => {
             let t = s.trim();
             if let Ok(n) = t.parse::<f64>() {
-                return parse_timestamp(&serde_json::json!(n));
+                return unix_number_ms(n);
             }
             let dt = time::OffsetDateTime::parse(t, &time::format_description::well_known::Rfc3339)
                 .ok()?;
             i64::try_from(dt.unix_timestamp_nanos() / 1_000_000).ok()
         }
-        _ => None,
+        Field::Null | Field::Other => None,
     }
 }
 
-fn value_text(v: &Value) -> Option<Cow<'_, str>> {
-    match v {
-        Value::String(s) => Some(Cow::Borrowed(s)),
-        Value::Number(n) => Some(Cow::Owned(n.to_string())),
-        _ => None,
+/// Unix milliseconds from a number of seconds or milliseconds. Seconds since 1970 stay below
+/// 1e11 until the year 5138; milliseconds are above it for any date after 1973, so the
+/// magnitude tells the unit.
+fn unix_number_ms(f: f64) -> Option<i64> {
+    if !f.is_finite() {
+        None
+    } else if f.abs() >= 1e11 {
+        Some(f as i64)
+    } else {
+        Some((f * 1000.0) as i64)
     }
 }
 
@@ -322,24 +318,31 @@ mod tests {
 
     #[test]
     fn timestamps_in_every_supported_form() {
-        use serde_json::json;
+        let number = |n: i64| Field::Number(n.into());
+        let text = |s: &str| Field::Text(s.into());
         assert_eq!(
-            parse_timestamp(&json!(1_764_410_400)),
+            parse_timestamp(&number(1_764_410_400)),
             Some(1_764_410_400_000)
         );
         assert_eq!(
-            parse_timestamp(&json!(1_764_410_400_123_i64)),
+            parse_timestamp(&number(1_764_410_400_123)),
             Some(1_764_410_400_123)
         );
         assert_eq!(
-            parse_timestamp(&json!("2026-11-29T10:01:00Z")),
+            parse_timestamp(&text(" 1764410400.5 ")),
+            Some(1_764_410_400_500)
+        );
+        assert_eq!(
+            parse_timestamp(&text("2026-11-29T10:01:00Z")),
             Some(1_795_946_460_000)
         );
         assert_eq!(
-            parse_timestamp(&json!("2026-11-29T11:01:00+01:00")),
+            parse_timestamp(&text("2026-11-29T11:01:00+01:00")),
             Some(1_795_946_460_000)
         );
-        assert_eq!(parse_timestamp(&json!("yesterday")), None);
+        assert_eq!(parse_timestamp(&text("yesterday")), None);
+        assert_eq!(parse_timestamp(&text("inf")), None);
+        assert_eq!(parse_timestamp(&Field::Other), None);
         assert_eq!(
             parse_one(r#"{"id":"a","timestamp":"soon"}"#, &[]).err(),
             Some(ParseError::BadTimestamp)

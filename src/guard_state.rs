@@ -11,28 +11,28 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::config::Guard as GuardConfig;
-use crate::event::Event;
+use crate::event::{Event, EventFields};
+use crate::fields::Slot;
 use crate::guard::{
     decide_keyword, decide_status, status_of, GuardDrop, KeywordLists, KeywordState, StatusRanks,
     StatusState, Verdict,
 };
-use crate::json_pointer::JsonPointer;
 use crate::state::{KeyLock, StateStore};
 use crate::store::StoreError;
 
 struct StatusRules {
     events: HashSet<String>,
-    message_id: JsonPointer,
-    status: JsonPointer,
+    message_id: Slot,
+    status: Slot,
     ranks: StatusRanks,
     retention_ms: i64,
 }
 
 struct KeywordRules {
     events: HashSet<String>,
-    text: JsonPointer,
-    contact: JsonPointer,
-    channel: JsonPointer,
+    text: Slot,
+    contact: Slot,
+    channel: Slot,
     lists: KeywordLists,
     help_window_ms: i64,
     retention_ms: Option<i64>,
@@ -45,22 +45,22 @@ pub struct RouteGuard {
 }
 
 impl RouteGuard {
-    /// Compiles a route's `guard` section.
-    pub fn new(cfg: &GuardConfig) -> Self {
+    /// Compiles a route's `guard` section; the fields it reads are added to `fields`.
+    pub fn new(cfg: &GuardConfig, fields: &mut EventFields) -> Self {
         let ms = |d: std::time::Duration| d.as_millis() as i64;
         Self {
             status: cfg.status.as_ref().map(|s| StatusRules {
                 events: s.events.iter().cloned().collect(),
-                message_id: JsonPointer::new(&s.message_id),
-                status: JsonPointer::new(&s.status),
+                message_id: fields.add(&s.message_id),
+                status: fields.add(&s.status),
                 ranks: StatusRanks::new(s.ranks.iter().map(|(k, v)| (k.clone(), *v))),
                 retention_ms: ms(s.retention),
             }),
             keywords: cfg.keywords.as_ref().map(|k| KeywordRules {
                 events: k.events.iter().cloned().collect(),
-                text: JsonPointer::new(&k.text),
-                contact: JsonPointer::new(&k.contact),
-                channel: JsonPointer::new(&k.channel),
+                text: fields.add(&k.text),
+                contact: fields.add(&k.contact),
+                channel: fields.add(&k.channel),
                 lists: KeywordLists::new(&k.stop, &k.start, &k.help),
                 help_window_ms: ms(k.help_window),
                 retention_ms: k.retention.map(ms),
@@ -120,10 +120,10 @@ impl GuardState {
             .as_ref()
             .filter(|r| r.events.contains(&event.event_type))
         {
-            let Some(message_id) = event.field(&r.message_id) else {
+            let Some(message_id) = event.field(r.message_id) else {
                 return Ok(Check::Unguarded);
             };
-            let status = status_of(&event.event_type, event.field(&r.status).as_deref());
+            let status = status_of(&event.event_type, event.field(r.status).as_deref());
             let key = format!("{route}\0status\0{message_id}").into_bytes();
             let lock = self.store.lock(&key).await?;
             let state = self.load::<StatusState>(&key, now_ms).await;
@@ -137,9 +137,9 @@ impl GuardState {
             .as_ref()
             .filter(|r| r.events.contains(&event.event_type))
         {
-            let keyword = event.field(&r.text).and_then(|t| r.lists.classify(&t));
+            let keyword = event.field(r.text).and_then(|t| r.lists.classify(&t));
             let (Some(keyword), Some(contact), Some(channel)) =
-                (keyword, event.field(&r.contact), event.field(&r.channel))
+                (keyword, event.field(r.contact), event.field(r.channel))
             else {
                 return Ok(Check::Unguarded);
             };

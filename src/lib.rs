@@ -13,7 +13,7 @@
 //! - [`signature`]: HMAC schemes and the constant-time check; pure.
 //! - [`secrets`]: secrets from environment or files, swapped on reload.
 //! - [`event`]: the delivery, its verified form, and the event read from it;
-//!   [`json_pointer`] finds its fields.
+//!   [`fields`] reads the configured JSON Pointers out of a body in one pass.
 //! - [`pipeline`]: verify → parse → freshness → dedup → guard → publish or spool.
 //! - [`dedup`]: claim / in-flight / done marks.
 //! - [`journal`]: the sled backend's marks and guard state: in memory, journaled to sled.
@@ -34,11 +34,11 @@ pub mod app;
 pub mod config;
 pub mod dedup;
 pub mod event;
+pub mod fields;
 pub mod guard;
 pub mod guard_state;
 pub mod http;
 pub mod journal;
-pub mod json_pointer;
 pub mod metrics;
 pub mod pipeline;
 pub mod publish;

@@ -1,0 +1,437 @@
+//! Reading the configured fields (JSON Pointers, RFC 6901) out of an event body in one pass.
+//!
+//! A route's pointers (event id, type and time, and the guard's) are merged into a tree when
+//! the config is loaded. A body is then read once: members on a pointer's path are followed,
+//! everything else is checked and skipped, and only the values the pointers name are kept.
+//! Building a `serde_json::Value` of the whole body allocated every key and string (about 40
+//! allocations and frees for a status event), and `Value::pointer` unescaped the pointer text
+//! again on every lookup.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// Where a pointer's value is kept in [`Extracted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot(usize);
+
+/// A kept value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Field {
+    /// A JSON string.
+    Text(String),
+    /// A JSON number.
+    Number(serde_json::Number),
+    /// `null`.
+    Null,
+    /// `true`, `false`, an object or an array.
+    Other,
+}
+
+impl Field {
+    /// The value as text: strings as they are, numbers as JSON writes them.
+    pub fn text(&self) -> Option<Cow<'_, str>> {
+        match self {
+            Field::Text(s) => Some(Cow::Borrowed(s)),
+            Field::Number(n) => Some(Cow::Owned(n.to_string())),
+            Field::Null | Field::Other => None,
+        }
+    }
+}
+
+/// The values found for a plan's pointers, by slot; `None` where the body has no such value.
+#[derive(Debug, Clone, Default)]
+pub struct Extracted(Vec<Option<Field>>);
+
+impl Extracted {
+    /// The value at `slot`, if the body has one.
+    pub fn get(&self, slot: Slot) -> Option<&Field> {
+        self.0.get(slot.0)?.as_ref()
+    }
+}
+
+/// Why a body could not be read: not JSON, not an object, or nested too deep.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotAnObject;
+
+/// A route's pointers, merged into a tree of member names and array indexes.
+#[derive(Debug, Clone, Default)]
+pub struct FieldPlan {
+    root: Node,
+    slots: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Node {
+    /// The slot of a pointer that ends here.
+    slot: Option<usize>,
+    children: Vec<Child>,
+}
+
+#[derive(Debug, Clone)]
+struct Child {
+    /// The unescaped reference token.
+    token: String,
+    /// The token as an array index, when it is one.
+    index: Option<usize>,
+    node: Node,
+}
+
+impl FieldPlan {
+    /// Adds a pointer: empty (the whole document) or `/`-separated tokens, `~1` standing for
+    /// `/` and `~0` for `~`. Text that is not a pointer (config validation refuses it) gets a
+    /// slot that stays empty, as `Value::pointer` finds nothing for it.
+    pub fn add(&mut self, pointer: &str) -> Slot {
+        let slot = Slot(self.slots);
+        self.slots += 1;
+        let tokens: Vec<String> = match pointer.strip_prefix('/') {
+            _ if pointer.is_empty() => Vec::new(),
+            Some(rest) => rest
+                .split('/')
+                .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                .collect(),
+            None => return slot,
+        };
+        let mut node = &mut self.root;
+        for token in tokens {
+            let at = match node.children.iter().position(|c| c.token == token) {
+                Some(at) => at,
+                None => {
+                    node.children.push(Child {
+                        index: array_index(&token),
+                        token,
+                        node: Node::default(),
+                    });
+                    node.children.len() - 1
+                }
+            };
+            node = &mut node.children[at].node;
+        }
+        node.slot = Some(slot.0);
+        slot
+    }
+
+    /// Reads `body`, which must be one JSON object, and keeps the values of the pointers.
+    pub fn extract(&self, body: &[u8]) -> Result<Extracted, NotAnObject> {
+        let mut out = Extracted(vec![None; self.slots]);
+        let mut de = serde_json::Deserializer::from_slice(body);
+        Walk {
+            node: &self.root,
+            out: &mut out,
+            top: true,
+        }
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|_| NotAnObject)?;
+        Ok(out)
+    }
+}
+
+/// An array index token: decimal digits without a sign or a leading zero (RFC 6901 §4).
+fn array_index(token: &str) -> Option<usize> {
+    if token.starts_with('+') || (token.starts_with('0') && token.len() > 1) {
+        return None;
+    }
+    token.parse().ok()
+}
+
+/// Reads one value at `node`: keeps it if a pointer ends here, follows the members and
+/// elements that lead to other pointers, skips the rest.
+struct Walk<'p, 'o> {
+    node: &'p Node,
+    out: &'o mut Extracted,
+    /// The document itself, which must be an object.
+    top: bool,
+}
+
+impl Walk<'_, '_> {
+    fn keep(&mut self, field: Field) {
+        if let Some(slot) = self.node.slot {
+            self.out.0[slot] = Some(field);
+        }
+    }
+
+    /// Forgets what an earlier value of the same member left below this node: of repeated
+    /// members the last one counts, as in `serde_json::Value`.
+    fn forget_below(node: &Node, out: &mut Extracted) {
+        for child in &node.children {
+            if let Some(slot) = child.node.slot {
+                out.0[slot] = None;
+            }
+            Self::forget_below(&child.node, out);
+        }
+    }
+
+    fn scalar<E: de::Error>(mut self, field: Field) -> Result<(), E> {
+        if self.top {
+            return Err(E::custom("not an object"));
+        }
+        self.keep(field);
+        Ok(())
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Walk<'_, '_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        self.scalar(Field::Other)
+    }
+
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<(), E> {
+        self.scalar(Field::Number(n.into()))
+    }
+
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<(), E> {
+        self.scalar(Field::Number(n.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<(), E> {
+        // serde_json never yields a non-finite number; `Other` is only a fallback.
+        let field = serde_json::Number::from_f64(n).map_or(Field::Other, Field::Number);
+        self.scalar(field)
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
+        // Allocates only for a string a pointer names; others are never copied.
+        if self.top || self.node.slot.is_none() {
+            return self.scalar(Field::Other);
+        }
+        self.scalar(Field::Text(s.to_owned()))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.scalar(Field::Null)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+        if self.top {
+            return Err(de::Error::custom("not an object"));
+        }
+        self.keep(Field::Other);
+        Self::forget_below(self.node, self.out);
+        let mut index = 0;
+        loop {
+            let child = self.node.children.iter().find(|c| c.index == Some(index));
+            let more = match child {
+                Some(child) => seq
+                    .next_element_seed(Walk {
+                        node: &child.node,
+                        out: &mut *self.out,
+                        top: false,
+                    })?
+                    .is_some(),
+                None => seq.next_element_seed(Skip)?.is_some(),
+            };
+            if !more {
+                return Ok(());
+            }
+            index += 1;
+        }
+    }
+
+    fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+        self.keep(Field::Other);
+        Self::forget_below(self.node, self.out);
+        while let Some(found) = map.next_key_seed(Member(&self.node.children))? {
+            match found {
+                Some(child) => map.next_value_seed(Walk {
+                    node: &child.node,
+                    out: &mut *self.out,
+                    top: false,
+                })?,
+                None => map.next_value_seed(Skip)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads a member name and finds the child it leads to, without copying the name.
+struct Member<'p>(&'p [Child]);
+
+impl<'de, 'p> DeserializeSeed<'de> for Member<'p> {
+    type Value = Option<&'p Child>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de, 'p> Visitor<'de> for Member<'p> {
+    type Value = Option<&'p Child>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a member name")
+    }
+
+    fn visit_str<E: de::Error>(self, name: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().find(|c| c.token == name))
+    }
+}
+
+/// Reads and discards a value. Unlike [`IgnoredAny`] it descends through `deserialize_any`,
+/// so serde_json's nesting limit still applies (a 10,000-deep array is refused, not walked)
+/// and every string is still checked as UTF-8.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key::<IgnoredAny>()?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    const POINTERS: &[&str] = &[
+        "",
+        "/id",
+        "/data/status",
+        "/data",
+        "/data/items/0",
+        "/data/items/2/x",
+        "/data/items/01",
+        "/data/items/+1",
+        "/data/items/9",
+        "/data/missing",
+        "/id/deeper",
+        "/a~1b",
+        "/m~0n",
+        "/",
+        "/01",
+        "/n",
+        "/f",
+        "/t",
+        "/esc",
+        "no-slash",
+    ];
+
+    /// What `Value::pointer` finds, in the form the plan keeps.
+    fn expected(doc: &Value, pointer: &str) -> Option<Field> {
+        doc.pointer(pointer).map(|v| match v {
+            Value::String(s) => Field::Text(s.clone()),
+            Value::Number(n) => Field::Number(n.clone()),
+            Value::Null => Field::Null,
+            _ => Field::Other,
+        })
+    }
+
+    #[test]
+    fn finds_what_value_pointer_finds() {
+        let body = r#"{"id":"e1","data":{"status":"sent","items":[10,11,{"x":true}]},
+            "a/b":1,"m~n":2,"":3,"01":4,"n":null,"f":-1.5e3,"t":true,"esc":"a\"b\u00e9"}"#;
+        let doc: Value = serde_json::from_str(body).expect("json");
+        let mut plan = FieldPlan::default();
+        let slots: Vec<Slot> = POINTERS.iter().map(|p| plan.add(p)).collect();
+        let got = plan.extract(body.as_bytes()).expect("object");
+        for (pointer, slot) in POINTERS.iter().zip(slots) {
+            assert_eq!(
+                got.get(slot).cloned(),
+                expected(&doc, pointer),
+                "{pointer:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_repeated_member_counts_once_as_its_last_value() {
+        let body = r#"{"data":{"status":"sent","to":"a"},"data":{"to":"b"}}"#;
+        let doc: Value = serde_json::from_str(body).expect("json");
+        let mut plan = FieldPlan::default();
+        let status = plan.add("/data/status");
+        let to = plan.add("/data/to");
+        let got = plan.extract(body.as_bytes()).expect("object");
+        assert_eq!(got.get(status).cloned(), expected(&doc, "/data/status"));
+        assert_eq!(got.get(to).cloned(), expected(&doc, "/data/to"));
+    }
+
+    #[test]
+    fn only_a_whole_json_object_is_read() {
+        let mut plan = FieldPlan::default();
+        plan.add("/id");
+        let deep = format!("{{\"x\":{}{}}}", "[".repeat(10_000), "]".repeat(10_000));
+        for body in [
+            &b"[1]"[..],
+            b"\"s\"",
+            b"1",
+            b"null",
+            b"not json",
+            b"",
+            b"{\"id\":",
+            b"{\"id\":1} x",
+            b"{\"id\":\"\xff\"}",
+            b"{\"other\":\"\xff\"}",
+            deep.as_bytes(),
+        ] {
+            assert_eq!(
+                plan.extract(body).err(),
+                Some(NotAnObject),
+                "{:.20}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert!(plan.extract(br#" {"id": 1} "#).is_ok());
+    }
+}
