@@ -18,6 +18,7 @@
 //! it (no tombstones are needed). An oldest batch that is mostly dead, or older than
 //! `copy_after`, has its live records copied forward so it can go.
 
+use std::collections::hash_map::Entry as Slot;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -263,7 +264,14 @@ impl Journal {
     ) -> R {
         let key = digest(key);
         let mut shard = self.shared.shard(&key);
-        let (change, result) = decide(shard.get(&key).map(|e| e.value.as_slice()));
+        // One probe of the table for the read and the write: in a map of a million entries
+        // each probe is a cache miss.
+        let slot = shard.entry(key);
+        let current = match &slot {
+            Slot::Occupied(found) => Some(found.get().value.as_slice()),
+            Slot::Vacant(_) => None,
+        };
+        let (change, result) = decide(current);
         if let Change::Put {
             value,
             expires_ms,
@@ -280,8 +288,11 @@ impl Journal {
                 expires_ms,
                 batch,
             };
-            if let Some(old) = shard.insert(key, entry) {
-                log.release(old.batch);
+            match slot {
+                Slot::Occupied(mut found) => log.release(found.insert(entry).batch),
+                Slot::Vacant(free) => {
+                    free.insert(entry);
+                }
             }
             // The writer sleeps while there is nothing to write: wake it for the first
             // record of a batch, and again when the batch is full.
