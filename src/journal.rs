@@ -3,7 +3,7 @@
 //!
 //! Why not one sled key per mark: an accepted event wrote three to four keys (claim, two done
 //! marks, guard state), and those tree writes were about 40 % of hookgate's CPU per request
-//! (BENCHMARKS.md, "The state layer"). Here a request changes one of 64 maps (chosen by key
+//! (BENCHMARKS.md, "The state layer"). Here a request changes one of 1,024 maps (chosen by key
 //! hash) under its mutex and appends a record to a buffer; a writer thread stores the buffer
 //! as one sled entry every few milliseconds. sled locks its directory, so one process owns
 //! the journal and memory is the single source of truth while it runs; opening replays it.
@@ -38,8 +38,11 @@ const MAX_BATCH_BYTES: usize = 32 * 1024;
 /// Batch header: created_ms (i64) and record count (u32), little-endian.
 const HEADER_BYTES: usize = 12;
 /// The map is split so that a sweep holds up only the requests whose keys fall in the part
-/// being swept, and two runtime workers rarely want the same lock.
-const SHARDS: usize = 64;
+/// being swept, two runtime workers rarely want the same lock, and growing a part (which
+/// rehashes it under its lock) is short. Keys spread evenly, so all parts double at about
+/// the same moment: with 64 parts that was 64 pauses of 1-2 ms within a second or two at a
+/// million marks, enough to show in the p99; with 1,024 each pause is about 0.1 ms.
+const SHARDS: usize = 1024;
 
 /// What [`Journal::modify`] does to a key.
 pub enum Change<'v> {
@@ -67,7 +70,7 @@ fn digest(key: &[u8]) -> Digest {
 }
 
 /// The digest is already uniformly random, so its bytes are the hash; no second hash
-/// function runs. Bytes 8..16, because byte 0 picks the shard and would be the same for
+/// function runs. Bytes 8..16, because bytes 0 and 1 pick the shard and would be alike for
 /// every key of one map.
 impl Hash for Digest {
     fn hash<H: Hasher>(&self, state: &mut H) {
@@ -117,9 +120,8 @@ impl Value {
 
 /// A hash map: a lookup costs one or two cache misses, where an ordered map of a million
 /// marks walks five levels of nodes (the ordered map cost about 4 µs a request, BENCHMARKS.md
-/// "The state layer"). Growing a shard rehashes it under its lock; with 64 shards a shard of
-/// a 3-million-mark store holds about 47,000 entries, moved in about a millisecond, once
-/// each time it doubles.
+/// "Session 3"). Growing a shard rehashes it under its lock; a shard of a 3-million-mark
+/// store holds about 3,000 entries (see [`SHARDS`]).
 type Shard = HashMap<Digest, Entry, BuildNoHashHasher<Digest>>;
 
 struct BatchInfo {
@@ -529,7 +531,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn shard_of(key: &Digest) -> usize {
-    usize::from(key.0[0]) % SHARDS
+    usize::from(u16::from_le_bytes([key.0[0], key.0[1]])) % SHARDS
 }
 
 impl Log {
