@@ -2,12 +2,13 @@
 
 use std::borrow::Cow;
 
+use bytes::Bytes;
+use http::HeaderMap;
+
 use crate::config::{Fields, Profile};
 use crate::fields::{Extracted, Field, FieldPlan, Slot};
 use crate::secrets::Secret;
 use crate::signature::{Scheme, SignatureError, WEBHOOK_ID};
-use bytes::Bytes;
-use http::HeaderMap;
 
 /// Delivery attempt id of the botix profile.
 pub const REQUEST_ID: &str = "x-botix-request-id";
