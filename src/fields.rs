@@ -168,6 +168,7 @@ impl Walk<'_, '_> {
             return Err(E::custom("not an object"));
         }
         self.keep(field);
+        Self::forget_below(self.node, self.out);
         Ok(())
     }
 }
@@ -397,14 +398,26 @@ mod tests {
 
     #[test]
     fn a_repeated_member_counts_once_as_its_last_value() {
-        let body = r#"{"data":{"status":"sent","to":"a"},"data":{"to":"b"}}"#;
-        let doc: Value = serde_json::from_str(body).expect("json");
         let mut plan = FieldPlan::default();
         let status = plan.add("/data/status");
         let to = plan.add("/data/to");
-        let got = plan.extract(body.as_bytes()).expect("object");
-        assert_eq!(got.get(status).cloned(), expected(&doc, "/data/status"));
-        assert_eq!(got.get(to).cloned(), expected(&doc, "/data/to"));
+        let data = plan.add("/data");
+        for body in [
+            r#"{"data":{"status":"sent","to":"a"},"data":{"to":"b"}}"#,
+            r#"{"data":{"status":"sent"},"data":5}"#,
+            r#"{"data":{"status":"sent"},"data":[1]}"#,
+            r#"{"data":1,"data":{"to":"c"}}"#,
+        ] {
+            let doc: Value = serde_json::from_str(body).expect("json");
+            let got = plan.extract(body.as_bytes()).expect("object");
+            for (pointer, slot) in [("/data/status", status), ("/data/to", to), ("/data", data)] {
+                assert_eq!(
+                    got.get(slot).cloned(),
+                    expected(&doc, pointer),
+                    "{pointer} in {body}"
+                );
+            }
+        }
     }
 
     #[test]
