@@ -369,54 +369,40 @@ mod tests {
         "no-slash",
     ];
 
-    /// What `Value::pointer` finds, in the form the plan keeps.
-    fn expected(doc: &Value, pointer: &str) -> Option<Field> {
-        doc.pointer(pointer).map(|v| match v {
-            Value::String(s) => Field::Text(s.clone()),
-            Value::Number(n) => Field::Number(n.clone()),
-            Value::Null => Field::Null,
-            _ => Field::Other,
-        })
+    /// Reads `body` with a plan of `pointers` and checks that each value is what
+    /// `Value::pointer` finds in the parsed document.
+    fn assert_finds_what_value_finds(pointers: &[&str], body: &str) {
+        let doc: Value = serde_json::from_str(body).expect("json");
+        let mut plan = FieldPlan::default();
+        let slots: Vec<Slot> = pointers.iter().map(|p| plan.add(p)).collect();
+        let got = plan.extract(body.as_bytes()).expect("object");
+        for (pointer, slot) in pointers.iter().zip(slots) {
+            let expected = doc.pointer(pointer).map(|v| match v {
+                Value::String(s) => Field::Text(s.clone()),
+                Value::Number(n) => Field::Number(n.clone()),
+                Value::Null => Field::Null,
+                _ => Field::Other,
+            });
+            assert_eq!(got.get(slot).cloned(), expected, "{pointer:?} in {body}");
+        }
     }
 
     #[test]
     fn finds_what_value_pointer_finds() {
         let body = r#"{"id":"e1","data":{"status":"sent","items":[10,11,{"x":true}]},
             "a/b":1,"m~n":2,"":3,"01":4,"n":null,"f":-1.5e3,"t":true,"esc":"a\"b\u00e9"}"#;
-        let doc: Value = serde_json::from_str(body).expect("json");
-        let mut plan = FieldPlan::default();
-        let slots: Vec<Slot> = POINTERS.iter().map(|p| plan.add(p)).collect();
-        let got = plan.extract(body.as_bytes()).expect("object");
-        for (pointer, slot) in POINTERS.iter().zip(slots) {
-            assert_eq!(
-                got.get(slot).cloned(),
-                expected(&doc, pointer),
-                "{pointer:?}"
-            );
-        }
+        assert_finds_what_value_finds(POINTERS, body);
     }
 
     #[test]
     fn a_repeated_member_counts_once_as_its_last_value() {
-        let mut plan = FieldPlan::default();
-        let status = plan.add("/data/status");
-        let to = plan.add("/data/to");
-        let data = plan.add("/data");
         for body in [
             r#"{"data":{"status":"sent","to":"a"},"data":{"to":"b"}}"#,
             r#"{"data":{"status":"sent"},"data":5}"#,
             r#"{"data":{"status":"sent"},"data":[1]}"#,
             r#"{"data":1,"data":{"to":"c"}}"#,
         ] {
-            let doc: Value = serde_json::from_str(body).expect("json");
-            let got = plan.extract(body.as_bytes()).expect("object");
-            for (pointer, slot) in [("/data/status", status), ("/data/to", to), ("/data", data)] {
-                assert_eq!(
-                    got.get(slot).cloned(),
-                    expected(&doc, pointer),
-                    "{pointer} in {body}"
-                );
-            }
+            assert_finds_what_value_finds(&["/data/status", "/data/to", "/data"], body);
         }
     }
 
