@@ -39,6 +39,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 // The same allocator as hookgate, so the baselines are not slower for want of it.
 #[global_allocator]
@@ -495,6 +496,9 @@ impl rustls::client::danger::ServerCertVerifier for AnyCert {
 /// What one worker saw.
 struct Tally {
     latency_us: Histogram<u64>,
+    /// Open loop: how late this client started each measured request (its own share of the
+    /// latency: a busy client, or a late wake-up of the pacer or a worker).
+    send_lag_us: Histogram<u64>,
     statuses: BTreeMap<u16, u64>,
     outcomes: BTreeMap<&'static str, u64>,
     errors: BTreeMap<String, u64>,
@@ -510,6 +514,7 @@ impl Tally {
         Self {
             // 1 µs .. 120 s at 3 significant figures.
             latency_us: Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds"),
+            send_lag_us: Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds"),
             statuses: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             errors: BTreeMap::new(),
@@ -521,6 +526,7 @@ impl Tally {
 
     fn merge(&mut self, other: Tally) {
         let _ = self.latency_us.add(&other.latency_us);
+        let _ = self.send_lag_us.add(&other.send_lag_us);
         for (k, v) in other.statuses {
             *self.statuses.entry(k).or_default() += v;
         }
@@ -544,28 +550,73 @@ struct Plan {
     end: Instant,
     rate: Option<f64>,
     timeout: Duration,
+    /// Open loop: one permit per request, released by [`pace`] at its intended send time.
+    due: Semaphore,
 }
 
 impl Plan {
-    /// The next request and when it is meant to go, or `None` when the run is over.
-    fn take(&self) -> Option<(usize, Instant)> {
+    /// When request `i` is meant to go (open loop).
+    fn intended(&self, i: usize, rate: f64) -> Instant {
+        self.start + Duration::from_secs_f64(i as f64 / rate)
+    }
+
+    /// Requests an open loop at `rate` sends: those meant to go before the end.
+    fn open_loop_count(&self, rate: f64) -> usize {
+        let span = self.end.saturating_duration_since(self.start).as_secs_f64();
+        ((span * rate).ceil() as usize).min(self.pool.len())
+    }
+
+    /// The next request and when it is meant to go, or `None` when the run is over. In an
+    /// open loop it waits for the request's permit, so it returns at its intended time.
+    async fn take(&self) -> Option<(usize, Instant)> {
+        if self.rate.is_some() {
+            self.due.acquire().await.ok()?.forget();
+        }
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         if i >= self.pool.len() {
             return None;
         }
         let intended = match self.rate {
-            Some(rate) => self.start + Duration::from_secs_f64(i as f64 / rate),
+            Some(rate) => self.intended(i, rate),
             None => Instant::now(),
         };
         (intended < self.end).then_some((i, intended))
     }
 }
 
+/// The open loop's clock, on a thread of its own: releases each request's permit at its
+/// intended time. `std::thread::sleep` wakes within tens of microseconds; tokio's timer
+/// ticks every millisecond, which added up to a millisecond of the client's own delay to
+/// every measured latency. Permits of requests whose time has passed (a late wake-up) are
+/// released together, so the latency of each is still counted from its intended time.
+fn pace(plan: &Plan, rate: f64, workers: usize) {
+    let count = plan.open_loop_count(rate);
+    let mut released = 0;
+    while released < count {
+        let elapsed = plan.start.elapsed().as_secs_f64();
+        // Requests 0..=k are due once start + k / rate has passed.
+        let due = ((elapsed * rate).floor() as usize + 1).min(count);
+        if due > released {
+            plan.due.add_permits(due - released);
+            released = due;
+        }
+        if released < count {
+            let next = plan.intended(released, rate);
+            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+        }
+    }
+    // One more for each worker: it takes no request with it and ends.
+    plan.due.add_permits(workers);
+}
+
 async fn worker(plan: Arc<Plan>, target: Arc<Target>, mut sender: Option<Sender>) -> Tally {
     let mut tally = Tally::new();
-    while let Some((i, intended)) = plan.take() {
-        tokio::time::sleep_until(intended.into()).await;
+    while let Some((i, intended)) = plan.take().await {
         let measured = intended >= plan.measure_from;
+        if measured && plan.rate.is_some() {
+            let lag = intended.elapsed().as_micros() as u64;
+            let _ = tally.send_lag_us.record(lag.max(1));
+        }
         let result = tokio::time::timeout(plan.timeout, async {
             if sender.is_none() {
                 sender = Some(target.connect().await?);
@@ -677,6 +728,12 @@ async fn run_load(cli: &Cli) -> Result<()> {
         end: start + total,
         rate: cli.rate,
         timeout: cli.timeout.into(),
+        due: Semaphore::new(0),
+    });
+    let pacer = cli.rate.map(|rate| {
+        let plan = plan.clone();
+        let workers = cli.connections;
+        std::thread::spawn(move || pace(&plan, rate, workers))
     });
     let mut tasks = Vec::new();
     for w in 0..cli.connections {
@@ -690,6 +747,11 @@ async fn run_load(cli: &Cli) -> Result<()> {
     let mut tally = Tally::new();
     for t in tasks {
         tally.merge(t.await?);
+    }
+    if let Some(pacer) = pacer {
+        pacer
+            .join()
+            .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
     }
     let exhausted = plan.next.load(Ordering::Relaxed) >= plan.pool.len();
     report(cli, &tally, duration, exhausted)
@@ -733,6 +795,16 @@ fn report(cli: &Cli, t: &Tally, duration: Duration, exhausted: bool) -> Result<(
         h.max() as f64 / 1000.0,
         h.len()
     );
+    let lag = &t.send_lag_us;
+    let lag_q = |q: f64| lag.value_at_quantile(q) as f64 / 1000.0;
+    if cli.rate.is_some() {
+        println!(
+            "  send lag ms (client side, included above)  p50 {:.2}  p99 {:.2}  max {:.2}",
+            lag_q(0.5),
+            lag_q(0.99),
+            lag.max() as f64 / 1000.0
+        );
+    }
     if exhausted {
         println!("  note: the pool of pre-signed requests ran out before the time did (raise --requests)");
     }
@@ -765,6 +837,9 @@ fn report(cli: &Cli, t: &Tally, duration: Duration, exhausted: bool) -> Result<(
                 "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p99_9": q(0.999),
                 "max": h.max() as f64 / 1000.0, "mean": h.mean() / 1000.0, "count": h.len(),
             },
+            "send_lag_ms": cli.rate.map(|_| serde_json::json!({
+                "p50": lag_q(0.5), "p99": lag_q(0.99), "max": lag.max() as f64 / 1000.0,
+            })),
         });
         std::fs::write(path, serde_json::to_vec_pretty(&v)?)?;
     }

@@ -275,32 +275,50 @@ impl Journal {
             MapEntry::Vacant(_) => None,
         };
         let (change, result) = decide(current);
-        if let Change::Put {
+        let Change::Put {
             value,
             expires_ms,
             durable,
         } = change
-        {
-            // The shard lock is held while the record is appended, so records of one key
-            // enter the journal in the order their changes were made.
+        else {
+            return result;
+        };
+        let value = Value::new(value);
+        let superseded = match &slot {
+            MapEntry::Occupied(found) => found.get().batch,
+            MapEntry::Vacant(_) => None,
+        };
+        // Every durable change of every shard needs the log lock, so only the log's own
+        // bookkeeping happens under it: not the allocation above, nor the insert below, which
+        // may grow (rehash) the shard. The shard lock is held throughout, so records of one
+        // key enter the journal in the order their changes were made.
+        let batch = if durable || superseded.is_some() {
             let mut log = self.shared.lock_log();
-            let was_empty = log.open.buf.len() == HEADER_BYTES;
-            let batch = durable.then(|| log.append(&key, expires_ms, value, now_ms));
-            let entry = Entry {
-                value: Value::new(value),
-                expires_ms,
-                batch,
-            };
-            match slot {
-                MapEntry::Occupied(mut found) => log.release(found.insert(entry).batch),
-                MapEntry::Vacant(free) => {
-                    free.insert(entry);
+            log.release(superseded);
+            durable.then(|| {
+                let was_empty = log.open.buf.len() == HEADER_BYTES;
+                let seq = log.append(&key, expires_ms, value.as_slice(), now_ms);
+                // The writer sleeps while there is nothing to write: wake it for the first
+                // record of a batch, and again when the batch is full.
+                if was_empty || log.open.buf.len() >= MAX_BATCH_BYTES {
+                    self.shared.wake.notify_one();
                 }
+                seq
+            })
+        } else {
+            None
+        };
+        let entry = Entry {
+            value,
+            expires_ms,
+            batch,
+        };
+        match slot {
+            MapEntry::Occupied(mut found) => {
+                found.insert(entry);
             }
-            // The writer sleeps while there is nothing to write: wake it for the first
-            // record of a batch, and again when the batch is full.
-            if (was_empty && durable) || log.open.buf.len() >= MAX_BATCH_BYTES {
-                self.shared.wake.notify_one();
+            MapEntry::Vacant(free) => {
+                free.insert(entry);
             }
         }
         result
@@ -372,10 +390,12 @@ impl Shared {
     /// Writes the open batch (and any earlier one sled refused); the caller holds `writes`.
     fn write_open(&self) -> Result<(), StoreError> {
         let mut unwritten = lock(&self.unwritten);
+        // The next batch's buffer is allocated before the log lock, which requests wait for.
+        let mut next = Open::new(0);
         let taken = {
             let mut log = self.lock_log();
             (log.open.buf.len() > HEADER_BYTES).then(|| {
-                let next = Open::new(log.open.seq + 1);
+                next.seq = log.open.seq + 1;
                 std::mem::replace(&mut log.open, next)
             })
         };
