@@ -4,7 +4,9 @@
 #   publish  bare server: verifies the HMAC, publishes with a confirm   (the broker limit)
 #   hookgate the real gateway: TLS, temp sled store, guard on, random exchange + bound queue
 # Each gets the same closed-loop HTTPS load (CONNECTIONS in flight, DURATION measured), then
-# hookgate and the publish baseline get an open-loop run at half of hookgate's max rate.
+# an open-loop run at half of hookgate's max rate; at that rate the http baseline shows the
+# machine's own tail, and hookgate's histograms tell how much of its tail is the broker's
+# confirm (publish_duration_seconds, scraped before and after each run).
 # Also records CPU time per 10,000 accepted events (utime+stime from /proc/PID/stat) and RSS
 # idle and peak under load (VmRSS sampled every 0.2 s).
 #
@@ -133,6 +135,13 @@ TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
+# The le="0.005" bucket and the count of a hookgate histogram, as "le5 count".
+hist_5ms() {
+    curl -sf "http://127.0.0.1:$PORT_ADMIN/metrics" |
+        awk -v m="hookgate_$1" '$1 == m "_bucket{le=\"0.005\"}" {b = $2} $1 == m "_count" {c = $2}
+            END {print b + 0, c + 0}'
+}
+
 # load NAME JSON [args...]: one run against NAME; prints its report, writes JSON, and adds
 # cpu_s, cpu_s_per_10k_accepted, rss_idle_kib, rss_peak_kib to the JSON.
 load() {
@@ -141,6 +150,11 @@ load() {
     local pid_var=PID_$name
     local pid=${!pid_var}
     local idle cpu0 cpu1 peak=0 rss
+    local req0=(0 0) pub0=(0 0)
+    if [[ $name == hookgate ]]; then
+        read -ra req0 <<<"$(hist_5ms request_duration_seconds)"
+        read -ra pub0 <<<"$(hist_5ms publish_duration_seconds)"
+    fi
     idle=$(rss_kib "$pid")
     cpu0=$(cpu_ticks "$pid")
     LOAD_SECRET=$SECRET "$LOAD" --url "${URL[$name]}" --ca "$TMP/tls.crt" \
@@ -154,6 +168,20 @@ load() {
     done
     wait "$lp"
     cpu1=$(cpu_ticks "$pid")
+    if [[ $name == hookgate ]]; then
+        local req1 pub1
+        read -ra req1 <<<"$(hist_5ms request_duration_seconds)"
+        read -ra pub1 <<<"$(hist_5ms publish_duration_seconds)"
+        # Share of this run's requests (warm-up included) hookgate answered within 5 ms, and
+        # of its publishes whose confirm came within 5 ms: the broker's part of the tail.
+        jq --argjson r5 "$((req1[0] - req0[0]))" --argjson rn "$((req1[1] - req0[1]))" \
+            --argjson p5 "$((pub1[0] - pub0[0]))" --argjson pn "$((pub1[1] - pub0[1]))" \
+            '. + {within_5ms_share: {
+                request_in_hookgate: (if $rn > 0 then $r5 / $rn else null end),
+                broker_confirm: (if $pn > 0 then $p5 / $pn else null end)}}' \
+            "$json" >"$json.tmp" && mv "$json.tmp" "$json"
+        jq -r '"  inside hookgate, within 5 ms: \(.within_5ms_share.request_in_hookgate) of requests, \(.within_5ms_share.broker_confirm) of broker confirms"' "$json"
+    fi
     jq --argjson c "$(((cpu1 - cpu0)))" --argjson t "$TICK" --argjson idle "$idle" \
         --argjson peak "$peak" \
         '. + {cpu_s: ($c / $t), rss_idle_kib: $idle, rss_peak_kib: $peak,
@@ -178,7 +206,7 @@ if [[ " $TARGETS " == *" hookgate "* ]]; then
     HALF=$(jq -n --argjson m "$MAX" '($m / 2) | floor')
     echo "== open loop at $HALF req/s (half of hookgate's median $MAX)"
     for round in $(seq 1 "$ROUNDS"); do
-        for t in hookgate publish; do
+        for t in hookgate publish http; do
             [[ " $TARGETS " == *" $t "* ]] || continue
             load "$t" "$OUT/$t-half-$round.json" --connections "$CONNECTIONS" --rate "$HALF"
         done
@@ -197,6 +225,9 @@ jq -s '
       accepted_per_s: (map(.accepted_per_s) | median),
       p99_ms: (map(.latency_ms.p99) | median),
       p99_ms_each: map(.latency_ms.p99),
+      within_5ms: (map(.within_5ms_share // empty) | if length > 0 then {
+          request_in_hookgate: (map(.request_in_hookgate) | median),
+          broker_confirm: (map(.broker_confirm) | median)} else null end),
       cpu_s_per_10k_accepted: (map(.cpu_s_per_10k_accepted) | median),
       rss_idle_kib: (map(.rss_idle_kib) | min),
       rss_peak_kib: (map(.rss_peak_kib) | max)}})
@@ -216,6 +247,9 @@ jq -s '
       hookgate_p99_ms_at_half_each: $r["hookgate-half"].p99_ms_each,
       publish_p99_ms_at_half: $r["publish-half"].p99_ms,
       publish_p99_ms_at_half_each: $r["publish-half"].p99_ms_each,
+      http_p99_ms_at_half: $r["http-half"].p99_ms,
+      http_p99_ms_at_half_each: $r["http-half"].p99_ms_each,
+      hookgate_within_5ms_at_half: $r["hookgate-half"].within_5ms,
       cpu_s_per_10k_accepted: ($r | with_entries(.value |= .cpu_s_per_10k_accepted)),
       rss_kib: ($r | with_entries(select(.key | endswith("-closed")) | .value |= {idle: .rss_idle_kib, peak: .rss_peak_kib})),
       targets_met: {
