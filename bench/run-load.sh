@@ -17,6 +17,7 @@
 #   CONSUMER [1; empty = nobody consumes the queue, which then fills to its cap]
 #   CLOSED_REQUESTS [1000000: pre-signed deliveries per closed-loop run]
 #   ROUNDS [3: runs per target, alternated; the summary reports medians]
+#   OPEN_RATE [empty; a rate: only open-loop runs, at that rate instead of the half rate]
 #   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
 # Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
 set -euo pipefail
@@ -35,6 +36,7 @@ CONSUMER=${CONSUMER:-1}
 # bare HTTP server takes ~33k req/s here; raise it for longer runs).
 CLOSED_REQUESTS=${CLOSED_REQUESTS:-1000000}
 ROUNDS=${ROUNDS:-3}
+OPEN_RATE=${OPEN_RATE:-}
 SECRET=bench-secret-$RANDOM$RANDOM
 
 cargo build --release --bin hookgate --example load
@@ -194,17 +196,24 @@ load() {
 echo "== machine: $(nproc) cores, $(uptime)"
 # Rounds alternate the targets, so a slow minute of this shared VM hits all of them, and
 # the summary takes medians.
-for round in $(seq 1 "$ROUNDS"); do
-    for t in $TARGETS; do
-        load "$t" "$OUT/$t-closed-$round.json" --connections "$CONNECTIONS" --requests "$CLOSED_REQUESTS"
+if [[ -z $OPEN_RATE ]]; then
+    for round in $(seq 1 "$ROUNDS"); do
+        for t in $TARGETS; do
+            load "$t" "$OUT/$t-closed-$round.json" --connections "$CONNECTIONS" --requests "$CLOSED_REQUESTS"
+        done
     done
-done
+fi
 
 median() { jq -s 'sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end'; }
-if [[ " $TARGETS " == *" hookgate "* ]]; then
+if [[ -n $OPEN_RATE ]]; then
+    HALF=$OPEN_RATE
+    echo "== open loop at $HALF req/s (OPEN_RATE)"
+elif [[ " $TARGETS " == *" hookgate "* ]]; then
     MAX=$(jq '.requests_per_s' "$OUT"/hookgate-closed-*.json | median)
     HALF=$(jq -n --argjson m "$MAX" '($m / 2) | floor')
     echo "== open loop at $HALF req/s (half of hookgate's median $MAX)"
+fi
+if [[ -n ${HALF:-} ]]; then
     for round in $(seq 1 "$ROUNDS"); do
         for t in hookgate publish http; do
             [[ " $TARGETS " == *" $t "* ]] || continue
