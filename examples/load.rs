@@ -692,6 +692,9 @@ async fn run_load(cli: &Cli) -> Result<()> {
     if cli.connections == 0 {
         bail!("--connections must be at least 1");
     }
+    if cli.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+        bail!("--rate must be a positive number of requests per second");
+    }
     let target = Arc::new(Target::new(cli)?);
     let duration: Duration = cli.duration.into();
     let warmup: Duration = cli.warmup.into();
