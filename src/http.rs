@@ -231,11 +231,8 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
             None,
         );
     };
-    let route_name = pipeline.routes[index].config.name.clone();
     if req.method() != Method::POST {
-        pipeline
-            .metrics()
-            .count_request(&route_name, "method_not_allowed");
+        pipeline.count_request(index, "method_not_allowed");
         let mut resp = json(
             StatusCode::METHOD_NOT_ALLOWED,
             r#"{"error":"method_not_allowed"}"#.into(),
@@ -255,7 +252,7 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
     {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
-            pipeline.metrics().count_request(&route_name, "too_large");
+            pipeline.count_request(index, "too_large");
             return close(json(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 r#"{"error":"payload_too_large"}"#.into(),
@@ -263,7 +260,7 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
             ));
         }
         Err(BodyError::Timeout) => {
-            pipeline.metrics().count_request(&route_name, "timeout");
+            pipeline.count_request(index, "timeout");
             return close(json(
                 StatusCode::REQUEST_TIMEOUT,
                 r#"{"error":"body_read_timeout"}"#.into(),
@@ -271,7 +268,7 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
             ));
         }
         Err(BodyError::Aborted) => {
-            pipeline.metrics().count_request(&route_name, "aborted");
+            pipeline.count_request(index, "aborted");
             return close(json(
                 StatusCode::BAD_REQUEST,
                 r#"{"error":"body_incomplete"}"#.into(),
@@ -284,10 +281,9 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
         body,
     };
     let (outcome, request_id) = pipeline.handle(index, delivery).await;
-    pipeline
-        .metrics()
-        .count_request(&route_name, outcome.label());
+    pipeline.count_request(index, outcome.label());
     let elapsed = started.elapsed();
+    let route_name = &pipeline.routes[index].config.name;
     tracing::debug!(route = %route_name, outcome = outcome.label(), request_id = %request_id, elapsed_us = elapsed.as_micros() as u64, "request");
     answer(&outcome, &request_id)
 }

@@ -46,6 +46,50 @@ struct BuildLabels {
 }
 
 /// Every metric hookgate exports.
+/// Every outcome a route's requests are counted under: the pipeline's outcomes and the
+/// answers given before the pipeline (wrong method, body too large, slow or cut short).
+pub const REQUEST_OUTCOMES: [&str; 11] = [
+    "accepted",
+    "duplicate",
+    "dropped",
+    "invalid_signature",
+    "bad_request",
+    "rate_limited",
+    "unavailable",
+    "method_not_allowed",
+    "too_large",
+    "timeout",
+    "aborted",
+];
+
+/// One route's request counters. Counting finds the outcome's counter in a short list
+/// instead of building a label set (two strings), hashing it and locking the family.
+pub struct RouteRequests {
+    route: String,
+    family: Family<RouteOutcome, Counter>,
+    by_outcome: Vec<(&'static str, Counter)>,
+}
+
+impl RouteRequests {
+    /// Counts one answered request with `outcome`.
+    pub fn count(&self, outcome: &str) {
+        match self.by_outcome.iter().find(|(known, _)| *known == outcome) {
+            Some((_, counter)) => {
+                counter.inc();
+            }
+            // An outcome missing from the list is still counted, the slow way.
+            None => {
+                self.family
+                    .get_or_create(&RouteOutcome {
+                        route: self.route.clone(),
+                        outcome: outcome.to_owned(),
+                    })
+                    .inc();
+            }
+        }
+    }
+}
+
 pub struct Metrics {
     registry: Registry,
     /// Requests by route and outcome.
@@ -165,6 +209,26 @@ impl Metrics {
         }
     }
 
+    /// The request counters of `route`, one for each of [`REQUEST_OUTCOMES`]. Created at
+    /// start-up, so every series is scraped (at zero) before its first request.
+    pub fn route_requests(&self, route: &str) -> RouteRequests {
+        let by_outcome = REQUEST_OUTCOMES
+            .iter()
+            .map(|&outcome| {
+                let labels = RouteOutcome {
+                    route: route.to_owned(),
+                    outcome: outcome.to_owned(),
+                };
+                (outcome, self.requests.get_or_create(&labels).clone())
+            })
+            .collect();
+        RouteRequests {
+            route: route.to_owned(),
+            family: self.requests.clone(),
+            by_outcome,
+        }
+    }
+
     /// Counts one answered request.
     pub fn count_request(&self, route: &str, outcome: &str) {
         self.requests
@@ -188,5 +252,41 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(metrics: &Metrics, route: &str, outcome: &str) -> Option<String> {
+        let line = format!("hookgate_requests_total{{route=\"{route}\",outcome=\"{outcome}\"}} ");
+        metrics
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned))
+    }
+
+    #[test]
+    fn route_counters_exist_at_zero_and_count_into_the_family() {
+        let metrics = Metrics::new();
+        let requests = metrics.route_requests("botix");
+        for outcome in REQUEST_OUTCOMES {
+            assert_eq!(sample(&metrics, "botix", outcome).as_deref(), Some("0"));
+        }
+        requests.count("accepted");
+        requests.count("accepted");
+        requests.count("timeout");
+        // Not in the list: counted all the same.
+        requests.count("something_new");
+        assert_eq!(sample(&metrics, "botix", "accepted").as_deref(), Some("2"));
+        assert_eq!(sample(&metrics, "botix", "timeout").as_deref(), Some("1"));
+        assert_eq!(
+            sample(&metrics, "botix", "something_new").as_deref(),
+            Some("1")
+        );
+        // The same series as the label-building path.
+        metrics.count_request("botix", "accepted");
+        assert_eq!(sample(&metrics, "botix", "accepted").as_deref(), Some("3"));
     }
 }

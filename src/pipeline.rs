@@ -8,7 +8,7 @@ use crate::config::{Config, Route};
 use crate::dedup::{event_key, request_key, Claim, KeyState};
 use crate::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
 use crate::guard_state::{Check, GuardState, RouteGuard};
-use crate::metrics::{Metrics, RouteLabel, RouteReason};
+use crate::metrics::{Metrics, RouteLabel, RouteReason, RouteRequests};
 use crate::publish::{Message, Publisher};
 use crate::ratelimit::TokenBucket;
 use crate::secrets::RouteSecrets;
@@ -108,6 +108,8 @@ pub struct Pipeline {
     spool: Arc<Spool>,
     publisher: Publisher,
     metrics: Arc<Metrics>,
+    /// Request counters of each route, in route order.
+    requests: Vec<RouteRequests>,
     clock: Clock,
 }
 
@@ -128,6 +130,10 @@ impl Pipeline {
         metrics: Arc<Metrics>,
         clock: Clock,
     ) -> Self {
+        let requests = routes
+            .iter()
+            .map(|r| metrics.route_requests(&r.config.name))
+            .collect();
         Self {
             routes,
             settings: Settings {
@@ -144,7 +150,15 @@ impl Pipeline {
             spool,
             publisher,
             metrics,
+            requests,
             clock,
+        }
+    }
+
+    /// Counts one answered request of route `index`.
+    pub fn count_request(&self, index: usize, outcome: &str) {
+        if let Some(requests) = self.requests.get(index) {
+            requests.count(outcome);
         }
     }
 
@@ -478,6 +492,30 @@ pub fn rfc3339(ms: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_outcome_has_a_precreated_request_counter() {
+        let id = || "evt_1".to_owned();
+        let outcomes = [
+            Outcome::Accepted { event_id: id() },
+            Outcome::Duplicate { event_id: id() },
+            Outcome::Dropped {
+                event_id: id(),
+                reason: "stale_status",
+            },
+            Outcome::InvalidSignature,
+            Outcome::BadRequest(ParseError::NoEventId),
+            Outcome::RateLimited { retry_after: 1 },
+            Outcome::Unavailable { retry_after: 1 },
+        ];
+        for outcome in outcomes {
+            assert!(
+                crate::metrics::REQUEST_OUTCOMES.contains(&outcome.label()),
+                "{}",
+                outcome.label()
+            );
+        }
+    }
 
     #[test]
     fn routing_key_template() {
