@@ -6,6 +6,7 @@
 //! atomicity concerns (one decision per key at a time, state advances only with a
 //! confirmed publish) in the module that owns the store.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 
@@ -104,7 +105,19 @@ impl StatusRanks {
 
     /// The rank of `status` (any case), or `None` if the table does not know it.
     pub fn rank(&self, status: &str) -> Option<u32> {
-        self.ranks.get(&status.to_lowercase()).copied()
+        self.ranks.get(lowercase(status).as_ref()).copied()
+    }
+}
+
+/// `text` lowercased, without a copy when it is ASCII with no capital (statuses usually are).
+fn lowercase(text: &str) -> Cow<'_, str> {
+    if text
+        .bytes()
+        .all(|b| b.is_ascii() && !b.is_ascii_uppercase())
+    {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.to_lowercase())
     }
 }
 
@@ -174,15 +187,15 @@ pub fn decide_status(
     timestamp_ms: i64,
     ranks: &StatusRanks,
 ) -> Verdict<StatusState> {
-    let status = status.to_lowercase();
+    let status = lowercase(status);
     // Checked before the state: an unknown status has no place in the order, so it can
     // neither be judged nor become the state (with or without a stored state).
     let Some(rank) = ranks.rank(&status) else {
         return Verdict::Accept(None);
     };
-    let accept = |status: String| {
+    let accept = |status: Cow<'_, str>| {
         Verdict::Accept(Some(StatusState {
-            status,
+            status: status.into_owned(),
             rank,
             timestamp_ms,
         }))
@@ -194,7 +207,7 @@ pub fn decide_status(
         accept(status)
     } else if rank < current.rank {
         Verdict::Drop(GuardDrop::StaleStatus)
-    } else if status == current.status {
+    } else if *status == current.status {
         // Regardless of timestamp: the consumer already has this status for this message.
         Verdict::Drop(GuardDrop::RepeatedStatus)
     } else if timestamp_ms > current.timestamp_ms {
@@ -512,6 +525,7 @@ mod tests {
         assert_eq!(ranks.rank("delivered"), Some(7));
         assert_eq!(ranks.rank("DELIVERED"), Some(7));
         assert_eq!(ranks.rank("échec"), Some(9));
+        assert_eq!(ranks.rank("Échec"), Some(9));
         assert_eq!(ranks.rank("sent"), None);
     }
 
