@@ -1,6 +1,7 @@
 //! One delivery's way through hookgate: verify → parse → freshness → dedup → guard →
 //! publish (or spool) → [`Outcome`]. No HTTP here: `http` maps outcomes to answers.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -388,7 +389,7 @@ impl Pipeline {
 
     /// Publishes with a confirm, or spools. While the spool holds anything, new events go
     /// behind it so the broker sees them in arrival order.
-    async fn deliver(&self, msg: &Message) -> Result<Delivered, SpoolError> {
+    async fn deliver(&self, msg: &Message<'_>) -> Result<Delivered, SpoolError> {
         if self.spool.is_empty() {
             // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
             match Box::pin(self.publisher.publish(&self.settings.exchange, msg)).await {
@@ -421,15 +422,21 @@ impl Pipeline {
         }
     }
 
-    fn message(&self, route: &RouteRuntime, event: &Event, template: &str, now_ms: i64) -> Message {
+    fn message<'e>(
+        &self,
+        route: &'e RouteRuntime,
+        event: &'e Event,
+        template: &str,
+        now_ms: i64,
+    ) -> Message<'e> {
         Message {
             routing_key: routing_key(template, &route.config.name, &event.event_type),
-            message_id: event.id.clone(),
+            message_id: Cow::Borrowed(&event.id),
             timestamp_secs: (now_ms / 1000).max(0) as u64,
-            request_id: event.request_id.clone(),
-            event_type: event.event_type.clone(),
+            request_id: Cow::Borrowed(&event.request_id),
+            event_type: Cow::Borrowed(&event.event_type),
             attempt: event.attempt,
-            route: route.config.name.clone(),
+            route: Cow::Borrowed(&route.config.name),
             received_at: rfc3339(now_ms),
             body: event.body.clone(),
         }
@@ -468,14 +475,16 @@ fn route_label(route: &str) -> RouteLabel {
 }
 
 /// Applies `{route}` and `{event}` to a routing key template.
-pub fn routing_key(template: &str, route: &str, event_type: &str) -> String {
+pub fn routing_key<'e>(template: &str, route: &str, event_type: &'e str) -> Cow<'e, str> {
     if template == "{event}" {
-        // The default, built without searching the template.
-        return event_type.to_owned();
+        // The default: the event type itself, without searching the template.
+        return Cow::Borrowed(event_type);
     }
-    template
-        .replace("{route}", route)
-        .replace("{event}", event_type)
+    Cow::Owned(
+        template
+            .replace("{route}", route)
+            .replace("{event}", event_type),
+    )
 }
 
 /// Unix milliseconds as RFC 3339 UTC text (empty if out of range).

@@ -4,6 +4,7 @@
 //! shared slot; while there is none they fail at once, so the caller can spool without
 //! waiting for a reconnect.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
@@ -30,23 +31,25 @@ const DEFAULT_HEARTBEAT_SECS: u32 = 10;
 /// How long one connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One message as SPEC §5 describes it; also the unit stored in the spool.
+/// One message as SPEC §5 describes it; also the unit stored in the spool. Its texts borrow
+/// from the event and the route where they can (a message read back from the spool owns
+/// them), so building one on the request path copies only what it has to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message {
+pub struct Message<'a> {
     /// Routing key, templates already applied.
-    pub routing_key: String,
+    pub routing_key: Cow<'a, str>,
     /// `message_id` property: the event id.
-    pub message_id: String,
+    pub message_id: Cow<'a, str>,
     /// Receipt time, Unix seconds (`timestamp` property).
     pub timestamp_secs: u64,
     /// `x-request-id`.
-    pub request_id: String,
+    pub request_id: Cow<'a, str>,
     /// `x-event-type`.
-    pub event_type: String,
+    pub event_type: Cow<'a, str>,
     /// `x-delivery-attempt`, absent when the sender sent none.
     pub attempt: Option<i64>,
     /// `x-route`.
-    pub route: String,
+    pub route: Cow<'a, str>,
     /// `x-received-at`, RFC 3339 UTC.
     pub received_at: String,
     /// The raw request body, byte for byte.
@@ -123,19 +126,23 @@ impl Publisher {
 
     /// Publishes and waits for the broker's confirm. Only a plain ack is success: a
     /// returned (unroutable) message is an error even though the broker acks it.
-    pub async fn publish(&self, exchange: &str, msg: &Message) -> Result<(), PublishError> {
+    pub async fn publish(&self, exchange: &str, msg: &Message<'_>) -> Result<(), PublishError> {
         self.publish_with(exchange, msg, true).await
     }
 
     /// Publishes an audit copy: not `mandatory`, so an audit key nobody binds is not an error.
-    pub async fn publish_audit(&self, exchange: &str, msg: &Message) -> Result<(), PublishError> {
+    pub async fn publish_audit(
+        &self,
+        exchange: &str,
+        msg: &Message<'_>,
+    ) -> Result<(), PublishError> {
         self.publish_with(exchange, msg, false).await
     }
 
     async fn publish_with(
         &self,
         exchange: &str,
-        msg: &Message,
+        msg: &Message<'_>,
         mandatory: bool,
     ) -> Result<(), PublishError> {
         if self.inner.blocked.load(Ordering::Relaxed) {
@@ -149,7 +156,7 @@ impl Publisher {
             let confirm = channel
                 .basic_publish(
                     ShortString::from(exchange),
-                    ShortString::from(msg.routing_key.as_str()),
+                    ShortString::from(msg.routing_key.as_ref()),
                     BasicPublishOptions {
                         mandatory,
                         ..Default::default()
@@ -168,7 +175,7 @@ impl Publisher {
             Ok(Err(e)) => Err(e),
             Ok(Ok(Confirmation::Ack(None))) => Ok(()),
             Ok(Ok(Confirmation::Ack(Some(_)))) => {
-                Err(PublishError::Unroutable(msg.routing_key.clone()))
+                Err(PublishError::Unroutable(msg.routing_key.to_string()))
             }
             Ok(Ok(Confirmation::Nack(_))) => Err(PublishError::Nack),
             Ok(Ok(Confirmation::NotRequested)) => {
@@ -235,7 +242,7 @@ impl Inner {
     }
 }
 
-fn properties(msg: &Message) -> BasicProperties {
+fn properties(msg: &Message<'_>) -> BasicProperties {
     let mut headers = FieldTable::default();
     let text = |s: &str| AMQPValue::LongString(LongString::from(s));
     headers.insert(ShortString::from("x-request-id"), text(&msg.request_id));
@@ -251,7 +258,7 @@ fn properties(msg: &Message) -> BasicProperties {
     BasicProperties::default()
         .with_delivery_mode(2)
         .with_content_type(ShortString::from("application/json"))
-        .with_message_id(ShortString::from(msg.message_id.as_str()))
+        .with_message_id(ShortString::from(msg.message_id.as_ref()))
         .with_timestamp(msg.timestamp_secs)
         .with_app_id(ShortString::from("hookgate"))
         .with_headers(headers)

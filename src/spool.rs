@@ -107,7 +107,7 @@ impl Spool {
     }
 
     /// Appends the message and makes it durable.
-    pub async fn push(&self, msg: &Message) -> Result<(), SpoolError> {
+    pub async fn push(&self, msg: &Message<'_>) -> Result<(), SpoolError> {
         if !self.enabled {
             return Err(SpoolError::Disabled);
         }
@@ -307,7 +307,7 @@ async fn sleep_or_stop(stop: &CancellationToken, d: Duration) {
 }
 
 /// Entry format: 4-byte big-endian length of the JSON metadata, the metadata, the raw body.
-fn encode(msg: &Message) -> Vec<u8> {
+fn encode(msg: &Message<'_>) -> Vec<u8> {
     let meta = serde_json::to_vec(msg).unwrap_or_default();
     let mut out = Vec::with_capacity(4 + meta.len() + msg.body.len());
     out.extend_from_slice(&(meta.len() as u32).to_be_bytes());
@@ -316,10 +316,10 @@ fn encode(msg: &Message) -> Vec<u8> {
     out
 }
 
-fn decode(entry: &[u8]) -> Option<Message> {
+fn decode(entry: &[u8]) -> Option<Message<'static>> {
     let len = u32::from_be_bytes(entry.get(..4)?.try_into().ok()?) as usize;
     let meta = entry.get(4..4 + len)?;
-    let mut msg: Message = serde_json::from_slice(meta).ok()?;
+    let mut msg: Message<'static> = serde_json::from_slice(meta).ok()?;
     msg.body = bytes::Bytes::copy_from_slice(entry.get(4 + len..)?);
     Some(msg)
 }
@@ -328,10 +328,10 @@ fn decode(entry: &[u8]) -> Option<Message> {
 mod tests {
     use super::*;
 
-    fn msg(id: &str, body: &str) -> Message {
+    fn msg(id: &str, body: &str) -> Message<'static> {
         Message {
             routing_key: "k".into(),
-            message_id: id.into(),
+            message_id: id.to_owned().into(),
             timestamp_secs: 100,
             request_id: "r".into(),
             event_type: "t".into(),
