@@ -45,7 +45,6 @@ struct BuildLabels {
     version: String,
 }
 
-/// Every metric hookgate exports.
 /// Every outcome a route's requests are counted under: the pipeline's outcomes and the
 /// answers given before the pipeline (wrong method, body too large, slow or cut short).
 pub const REQUEST_OUTCOMES: [&str; 11] = [
@@ -61,6 +60,16 @@ pub const REQUEST_OUTCOMES: [&str; 11] = [
     "timeout",
     "aborted",
 ];
+
+/// Counts one request of `route` with `outcome`, building its label set.
+fn count_labelled(family: &Family<RouteOutcome, Counter>, route: &str, outcome: &str) {
+    family
+        .get_or_create(&RouteOutcome {
+            route: route.to_owned(),
+            outcome: outcome.to_owned(),
+        })
+        .inc();
+}
 
 /// One route's request counters. Counting finds the outcome's counter in a short list
 /// instead of building a label set (two strings), hashing it and locking the family.
@@ -78,18 +87,12 @@ impl RouteRequests {
                 counter.inc();
             }
             // An outcome missing from the list is still counted, the slow way.
-            None => {
-                self.family
-                    .get_or_create(&RouteOutcome {
-                        route: self.route.clone(),
-                        outcome: outcome.to_owned(),
-                    })
-                    .inc();
-            }
+            None => count_labelled(&self.family, &self.route, outcome),
         }
     }
 }
 
+/// Every metric hookgate exports.
 pub struct Metrics {
     registry: Registry,
     /// Requests by route and outcome.
@@ -231,12 +234,7 @@ impl Metrics {
 
     /// Counts one answered request.
     pub fn count_request(&self, route: &str, outcome: &str) {
-        self.requests
-            .get_or_create(&RouteOutcome {
-                route: route.to_owned(),
-                outcome: outcome.to_owned(),
-            })
-            .inc();
+        count_labelled(&self.requests, route, outcome);
     }
 
     /// The Prometheus text exposition.
