@@ -8,7 +8,8 @@
 # machine's own tail, and hookgate's histograms tell how much of its tail is the broker's
 # confirm (publish_duration_seconds, scraped before and after each run).
 # Also records CPU time per 10,000 accepted events (utime+stime from /proc/PID/stat) and RSS
-# idle and peak under load (VmRSS sampled every 0.2 s).
+# idle and peak under load (VmRSS sampled every 0.2 s), the broker's and the consumer's CPU
+# time during each run, and (from the load tool) how busy the whole machine was.
 #
 # Env (defaults in brackets):
 #   DURATION [20s] WARMUP [3s] CONNECTIONS [64] HTTP2 [empty; 1 = HTTP/2]
@@ -69,8 +70,11 @@ if [[ -n $CONSUMER ]]; then
     # The handler behind the gateway: keeps the queue short, as in production. Without it the
     # queue fills to its cap during the run and the broker's confirms slow down.
     "$LOAD" --consume --amqp-url "$RABBIT" --queue "$QUEUE" >"$TMP/consumer.log" 2>&1 &
-    PIDS+=($!)
+    PID_consumer=$!
+    PIDS+=("$PID_consumer")
 fi
+# The broker's own CPU is reported next to the servers' when it runs on this machine.
+PID_broker=$(pgrep -x beam.smp | head -n 1 || true)
 
 cat >"$TMP/hookgate.yaml" <<EOF
 listen:
@@ -135,6 +139,8 @@ declare -A URL=(
 )
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# CPU ticks of a helper process (the broker, the consumer), or 0 when there is none.
+helper_ticks() { if [[ -n ${1:-} && -r /proc/$1/stat ]]; then cpu_ticks "$1"; else echo 0; fi; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
 # The le="0.005" bucket and the count of a hookgate histogram, as "le5 count".
@@ -159,6 +165,9 @@ load() {
     fi
     idle=$(rss_kib "$pid")
     cpu0=$(cpu_ticks "$pid")
+    local broker0 consumer0
+    broker0=$(helper_ticks "${PID_broker:-}")
+    consumer0=$(helper_ticks "${PID_consumer:-}")
     LOAD_SECRET=$SECRET "$LOAD" --url "${URL[$name]}" --ca "$TMP/tls.crt" \
         --duration "$DURATION" --warmup "$WARMUP" --label "$name" --json "$json" \
         ${HTTP2:+--http2} "$@" &
@@ -170,6 +179,9 @@ load() {
     done
     wait "$lp"
     cpu1=$(cpu_ticks "$pid")
+    local broker_s consumer_s
+    broker_s=$(jq -n "($(helper_ticks "${PID_broker:-}") - $broker0) / $TICK")
+    consumer_s=$(jq -n "($(helper_ticks "${PID_consumer:-}") - $consumer0) / $TICK")
     if [[ $name == hookgate ]]; then
         local req1 pub1
         read -ra req1 <<<"$(hist_5ms request_duration_seconds)"
@@ -185,12 +197,14 @@ load() {
         jq -r '"  inside hookgate, within 5 ms: \(.within_5ms_share.request_in_hookgate) of requests, \(.within_5ms_share.broker_confirm) of broker confirms"' "$json"
     fi
     jq --argjson c "$(((cpu1 - cpu0)))" --argjson t "$TICK" --argjson idle "$idle" \
-        --argjson peak "$peak" \
+        --argjson peak "$peak" --argjson broker "$broker_s" --argjson consumer "$consumer_s" \
         '. + {cpu_s: ($c / $t), rss_idle_kib: $idle, rss_peak_kib: $peak,
+              broker_cpu_s: $broker, consumer_cpu_s: $consumer,
               cpu_s_per_10k_accepted: (if .accepted_total > 0
                   then ($c / $t) / .accepted_total * 10000 else null end)}' \
         "$json" >"$json.tmp" && mv "$json.tmp" "$json"
-    jq -r '"  cpu \(.cpu_s)s = \(.cpu_s_per_10k_accepted // "n/a") s per 10k accepted; RSS idle \(.rss_idle_kib) KiB, peak \(.rss_peak_kib) KiB"' "$json"
+    jq -r '"  cpu \(.cpu_s)s = \(.cpu_s_per_10k_accepted // "n/a") s per 10k accepted; RSS idle \(.rss_idle_kib) KiB, peak \(.rss_peak_kib) KiB",
+           "  beside it: broker \(.broker_cpu_s)s, consumer \(.consumer_cpu_s)s of CPU"' "$json"
 }
 
 echo "== machine: $(nproc) cores, $(uptime)"
@@ -240,6 +254,7 @@ jq -s '
           request_in_hookgate: (map(.request_in_hookgate) | median),
           broker_confirm: (map(.broker_confirm) | median)} else null end),
       cpu_s_per_10k_accepted: (map(.cpu_s_per_10k_accepted) | median),
+      machine_busy: (map(.machine_cpu_busy_share // empty) | median),
       rss_idle_kib: (map(.rss_idle_kib) | min),
       rss_peak_kib: (map(.rss_peak_kib) | max)}})
   | from_entries
@@ -262,6 +277,7 @@ jq -s '
       http_p99_ms_at_half_each: $r["http-half"].p99_ms_each,
       hookgate_within_5ms_at_half: $r["hookgate-half"].within_5ms,
       cpu_s_per_10k_accepted: ($r | with_entries(.value |= .cpu_s_per_10k_accepted)),
+      machine_cpu_busy_share: ($r | with_entries(.value |= .machine_busy)),
       rss_kib: ($r | with_entries(select(.key | endswith("-closed")) | .value |= {idle: .rss_idle_kib, peak: .rss_peak_kib})),
       targets_met: {
         throughput_ge_80pct_of_publish: (try ($r["hookgate-closed"].rps / $r["publish-closed"].rps >= 0.8) catch null),

@@ -723,11 +723,12 @@ async fn run_load(cli: &Cli) -> Result<()> {
         senders.push(Some(target.connect().await.context("connect")?));
     }
     let start = Instant::now();
+    let measure_from = start + warmup;
     let plan = Arc::new(Plan {
         pool,
         next: AtomicUsize::new(0),
         start,
-        measure_from: start + warmup,
+        measure_from,
         end: start + total,
         rate: cli.rate,
         timeout: cli.timeout.into(),
@@ -747,20 +748,88 @@ async fn run_load(cli: &Cli) -> Result<()> {
         };
         tasks.push(tokio::spawn(worker(plan.clone(), target.clone(), sender)));
     }
+    let window_start = tokio::spawn(async move {
+        tokio::time::sleep_until(measure_from.into()).await;
+        CpuSnapshot::take()
+    });
     let mut tally = Tally::new();
     for t in tasks {
         tally.merge(t.await?);
     }
+    let cpu = window_start
+        .await?
+        .zip(CpuSnapshot::take())
+        .map(|(a, b)| b.since(&a));
     if let Some(pacer) = pacer {
         pacer
             .join()
             .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
     }
     let exhausted = plan.next.load(Ordering::Relaxed) >= plan.pool.len();
-    report(cli, &tally, duration, exhausted)
+    report(cli, &tally, duration, exhausted, cpu)
 }
 
-fn report(cli: &Cli, t: &Tally, duration: Duration, exhausted: bool) -> Result<()> {
+/// CPU time counters of the whole machine and of this client, from `/proc` (Linux). Over the
+/// measured window they tell whether the machine had a core to spare at the tested load:
+/// here the client, the servers, the broker and the consumer all share the same cores.
+struct CpuSnapshot {
+    /// All cores' time (user, nice, system, idle, iowait, irq, softirq, steal), in ticks.
+    total: u64,
+    /// The part of `total` not idle and not waiting for IO.
+    busy: u64,
+    /// This process's user and system time, in the same ticks.
+    own: u64,
+}
+
+/// Shares of the machine's CPU time (all cores together) over a window.
+struct CpuShares {
+    machine_busy: f64,
+    client: f64,
+}
+
+impl CpuSnapshot {
+    fn take() -> Option<Self> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let ticks: Vec<u64> = stat
+            .lines()
+            .next()?
+            .split_whitespace()
+            .skip(1)
+            .take(8)
+            .map(str::parse)
+            .collect::<Result<_, _>>()
+            .ok()?;
+        let total = ticks.iter().sum();
+        let idle = ticks.get(3)? + ticks.get(4)?;
+        let own_stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+        // The command name may hold spaces; utime and stime are the 12th and 13th fields
+        // after its closing parenthesis.
+        let mut fields = own_stat.rsplit_once(')')?.1.split_whitespace().skip(11);
+        let utime: u64 = fields.next()?.parse().ok()?;
+        let stime: u64 = fields.next()?.parse().ok()?;
+        Some(Self {
+            total,
+            busy: total.saturating_sub(idle),
+            own: utime + stime,
+        })
+    }
+
+    fn since(&self, earlier: &Self) -> CpuShares {
+        let total = self.total.saturating_sub(earlier.total).max(1) as f64;
+        CpuShares {
+            machine_busy: self.busy.saturating_sub(earlier.busy) as f64 / total,
+            client: self.own.saturating_sub(earlier.own) as f64 / total,
+        }
+    }
+}
+
+fn report(
+    cli: &Cli,
+    t: &Tally,
+    duration: Duration,
+    exhausted: bool,
+    cpu: Option<CpuShares>,
+) -> Result<()> {
     let secs = duration.as_secs_f64();
     let rps = t.completed as f64 / secs;
     // Accepted share of the measured answers, applied to those done within the window.
@@ -808,6 +877,13 @@ fn report(cli: &Cli, t: &Tally, duration: Duration, exhausted: bool) -> Result<(
             lag.max() as f64 / 1000.0
         );
     }
+    if let Some(cpu) = &cpu {
+        println!(
+            "  machine CPU busy {:.0} % of all cores (this client {:.0} %), over the measured window",
+            cpu.machine_busy * 100.0,
+            cpu.client * 100.0
+        );
+    }
     if exhausted {
         println!("  note: the pool of pre-signed requests ran out before the time did (raise --requests)");
     }
@@ -840,6 +916,8 @@ fn report(cli: &Cli, t: &Tally, duration: Duration, exhausted: bool) -> Result<(
                 "p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "p99_9": q(0.999),
                 "max": h.max() as f64 / 1000.0, "mean": h.mean() / 1000.0, "count": h.len(),
             },
+            "machine_cpu_busy_share": cpu.as_ref().map(|c| c.machine_busy),
+            "client_cpu_share": cpu.as_ref().map(|c| c.client),
             "send_lag_ms": cli.rate.map(|_| serde_json::json!({
                 "p50": lag_q(0.5), "p99": lag_q(0.99), "max": lag.max() as f64 / 1000.0,
             })),
