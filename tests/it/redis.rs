@@ -301,3 +301,148 @@ async fn the_shared_guard_scenarios_pass_on_the_redis_backend() {
     .await;
     cleanup(&run).await;
 }
+
+/// A Redis of its own that speaks only TLS, on a free port, with a self-signed certificate;
+/// stopped when dropped.
+struct TlsRedis {
+    child: std::process::Child,
+    port: u16,
+    cert: TestCert,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsRedis {
+    /// Starts `redis-server` with TLS; `None` (after a loud message, or a panic in CI) when
+    /// it cannot run here.
+    async fn start() -> Option<Self> {
+        let dir = tempfile::tempdir().expect("dir");
+        let cert = TestCert::generate(dir.path());
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        let spawned = std::process::Command::new("redis-server")
+            .args(["--port", "0", "--bind", "127.0.0.1", "--tls-port"])
+            .arg(port.to_string())
+            .arg("--tls-cert-file")
+            .arg(&cert.cert_path)
+            .arg("--tls-key-file")
+            .arg(&cert.key_path)
+            .arg("--tls-ca-cert-file")
+            .arg(&cert.cert_path)
+            .args([
+                "--tls-auth-clients",
+                "no",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let child = match spawned {
+            Ok(child) => child,
+            Err(e) => return tls_redis_unavailable(&format!("cannot run redis-server: {e}")),
+        };
+        let mut redis = Self {
+            child,
+            port,
+            cert,
+            _dir: dir,
+        };
+        let listening = eventually(Duration::from_secs(10), || async move {
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .is_ok()
+        })
+        .await;
+        if !listening || !matches!(redis.child.try_wait(), Ok(None)) {
+            return tls_redis_unavailable(
+                "redis-server did not listen with TLS (built without it?)",
+            );
+        }
+        Some(redis)
+    }
+
+    fn url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for TlsRedis {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The same rule as for the broker: skip loudly, or fail where the broker is required.
+fn tls_redis_unavailable(why: &str) -> Option<TlsRedis> {
+    if std::env::var_os("HOOKGATE_REQUIRE_BROKER").is_some() {
+        panic!("{why}, and HOOKGATE_REQUIRE_BROKER is set");
+    }
+    eprintln!("\n!!!!! SKIPPING: {why} !!!!!\n");
+    None
+}
+
+/// A gateway on `url` that trusts the certificates in `ca_file` (rustls-native-certs, which
+/// the redis crate uses for `rediss://`, reads `SSL_CERT_FILE`).
+async fn gateway_trusting(
+    broker: &Broker,
+    dir: &std::path::Path,
+    url: &str,
+    ca_file: &std::path::Path,
+) -> Gateway {
+    let mut cfg = on_redis(GatewayConfig::new(dir, &broker.exchange), url, "hg-tls:");
+    cfg.env
+        .push(("SSL_CERT_FILE".into(), ca_file.display().to_string()));
+    Gateway::start(&cfg).await
+}
+
+#[tokio::test]
+async fn a_rediss_url_keeps_the_state_in_a_tls_redis_and_refuses_an_untrusted_certificate() {
+    require_broker!();
+    let Some(redis) = TlsRedis::start().await else {
+        return;
+    };
+    let broker = Broker::new().await;
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let client = client(None);
+    let body = event_body("evt_tls_1");
+
+    let a = gateway_trusting(&broker, dirs[0].path(), &redis.url(), &redis.cert.cert_path).await;
+    wait_broker_connected(&client, &a).await;
+    let (s, r) = a.deliver(&client, &body, "req_tls_1").await;
+    assert_eq!((s, outcome(&r).as_str()), (200, "accepted"), "{r}");
+
+    // A second gateway with a sled store of its own knows the event: the mark is in Redis.
+    let b = gateway_trusting(&broker, dirs[1].path(), &redis.url(), &redis.cert.cert_path).await;
+    let (s, r) = b.deliver(&client, &body, "req_tls_2").await;
+    assert_eq!((s, outcome(&r).as_str()), (200, "duplicate"), "{r}");
+
+    // One that trusts another certificate cannot reach the store: 503, and nothing published.
+    let other = TestCert::generate(dirs[2].path());
+    let c = gateway_trusting(&broker, dirs[2].path(), &redis.url(), &other.cert_path).await;
+    let (s, r) = c
+        .deliver(&client, &event_body("evt_tls_2"), "req_tls_3")
+        .await;
+    assert_eq!(s, 503, "{r}");
+    let logs = c.logs();
+    assert!(
+        logs.iter().any(|l| l.contains("invalid peer certificate")),
+        "the refusal is the certificate check:\n{}",
+        logs.join("\n")
+    );
+
+    let sentinel = unique("sentinel");
+    a.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(
+        ids(&broker.until(&sentinel).await),
+        vec!["evt_tls_1".to_owned()],
+        "the accepted event once, the refused one never"
+    );
+    broker.delete().await;
+}
