@@ -13,19 +13,7 @@ const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 
 /// Whether Redis can be used; the same rule as the broker (skip loudly, or fail in CI).
 fn redis_available() -> bool {
-    let up = std::net::TcpStream::connect_timeout(
-        &([127, 0, 0, 1], 6379).into(),
-        Duration::from_secs(2),
-    )
-    .is_ok();
-    if up {
-        return true;
-    }
-    if std::env::var_os("HOOKGATE_REQUIRE_BROKER").is_some() {
-        panic!("Redis is not reachable on 127.0.0.1:6379 and HOOKGATE_REQUIRE_BROKER is set");
-    }
-    eprintln!("\n!!!!! SKIPPING: Redis is not reachable on 127.0.0.1:6379 !!!!!\n");
-    false
+    local_port_open(6379) || skip_or_fail("Redis is not reachable on 127.0.0.1:6379")
 }
 
 macro_rules! require_redis {
@@ -312,8 +300,7 @@ struct TlsRedis {
 }
 
 impl TlsRedis {
-    /// Starts `redis-server` with TLS; `None` (after a loud message, or a panic in CI) when
-    /// it cannot run here.
+    /// Starts `redis-server` with TLS; `None` when it cannot run here (see [`skip_or_fail`]).
     async fn start() -> Option<Self> {
         let dir = tempfile::tempdir().expect("dir");
         let cert = TestCert::generate(dir.path());
@@ -345,7 +332,10 @@ impl TlsRedis {
             .spawn();
         let child = match spawned {
             Ok(child) => child,
-            Err(e) => return tls_redis_unavailable(&format!("cannot run redis-server: {e}")),
+            Err(e) => {
+                skip_or_fail(&format!("cannot run redis-server: {e}"));
+                return None;
+            }
         };
         let mut redis = Self {
             child,
@@ -360,9 +350,8 @@ impl TlsRedis {
         })
         .await;
         if !listening || !matches!(redis.child.try_wait(), Ok(None)) {
-            return tls_redis_unavailable(
-                "redis-server did not listen with TLS (built without it?)",
-            );
+            skip_or_fail("redis-server did not listen with TLS (built without it?)");
+            return None;
         }
         Some(redis)
     }
@@ -377,15 +366,6 @@ impl Drop for TlsRedis {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// The same rule as for the broker: skip loudly, or fail where the broker is required.
-fn tls_redis_unavailable(why: &str) -> Option<TlsRedis> {
-    if std::env::var_os("HOOKGATE_REQUIRE_BROKER").is_some() {
-        panic!("{why}, and HOOKGATE_REQUIRE_BROKER is set");
-    }
-    eprintln!("\n!!!!! SKIPPING: {why} !!!!!\n");
-    None
 }
 
 /// A gateway on `url` that trusts the certificates in `ca_file` (rustls-native-certs, which

@@ -36,18 +36,23 @@ pub async fn fixture() -> (tempfile::TempDir, Broker, GatewayConfig) {
 /// Whether the broker can be used. When it is unreachable, tests skip with a loud message,
 /// unless `HOOKGATE_REQUIRE_BROKER` is set (CI sets it): then they fail.
 pub fn broker_available() -> bool {
-    let up = std::net::TcpStream::connect_timeout(
-        &([127, 0, 0, 1], 5672).into(),
-        Duration::from_secs(2),
-    )
-    .is_ok();
-    if up {
-        return true;
-    }
+    local_port_open(5672) || skip_or_fail("RabbitMQ is not reachable on 127.0.0.1:5672")
+}
+
+/// Whether something listens on `port` of this machine.
+pub fn local_port_open(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2))
+        .is_ok()
+}
+
+/// A test cannot have what it needs (`why`): it fails when `HOOKGATE_REQUIRE_BROKER` is set
+/// (CI sets it), else it is skipped with a loud message. Returns false, for the caller to
+/// return early.
+pub fn skip_or_fail(why: &str) -> bool {
     if std::env::var_os("HOOKGATE_REQUIRE_BROKER").is_some() {
-        panic!("RabbitMQ is not reachable on 127.0.0.1:5672 and HOOKGATE_REQUIRE_BROKER is set");
+        panic!("{why}, and HOOKGATE_REQUIRE_BROKER is set");
     }
-    eprintln!("\n!!!!! SKIPPING: RabbitMQ is not reachable on 127.0.0.1:5672 (set HOOKGATE_REQUIRE_BROKER=1 to fail instead) !!!!!\n");
+    eprintln!("\n!!!!! SKIPPING: {why} (set HOOKGATE_REQUIRE_BROKER=1 to fail instead) !!!!!\n");
     false
 }
 
