@@ -343,11 +343,10 @@ impl TlsRedis {
             cert,
             _dir: dir,
         };
-        let listening = eventually(Duration::from_secs(10), || async move {
-            tokio::net::TcpStream::connect(("127.0.0.1", port))
-                .await
-                .is_ok()
-        })
+        let listening = eventually(
+            Duration::from_secs(10),
+            || async move { local_port_open(port) },
+        )
         .await;
         if !listening || !matches!(redis.child.try_wait(), Ok(None)) {
             skip_or_fail("redis-server did not listen with TLS (built without it?)");
