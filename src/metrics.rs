@@ -61,13 +61,19 @@ pub const REQUEST_OUTCOMES: [&str; 11] = [
     "aborted",
 ];
 
+impl RouteOutcome {
+    fn new(route: &str, outcome: &str) -> Self {
+        Self {
+            route: route.to_owned(),
+            outcome: outcome.to_owned(),
+        }
+    }
+}
+
 /// Counts one request of `route` with `outcome`, building its label set.
 fn count_labelled(family: &Family<RouteOutcome, Counter>, route: &str, outcome: &str) {
     family
-        .get_or_create(&RouteOutcome {
-            route: route.to_owned(),
-            outcome: outcome.to_owned(),
-        })
+        .get_or_create(&RouteOutcome::new(route, outcome))
         .inc();
 }
 
@@ -218,10 +224,7 @@ impl Metrics {
         let by_outcome = REQUEST_OUTCOMES
             .iter()
             .map(|&outcome| {
-                let labels = RouteOutcome {
-                    route: route.to_owned(),
-                    outcome: outcome.to_owned(),
-                };
+                let labels = RouteOutcome::new(route, outcome);
                 (outcome, self.requests.get_or_create(&labels).clone())
             })
             .collect();
