@@ -509,12 +509,16 @@ struct Tally {
     accepted_total: u64,
 }
 
+/// A histogram of microseconds: 1 µs .. 120 s at 3 significant figures.
+fn micros_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds")
+}
+
 impl Tally {
     fn new() -> Self {
         Self {
-            // 1 µs .. 120 s at 3 significant figures.
-            latency_us: Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds"),
-            send_lag_us: Histogram::new_with_bounds(1, 120_000_000, 3).expect("histogram bounds"),
+            latency_us: micros_histogram(),
+            send_lag_us: micros_histogram(),
             statuses: BTreeMap::new(),
             outcomes: BTreeMap::new(),
             errors: BTreeMap::new(),
