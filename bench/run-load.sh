@@ -15,11 +15,13 @@
 #   DURATION [20s] WARMUP [3s] CONNECTIONS [64] HTTP2 [empty; 1 = HTTP/2]
 #   OUT [target/bench-load] HOOKGATE [target/release/hookgate] TARGETS ["http publish hookgate"]
 #   TRANSIENT_QUEUE [empty; 1 = a non-durable queue]
+#   QUEUE_VERSION [empty = the broker's default; 1 or 2: the classic queue's storage version]
 #   CONSUMER [1; empty = nobody consumes the queue, which then fills to its cap]
 #   CLOSED_REQUESTS [1000000: pre-signed deliveries per closed-loop run]
 #   ROUNDS [3: runs per target, alternated; the summary reports medians]
 #   OPEN_RATE [empty; a rate: only open-loop runs, at that rate instead of the half rate]
 #   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
+#   CLIENT [the load tool just built; another build of it, to compare two clients]
 # Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +34,7 @@ OUT=${OUT:-target/bench-load}
 RABBIT=${RABBIT:-amqp://guest:guest@127.0.0.1:5672/%2f}
 TARGETS=${TARGETS:-http publish hookgate}
 TRANSIENT_QUEUE=${TRANSIENT_QUEUE:-}
+QUEUE_VERSION=${QUEUE_VERSION:-}
 CONSUMER=${CONSUMER:-1}
 # Enough pre-signed deliveries that a closed-loop run ends by time, not by running dry (the
 # bare HTTP server takes ~33k req/s here; raise it for longer runs).
@@ -43,6 +46,7 @@ SECRET=bench-secret-$RANDOM$RANDOM
 cargo build --release --bin hookgate --example load
 HOOKGATE=${HOOKGATE:-$PWD/target/release/hookgate}
 LOAD=$PWD/target/release/examples/load
+CLIENT=${CLIENT:-$LOAD}
 
 mkdir -p "$OUT"
 rm -f "$OUT"/*.json
@@ -65,7 +69,7 @@ trap cleanup EXIT
 
 "$LOAD" --gen-cert "$TMP"
 "$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" \
-    ${TRANSIENT_QUEUE:+--transient-queue}
+    ${TRANSIENT_QUEUE:+--transient-queue} ${QUEUE_VERSION:+--queue-version "$QUEUE_VERSION"}
 if [[ -n $CONSUMER ]]; then
     # The handler behind the gateway: keeps the queue short, as in production. Without it the
     # queue fills to its cap during the run and the broker's confirms slow down.
@@ -168,7 +172,7 @@ load() {
     local broker0 consumer0
     broker0=$(helper_ticks "${PID_broker:-}")
     consumer0=$(helper_ticks "${PID_consumer:-}")
-    LOAD_SECRET=$SECRET "$LOAD" --url "${URL[$name]}" --ca "$TMP/tls.crt" \
+    LOAD_SECRET=$SECRET "$CLIENT" --url "${URL[$name]}" --ca "$TMP/tls.crt" \
         --duration "$DURATION" --warmup "$WARMUP" --label "$name" --json "$json" \
         ${HTTP2:+--http2} "$@" &
     local lp=$!

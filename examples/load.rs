@@ -20,6 +20,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -35,9 +36,14 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use rustix::time::{
+    timerfd_create, timerfd_settime, Itimerspec, TimerfdClockId, TimerfdFlags, TimerfdTimerFlags,
+    Timespec,
+};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncRead, AsyncWrite, Interest};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
@@ -133,6 +139,10 @@ struct Cli {
     /// disk, so its fsync latency drops out of the measurement).
     #[arg(long)]
     transient_queue: bool,
+    /// With --amqp-setup: the classic queue's storage version (`x-queue-version`, 1 or 2;
+    /// RabbitMQ 3.10–3.13 default to 1, 4.x has only 2). Default: the broker's.
+    #[arg(long, value_parser = clap::value_parser!(u8).range(1..=2))]
+    queue_version: Option<u8>,
     /// Delete the queue and the exchange, then exit.
     #[arg(long)]
     amqp_teardown: bool,
@@ -156,9 +166,17 @@ fn main() -> Result<()> {
     if let Some(dir) = &cli.gen_cert {
         return gen_cert(dir);
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
+    // The open loop runs on one thread: at a paced rate each request is woken through alone,
+    // and a pacer thread handing it to runtime workers woke two threads per request. On one
+    // thread the client used a fifth less CPU (BENCHMARKS.md, session 6). The closed loop
+    // and the servers need both cores.
+    let rt = if cli.rate.is_some() && cli.serve_baseline.is_none() && !cli.consume {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    }
+    .enable_all()
+    .build()?;
     if cli.amqp_setup || cli.amqp_teardown {
         return rt.block_on(amqp_admin(&cli));
     }
@@ -588,12 +606,15 @@ impl Plan {
     }
 }
 
-/// The open loop's clock, on a thread of its own: releases each request's permit at its
-/// intended time. `std::thread::sleep` wakes within tens of microseconds; tokio's timer
-/// ticks every millisecond, which added up to a millisecond of the client's own delay to
-/// every measured latency. Permits of requests whose time has passed (a late wake-up) are
-/// released together, so the latency of each is still counted from its intended time.
-fn pace(plan: &Plan, rate: f64, workers: usize) {
+/// The open loop's clock: releases each request's permit at its intended time. It waits on a
+/// timerfd in the runtime's own epoll set, so it wakes within microseconds of each intended
+/// time (tokio's timer ticks every millisecond, which added up to a millisecond of the
+/// client's own delay to every measured latency) and, on the single-threaded runtime the
+/// open loop runs on, hands the permit to a worker without waking another thread. Permits of
+/// requests whose time has passed (a late wake-up) are released together, so the latency of
+/// each is still counted from its intended time.
+async fn pace(plan: Arc<Plan>, rate: f64, workers: usize) -> Result<()> {
+    let timer = MicroTimer::new().context("timerfd")?;
     let count = plan.open_loop_count(rate);
     let mut released = 0;
     while released < count {
@@ -605,12 +626,67 @@ fn pace(plan: &Plan, rate: f64, workers: usize) {
             released = due;
         }
         if released < count {
-            let next = plan.intended(released, rate);
-            std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            let wait = plan
+                .intended(released, rate)
+                .saturating_duration_since(Instant::now());
+            timer.sleep(wait).await.context("timerfd")?;
         }
     }
     // One more for each worker: it takes no request with it and ends.
     plan.due.add_permits(workers);
+    Ok(())
+}
+
+/// A one-shot timer with microsecond resolution, waited on through the runtime's reactor.
+struct MicroTimer(AsyncFd<OwnedFd>);
+
+impl MicroTimer {
+    fn new() -> std::io::Result<Self> {
+        let fd = timerfd_create(
+            TimerfdClockId::Monotonic,
+            TimerfdFlags::NONBLOCK | TimerfdFlags::CLOEXEC,
+        )?;
+        // tokio deprecated `with_interest` because a type whose `as_raw_fd` could close or
+        // change its descriptor would break I/O safety; its replacement is an `unsafe fn`,
+        // which this crate forbids. An `OwnedFd` keeps its descriptor open, and the same one,
+        // for as long as the `AsyncFd` owns it, so the call is sound here.
+        #[allow(deprecated)]
+        Ok(Self(AsyncFd::with_interest(fd, Interest::READABLE)?))
+    }
+
+    async fn sleep(&self, wait: Duration) -> std::io::Result<()> {
+        // A zero it_value disarms the timer instead of firing it.
+        if wait.is_zero() {
+            return Ok(());
+        }
+        let zero = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        let value = Timespec::try_from(wait).map_err(|_| std::io::ErrorKind::InvalidInput)?;
+        timerfd_settime(
+            self.0.get_ref(),
+            TimerfdTimerFlags::empty(),
+            &Itimerspec {
+                it_interval: zero,
+                it_value: value,
+            },
+        )?;
+        loop {
+            let mut ready = self.0.readable().await?;
+            let mut expirations = [0u8; 8];
+            match ready.try_io(|fd| Ok(rustix::io::read(fd.get_ref(), &mut expirations)?)) {
+                Ok(result) => {
+                    result?;
+                    // The read emptied the timer: the next wait must wait for a new expiry.
+                    ready.clear_ready();
+                    return Ok(());
+                }
+                // Readiness left over from an earlier expiry: try_io cleared it; wait again.
+                Err(_would_block) => continue,
+            }
+        }
+    }
 }
 
 async fn worker(plan: Arc<Plan>, target: Arc<Target>, mut sender: Option<Sender>) -> Tally {
@@ -738,11 +814,9 @@ async fn run_load(cli: &Cli) -> Result<()> {
         timeout: cli.timeout.into(),
         due: Semaphore::new(0),
     });
-    let pacer = cli.rate.map(|rate| {
-        let plan = plan.clone();
-        let workers = cli.connections;
-        std::thread::spawn(move || pace(&plan, rate, workers))
-    });
+    let pacer = cli
+        .rate
+        .map(|rate| tokio::spawn(pace(plan.clone(), rate, cli.connections)));
     let mut tasks = Vec::new();
     for w in 0..cli.connections {
         let sender = if cli.http2 {
@@ -765,9 +839,7 @@ async fn run_load(cli: &Cli) -> Result<()> {
         .zip(CpuSnapshot::take())
         .map(|(a, b)| b.since(&a));
     if let Some(pacer) = pacer {
-        pacer
-            .join()
-            .map_err(|_| anyhow::anyhow!("the pacer thread panicked"))?;
+        pacer.await??;
     }
     let exhausted = plan.next.load(Ordering::Relaxed) >= plan.pool.len();
     report(cli, &tally, duration, exhausted, cpu)
@@ -1150,6 +1222,9 @@ async fn amqp_admin(cli: &Cli) -> Result<()> {
         // cost in production; capped so a long run cannot fill the shared broker's disk.
         let mut args = FieldTable::default();
         args.insert("x-max-length".into(), AMQPValue::LongInt(100_000));
+        if let Some(version) = cli.queue_version {
+            args.insert("x-queue-version".into(), AMQPValue::LongInt(version.into()));
+        }
         ch.queue_declare(
             cli.queue.as_str().into(),
             QueueDeclareOptions {
