@@ -63,6 +63,9 @@ impl Admin {
         if !self.pipeline.state().is_healthy() {
             return (false, "not ready: state store unreachable");
         }
+        if self.pipeline.spool().is_stuck() {
+            return (false, "not ready: the spool cannot be written");
+        }
         if self.pipeline.publisher().is_connected() {
             return (true, "ready: broker connected");
         }

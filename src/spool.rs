@@ -60,6 +60,9 @@ pub struct Spool {
     /// Set when an event was refused for lack of room, cleared when an entry leaves:
     /// `bytes < max_bytes` alone would call a spool ready that refuses every event.
     refused: AtomicBool,
+    /// Set when the store refused to write or delete an entry (a full disk, say), cleared
+    /// when it takes one again.
+    store_failing: AtomicBool,
 }
 
 impl Spool {
@@ -87,6 +90,7 @@ impl Spool {
             oldest_secs: AtomicI64::new(-1),
             added: tokio::sync::Notify::new(),
             refused: AtomicBool::new(false),
+            store_failing: AtomicBool::new(false),
         };
         spool.refresh_oldest()?;
         spool.publish_gauges();
@@ -98,12 +102,19 @@ impl Spool {
         self.depth.load(Ordering::SeqCst) == 0
     }
 
-    /// Whether the spool takes events: enabled, not at its bound, and no event refused for
-    /// lack of room since an entry last left.
+    /// Whether the spool takes events: enabled, not at its bound, no event refused for lack
+    /// of room since an entry last left, and the store taking writes.
     pub fn has_room(&self) -> bool {
         self.enabled
             && !self.refused.load(Ordering::SeqCst)
+            && !self.store_failing.load(Ordering::SeqCst)
             && self.bytes.load(Ordering::SeqCst) < self.max_bytes
+    }
+
+    /// Whether entries wait behind one the store will not delete: new events queue behind
+    /// them, so none can be taken even while the broker is connected.
+    pub fn is_stuck(&self) -> bool {
+        self.store_failing.load(Ordering::SeqCst) && !self.is_empty()
     }
 
     /// Appends the message and makes it durable.
@@ -125,6 +136,7 @@ impl Spool {
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = self.tree.insert(&seq.to_be_bytes(), &entry) {
             self.bytes.fetch_sub(size, Ordering::SeqCst);
+            self.store_failing.store(true, Ordering::SeqCst);
             return Err(e.into());
         }
         self.depth.fetch_add(1, Ordering::SeqCst);
@@ -136,9 +148,12 @@ impl Spool {
         );
         self.publish_gauges();
         self.added.notify_one();
-        // The 200 promises the event survives a crash: it must be on disk first.
-        self.store.flush().await?;
-        Ok(())
+        // The 200 promises the event survives a crash: it must be on disk first. An entry
+        // whose flush failed stays queued (the sender's retry may then be published twice,
+        // which consumers dedup on message_id), but its sender gets a 503.
+        let flushed = self.store.flush().await;
+        self.store_failing.store(flushed.is_err(), Ordering::SeqCst);
+        Ok(flushed?)
     }
 
     /// Depth, bytes and the oldest entry's age.
@@ -198,12 +213,12 @@ impl Spool {
                 if let Ok(side) = self.store.tree("spool_corrupt") {
                     let _ = side.insert(&key, &value);
                 }
-                self.remove(&key, value.len() as u64);
+                self.remove(&key, value.len() as u64, &stop).await;
                 continue;
             };
             match publisher.publish(&exchange, &msg).await {
                 Ok(()) => {
-                    self.remove(&key, value.len() as u64);
+                    self.remove(&key, value.len() as u64, &stop).await;
                     if failing {
                         tracing::info!(
                             depth = self.depth.load(Ordering::SeqCst),
@@ -234,16 +249,40 @@ impl Spool {
         }
     }
 
-    fn remove(&self, key: &[u8], size: u64) {
-        match self.tree.remove(key) {
-            Ok(Some(_)) => {
-                self.depth.fetch_sub(1, Ordering::SeqCst);
-                self.bytes.fetch_sub(size, Ordering::SeqCst);
-                self.refused.store(false, Ordering::SeqCst);
-            }
-            Ok(None) => {}
-            Err(error) => {
-                tracing::error!(%error, "cannot delete a published spool entry; it will be published again")
+    /// Deletes a published (or unreadable) entry. While the store refuses, it retries the
+    /// delete, not the publish: publishing the head again on every failed delete flooded the
+    /// broker with copies (thousands a second on a full disk). The entries behind it wait;
+    /// only a shutdown in the meantime leaves it to be published once more after a restart.
+    async fn remove(&self, key: &[u8], size: u64, stop: &CancellationToken) {
+        let mut retry = RETRY_MIN;
+        let mut reported = false;
+        loop {
+            match self.tree.remove(key) {
+                Ok(removed) => {
+                    if removed.is_some() {
+                        self.depth.fetch_sub(1, Ordering::SeqCst);
+                        self.bytes.fetch_sub(size, Ordering::SeqCst);
+                        self.refused.store(false, Ordering::SeqCst);
+                    }
+                    self.store_failing.store(false, Ordering::SeqCst);
+                    if reported {
+                        tracing::info!("published spool entry deleted; the spool drains again");
+                    }
+                    break;
+                }
+                Err(error) => {
+                    self.store_failing.store(true, Ordering::SeqCst);
+                    if !reported {
+                        tracing::error!(%error, "cannot delete a published spool entry; the spool waits until the store takes writes again");
+                        reported = true;
+                    }
+                    if stop.is_cancelled() {
+                        tracing::warn!("shutting down with a published spool entry not deleted; it will be published again after the restart");
+                        return;
+                    }
+                    sleep_or_stop(stop, retry).await;
+                    retry = (retry * 2).min(RETRY_MAX);
+                }
             }
         }
         if let Err(error) = self.refresh_oldest() {
