@@ -653,6 +653,41 @@ async fn measure_spool_latency_and_drain_of_10k() {
     broker.delete().await;
 }
 
+#[tokio::test]
+async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_room() {
+    require_broker!();
+    let broker = Broker::rejecting_beyond(1).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    let (_, why) = admin_until(&gw, &client, "/readyz", BROKER_TIMEOUT, |_, b| {
+        b.contains("broker connected")
+    })
+    .await;
+    assert!(why.contains("broker connected"), "{why}");
+
+    accept(&gw, &client, "evt_fits").await;
+    // The queue is full: the broker nacks the next publish. The event is spooled (200), and
+    // the drainer retries until the queue has room.
+    accept(&gw, &client, "evt_nacked").await;
+    assert_eq!(
+        spool_depth(&gw, &client).await,
+        1,
+        "the nacked event waits in the spool"
+    );
+    assert_eq!(
+        broker.message_count().await,
+        1,
+        "the broker kept only the first"
+    );
+
+    accept(&gw, &client, "sentinel").await;
+    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    assert_eq!(got, ["evt_fits", "evt_nacked"], "each once, in order");
+    broker.delete().await;
+}
+
 /// A tmpfs mounted on a fresh directory, unmounted when dropped: a disk the test can fill.
 struct SmallDisk {
     dir: tempfile::TempDir,

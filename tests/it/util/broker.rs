@@ -59,8 +59,26 @@ impl Broker {
         b
     }
 
+    /// A new exchange with a queue bound to every routing key that holds at most `max`
+    /// messages and has the broker nack publishes beyond that (`x-overflow: reject-publish`).
+    pub async fn rejecting_beyond(max: i32) -> Self {
+        let mut args = FieldTable::default();
+        args.insert("x-max-length".into(), AMQPValue::LongInt(max));
+        args.insert(
+            "x-overflow".into(),
+            AMQPValue::LongString("reject-publish".into()),
+        );
+        let b = Self::declare(args).await;
+        b.bind("#").await;
+        b
+    }
+
     /// A new exchange and queue, the queue not bound yet (so publishes are unroutable).
     pub async fn unbound() -> Self {
+        Self::declare(FieldTable::default()).await
+    }
+
+    async fn declare(queue_args: FieldTable) -> Self {
         let connection = tokio::time::timeout(
             BROKER_TIMEOUT,
             Connection::connect(AMQP_URL, ConnectionProperties::default()),
@@ -98,7 +116,7 @@ impl Broker {
                     auto_delete: true,
                     ..Default::default()
                 },
-                FieldTable::default(),
+                queue_args,
             ),
         )
         .await
