@@ -95,6 +95,15 @@ async fn admin_until(
     }
 }
 
+/// Waits until the spool is empty; fails after `timeout`.
+async fn wait_drained(gw: &Gateway, client: &reqwest::Client, timeout: Duration) {
+    let (_, body) = admin_until(gw, client, "/spool", timeout, |_, b| {
+        b.contains("\"depth\":0")
+    })
+    .await;
+    assert!(body.contains("\"depth\":0"), "spool did not drain: {body}");
+}
+
 /// Every message before the sentinel, waiting up to `deadline` in all (a drain after a
 /// reconnect can take longer than one `BROKER_TIMEOUT`).
 async fn collect(broker: &Broker, sentinel: &str, deadline: Duration) -> Vec<String> {
@@ -216,11 +225,7 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
         0,
         "nothing after the sentinel"
     );
-    let (_, body) = admin_until(&gw, &client, "/spool", BROKER_TIMEOUT, |_, b| {
-        b.contains("\"depth\":0")
-    })
-    .await;
-    assert!(body.contains("\"depth\":0"), "{body}");
+    wait_drained(&gw, &client, BROKER_TIMEOUT).await;
     broker.delete().await;
 }
 
@@ -492,14 +497,7 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
     // The sender retries after Retry-After; by then the spool has drained.
-    let (_, depth) = admin_until(&gw, &client, "/spool", DRAIN_DEADLINE, |_, b| {
-        b.contains("\"depth\":0")
-    })
-    .await;
-    assert!(
-        depth.contains("\"depth\":0"),
-        "spool did not drain: {depth}"
-    );
+    wait_drained(&gw, &client, DRAIN_DEADLINE).await;
     let retry = send(&gw, &client, &body, &request_id).await;
     assert_eq!(retry.status, 200, "{}", retry.body);
     assert_eq!(
@@ -833,14 +831,7 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     // delete never reached the disk, a second time.
     disk.free();
     let gw = Gateway::start(&cfg).await;
-    let (_, depth) = admin_until(&gw, &client, "/spool", DRAIN_DEADLINE, |_, b| {
-        b.contains("\"depth\":0")
-    })
-    .await;
-    assert!(
-        depth.contains("\"depth\":0"),
-        "spool did not drain: {depth}"
-    );
+    wait_drained(&gw, &client, DRAIN_DEADLINE).await;
     accept(&gw, &client, "sentinel").await;
     let mut got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     // The refused event's entry may have reached the disk before its flush failed: then it
