@@ -115,6 +115,8 @@ pub struct Metrics {
     pub publish_duration: Histogram,
     /// 1 while the broker connection is up.
     pub broker_connected: Gauge,
+    /// 1 while the broker blocks the connection (a memory or disk alarm): events spool.
+    pub broker_blocked: Gauge,
     /// Events waiting in the spool.
     pub spool_depth: Gauge,
     /// Bytes waiting in the spool.
@@ -171,6 +173,12 @@ impl Metrics {
             "1 while the AMQP connection is up",
             broker_connected.clone(),
         );
+        let broker_blocked = Gauge::default();
+        registry.register(
+            "broker_blocked",
+            "1 while the broker blocks publishing (a memory or disk alarm); events are spooled",
+            broker_blocked.clone(),
+        );
         let spool_depth = Gauge::default();
         registry.register(
             "spool_depth",
@@ -211,6 +219,7 @@ impl Metrics {
             signature_failures,
             publish_duration,
             broker_connected,
+            broker_blocked,
             spool_depth,
             spool_bytes,
             store_errors,

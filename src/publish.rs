@@ -220,10 +220,12 @@ impl Inner {
     }
 
     /// Puts `live` in the slot and returns what was there; the `broker_connected` gauge
-    /// follows the slot, so it cannot disagree with it.
+    /// follows the slot, so it cannot disagree with it. A block belongs to the connection
+    /// it was sent on, so it ends with it.
     fn replace(&self, live: Option<Arc<Live>>) -> Option<Arc<Live>> {
         let mut slot = self.live.write().unwrap_or_else(PoisonError::into_inner);
         self.metrics.broker_connected.set(i64::from(live.is_some()));
+        self.set_blocked(false);
         std::mem::replace(&mut *slot, live)
     }
 
@@ -234,7 +236,14 @@ impl Inner {
         if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, failed)) {
             *slot = None;
             self.metrics.broker_connected.set(0);
+            self.set_blocked(false);
         }
+    }
+
+    /// Records whether the broker blocks publishing on the current connection.
+    fn set_blocked(&self, blocked: bool) {
+        self.blocked.store(blocked, Ordering::Relaxed);
+        self.metrics.broker_blocked.set(i64::from(blocked));
     }
 
     fn holds(&self, live: &Arc<Live>) -> bool {
@@ -278,7 +287,6 @@ async fn run_connection(inner: Arc<Inner>, stop: CancellationToken) {
                 let mut events = live.connection.events_listener();
                 let live = Arc::new(live);
                 inner.replace(Some(live.clone()));
-                inner.blocked.store(false, Ordering::Relaxed);
                 inner.connected.notify_waiters();
                 tracing::info!(url = %url, "broker connected");
                 backoff = BACKOFF_MIN;
@@ -299,11 +307,11 @@ async fn run_connection(inner: Arc<Inner>, stop: CancellationToken) {
                     match event {
                         Some(Event::ConnectionBlocked(reason)) => {
                             tracing::warn!(%reason, "broker blocked the connection; spooling");
-                            inner.blocked.store(true, Ordering::Relaxed);
+                            inner.set_blocked(true);
                         }
                         Some(Event::ConnectionUnblocked) => {
                             tracing::info!("broker unblocked the connection");
-                            inner.blocked.store(false, Ordering::Relaxed);
+                            inner.set_blocked(false);
                         }
                         Some(Event::Error(error)) => {
                             tracing::warn!(%error, "broker connection lost");

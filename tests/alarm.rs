@@ -1,0 +1,155 @@
+//! A broker resource alarm: while memory or disk runs low, RabbitMQ blocks every connection
+//! that publishes. This is a test binary of its own because the alarm is broker-wide: cargo
+//! runs test binaries one after another, so it cannot stall the other tests' publishes.
+
+// The harness of tests/it; this test uses part of it.
+#[allow(unused_imports)]
+#[path = "it/util/mod.rs"]
+mod util;
+
+use std::process::Command;
+
+use util::*;
+
+/// `rabbitmqctl -q ARGS`: its output, or `None` when it cannot be run or fails.
+fn rabbitmqctl(args: &[&str]) -> Option<String> {
+    let out = Command::new("rabbitmqctl")
+        .arg("-q")
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// A memory alarm on the local broker (a high watermark of one byte). Dropping it restores
+/// the watermark it replaced, also when the test fails.
+struct MemoryAlarm {
+    /// `0.4` (a share of memory) or `{absolute,N}` (bytes), as the broker reported it.
+    previous: String,
+}
+
+impl MemoryAlarm {
+    fn raise() -> Option<Self> {
+        let previous = rabbitmqctl(&["eval", "vm_memory_monitor:get_vm_memory_high_watermark()."])?;
+        rabbitmqctl(&["set_vm_memory_high_watermark", "absolute", "1"])?;
+        Some(Self { previous })
+    }
+
+    fn active() -> bool {
+        rabbitmqctl(&["eval", "rabbit_alarm:get_alarms()."]).is_some_and(|a| a.contains("memory"))
+    }
+}
+
+impl Drop for MemoryAlarm {
+    fn drop(&mut self) {
+        let restored = match self
+            .previous
+            .strip_prefix("{absolute,")
+            .and_then(|rest| rest.strip_suffix('}'))
+        {
+            Some(bytes) => rabbitmqctl(&["set_vm_memory_high_watermark", "absolute", bytes]),
+            None => rabbitmqctl(&["set_vm_memory_high_watermark", &self.previous]),
+        };
+        if restored.is_none() {
+            eprintln!(
+                "!!!!! could not restore the broker's memory high watermark ({}): run `rabbitmqctl set_vm_memory_high_watermark {}` !!!!!",
+                self.previous, self.previous
+            );
+        }
+    }
+}
+
+async fn accept(gw: &Gateway, client: &reqwest::Client, id: &str) {
+    let (status, body) = gw
+        .deliver(client, &event_body(id), &format!("req_{id}"))
+        .await;
+    assert_eq!(status, 200, "{id}: {body}");
+    assert_eq!(
+        body,
+        serde_json::json!({"status": "accepted", "event_id": id}),
+        "{id}"
+    );
+}
+
+async fn blocked_gauge(gw: &Gateway, client: &reqwest::Client) -> f64 {
+    scrape(client, gw).await.get("hookgate_broker_blocked", &[])
+}
+
+async fn readyz(gw: &Gateway, client: &reqwest::Client) -> (u16, String) {
+    let resp = client
+        .get(gw.admin_url("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("readyz body"))
+}
+
+#[tokio::test]
+async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_the_alarm() {
+    if !broker_available() {
+        return;
+    }
+    let (_dir, broker, cfg) = fixture().await;
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    let connected = eventually(BROKER_TIMEOUT, || async {
+        scrape(&client, &gw)
+            .await
+            .get("hookgate_broker_connected", &[])
+            == 1.0
+    })
+    .await;
+    assert!(connected, "the gateway never connected to the broker");
+    accept(&gw, &client, "evt_before").await;
+
+    let Some(alarm) = MemoryAlarm::raise() else {
+        skip_or_fail("cannot raise a memory alarm with rabbitmqctl");
+        return;
+    };
+    assert!(
+        eventually(BROKER_TIMEOUT, || async { MemoryAlarm::active() }).await,
+        "the broker did not raise its memory alarm"
+    );
+    // The broker holds this publish unconfirmed; after the confirm timeout it is spooled,
+    // so the sender still gets its 200.
+    accept(&gw, &client, "evt_held").await;
+    let blocked = eventually(BROKER_TIMEOUT, || async {
+        blocked_gauge(&gw, &client).await == 1.0
+    })
+    .await;
+    assert!(blocked, "hookgate_broker_blocked never went to 1");
+    let (status, why) = readyz(&gw, &client).await;
+    assert_eq!(status, 200, "{why}");
+    assert!(why.contains("spooling"), "{why}");
+    accept(&gw, &client, "evt_spooled").await;
+
+    drop(alarm);
+    let unblocked = eventually(BROKER_TIMEOUT, || async {
+        blocked_gauge(&gw, &client).await == 0.0
+    })
+    .await;
+    assert!(
+        unblocked,
+        "hookgate_broker_blocked stayed 1 after the alarm cleared"
+    );
+    accept(&gw, &client, "sentinel").await;
+    let got: Vec<String> = broker
+        .until("sentinel")
+        .await
+        .into_iter()
+        .filter_map(|m| m.message_id)
+        .collect();
+    // The held publish is not lost either: the broker routes it once it reads the
+    // connection again, so `evt_held` may arrive twice (consumers dedup on message_id).
+    let mut once = got.clone();
+    once.dedup();
+    assert_eq!(
+        once,
+        ["evt_before", "evt_held", "evt_spooled"],
+        "got {got:?}"
+    );
+    broker.delete().await;
+}
