@@ -298,14 +298,16 @@ pub async fn serve(
 async fn ping_loop(state: Arc<StateStore>, stop: CancellationToken) {
     let mut was_healthy = true;
     loop {
-        let healthy = state.ping().await.is_ok();
-        if healthy != was_healthy {
-            if healthy {
-                tracing::info!("state store reachable again");
-            } else {
-                tracing::error!("state store unreachable; answering 503 until it is back");
+        let probe = state.ping().await;
+        if probe.is_ok() != was_healthy {
+            match &probe {
+                Ok(()) => tracing::info!("state store takes writes again"),
+                Err(error) => tracing::error!(
+                    %error,
+                    "state store unreachable or refusing writes; answering 503 until it is back"
+                ),
             }
-            was_healthy = healthy;
+            was_healthy = probe.is_ok();
         }
         tokio::select! {
             _ = stop.cancelled() => return,

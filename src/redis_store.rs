@@ -49,6 +49,16 @@ impl RedisTarget {
     }
 }
 
+/// Whether a call changes Redis; see [`RedisState::run`].
+#[derive(Clone, Copy)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// How long the readiness probe's key lives; it is rewritten every second.
+const PROBE_TTL: Duration = Duration::from_secs(10);
+
 /// The shared state store.
 #[derive(Clone)]
 pub struct RedisState {
@@ -77,24 +87,30 @@ impl RedisState {
         })
     }
 
-    /// Whether the last Redis call succeeded.
+    /// Whether Redis takes writes: no call failed since the last write succeeded.
     pub fn is_healthy(&self) -> bool {
         self.healthy.load(Ordering::Relaxed)
     }
 
-    /// Pings Redis (for readiness while no traffic flows).
+    /// Checks that Redis takes writes (for readiness while no traffic flows): a Redis out
+    /// of memory (`maxmemory` with `noeviction`) or a read-only replica still answers PING
+    /// and GET, but refuses every claim, so only a write tells.
     pub async fn ping(&self) -> Result<(), StoreError> {
+        let k = self.key(b"readiness-probe");
         let mut c = self.conn.clone();
-        self.run(async move { redis::cmd("PING").query_async::<String>(&mut c).await })
-            .await
-            .map(|_| ())
+        self.run(Access::Write, async move {
+            c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
+        })
+        .await
     }
 
     /// The state of a dedup key.
     pub async fn state(&self, key: &[u8]) -> Result<KeyState, StoreError> {
         let k = self.key(key);
         let mut c = self.conn.clone();
-        let v: Option<String> = self.run(async move { c.get(k).await }).await?;
+        let v: Option<String> = self
+            .run(Access::Read, async move { c.get(k).await })
+            .await?;
         Ok(match v.as_deref() {
             None => KeyState::Free,
             Some(DONE) => KeyState::Done,
@@ -135,8 +151,10 @@ impl RedisState {
             .ignore();
         }
         let mut c = self.conn.clone();
-        self.run(async move { pipe.query_async::<()>(&mut c).await })
-            .await
+        self.run(Access::Write, async move {
+            pipe.query_async::<()>(&mut c).await
+        })
+        .await
     }
 
     /// Releases a claim if `token` still holds it.
@@ -181,7 +199,7 @@ impl RedisState {
     pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         let k = self.key(&[b"guard:".as_slice(), key].concat());
         let mut c = self.conn.clone();
-        self.run(async move { c.get(k).await }).await
+        self.run(Access::Read, async move { c.get(k).await }).await
     }
 
     /// Writes guard state, forgotten after `ttl` when given.
@@ -196,12 +214,17 @@ impl RedisState {
         let value = value.to_vec();
         match ttl {
             Some(ttl) => {
-                self.run(async move { c.pset_ex::<_, _, ()>(k, value, millis(ttl)).await })
-                    .await
+                self.run(Access::Write, async move {
+                    c.pset_ex::<_, _, ()>(k, value, millis(ttl)).await
+                })
+                .await
             }
             None => {
-                self.run(async move { c.set::<_, _, ()>(k, value).await })
-                    .await
+                self.run(
+                    Access::Write,
+                    async move { c.set::<_, _, ()>(k, value).await },
+                )
+                .await
             }
         }
     }
@@ -214,7 +237,10 @@ impl RedisState {
             .conditional_set(redis::ExistenceCheck::NX)
             .with_expiration(redis::SetExpiry::PX(millis(ttl)));
         let reply: Option<String> = self
-            .run(async move { c.set_options(k, value, opts).await })
+            .run(
+                Access::Write,
+                async move { c.set_options(k, value, opts).await },
+            )
             .await?;
         Ok(reply.is_some())
     }
@@ -222,14 +248,19 @@ impl RedisState {
     async fn compare_and_delete(&self, key: Vec<u8>, value: String) -> Result<(), StoreError> {
         let mut c = self.conn.clone();
         let script = self.release.clone();
-        self.run(async move { script.key(key).arg(value).invoke_async::<i64>(&mut c).await })
-            .await
-            .map(|_| ())
+        self.run(Access::Write, async move {
+            script.key(key).arg(value).invoke_async::<i64>(&mut c).await
+        })
+        .await
+        .map(|_| ())
     }
 
-    /// Runs a call under the deadline and records whether Redis answered.
+    /// Runs a call under the deadline and records the store's health: any failure makes it
+    /// unhealthy, and only a write that succeeds makes it healthy again (a Redis that
+    /// refuses writes still serves reads).
     async fn run<T>(
         &self,
+        access: Access,
         op: impl std::future::Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, StoreError> {
         let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
@@ -239,7 +270,11 @@ impl RedisState {
                 "redis: no answer within the deadline".into(),
             )),
         };
-        self.healthy.store(result.is_ok(), Ordering::Relaxed);
+        match (&result, access) {
+            (Err(_), _) => self.healthy.store(false, Ordering::Relaxed),
+            (Ok(_), Access::Write) => self.healthy.store(true, Ordering::Relaxed),
+            (Ok(_), Access::Read) => {}
+        }
         result
     }
 

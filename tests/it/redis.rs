@@ -290,47 +290,48 @@ async fn the_shared_guard_scenarios_pass_on_the_redis_backend() {
     cleanup(&run).await;
 }
 
-/// A Redis of its own that speaks only TLS, on a free port, with a self-signed certificate;
-/// stopped when dropped.
-struct TlsRedis {
+/// A Redis of the test's own on a free port, plain or speaking only TLS (with a
+/// self-signed certificate); stopped when dropped.
+struct OwnRedis {
     child: std::process::Child,
     port: u16,
-    cert: TestCert,
+    /// The server's certificate when it speaks TLS.
+    cert: Option<TestCert>,
     _dir: tempfile::TempDir,
 }
 
-impl TlsRedis {
-    /// Starts `redis-server` with TLS; `None` when it cannot run here (see [`skip_or_fail`]).
-    async fn start() -> Option<Self> {
+impl OwnRedis {
+    /// Starts `redis-server`; `None` when it cannot run here (see [`skip_or_fail`]).
+    async fn start(tls: bool) -> Option<Self> {
         let dir = tempfile::tempdir().expect("dir");
-        let cert = TestCert::generate(dir.path());
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
-        let spawned = std::process::Command::new("redis-server")
-            .args(["--port", "0", "--bind", "127.0.0.1", "--tls-port"])
-            .arg(port.to_string())
-            .arg("--tls-cert-file")
-            .arg(&cert.cert_path)
-            .arg("--tls-key-file")
-            .arg(&cert.key_path)
-            .arg("--tls-ca-cert-file")
-            .arg(&cert.cert_path)
-            .args([
-                "--tls-auth-clients",
-                "no",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
+        let mut cmd = std::process::Command::new("redis-server");
+        cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .arg("--dir")
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        let child = match spawned {
+            .stderr(std::process::Stdio::null());
+        let cert = tls.then(|| TestCert::generate(dir.path()));
+        match &cert {
+            Some(cert) => {
+                cmd.args(["--port", "0", "--tls-port"])
+                    .arg(port.to_string())
+                    .arg("--tls-cert-file")
+                    .arg(&cert.cert_path)
+                    .arg("--tls-key-file")
+                    .arg(&cert.key_path)
+                    .arg("--tls-ca-cert-file")
+                    .arg(&cert.cert_path)
+                    .args(["--tls-auth-clients", "no"]);
+            }
+            None => {
+                cmd.arg("--port").arg(port.to_string());
+            }
+        }
+        let child = match cmd.spawn() {
             Ok(child) => child,
             Err(e) => {
                 skip_or_fail(&format!("cannot run redis-server: {e}"));
@@ -349,18 +350,32 @@ impl TlsRedis {
         )
         .await;
         if !listening || !matches!(redis.child.try_wait(), Ok(None)) {
-            skip_or_fail("redis-server did not listen with TLS (built without it?)");
+            skip_or_fail("redis-server did not listen (TLS asked of one built without it?)");
             return None;
         }
         Some(redis)
     }
 
     fn url(&self) -> String {
-        format!("rediss://127.0.0.1:{}/0", self.port)
+        let scheme = if self.cert.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}/0", self.port)
+    }
+
+    /// A plain connection for the test itself.
+    async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        let client = redis::Client::open(self.url()).expect("redis url");
+        tokio::time::timeout(BROKER_TIMEOUT, client.get_multiplexed_async_connection())
+            .await
+            .expect("redis connect timed out")
+            .expect("redis connect")
     }
 }
 
-impl Drop for TlsRedis {
+impl Drop for OwnRedis {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -384,21 +399,22 @@ async fn gateway_trusting(
 #[tokio::test]
 async fn a_rediss_url_keeps_the_state_in_a_tls_redis_and_refuses_an_untrusted_certificate() {
     require_broker!();
-    let Some(redis) = TlsRedis::start().await else {
+    let Some(redis) = OwnRedis::start(true).await else {
         return;
     };
+    let cert = redis.cert.as_ref().expect("a TLS Redis has a certificate");
     let broker = Broker::new().await;
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("dir")).collect();
     let client = client(None);
     let body = event_body("evt_tls_1");
 
-    let a = gateway_trusting(&broker, dirs[0].path(), &redis.url(), &redis.cert.cert_path).await;
+    let a = gateway_trusting(&broker, dirs[0].path(), &redis.url(), &cert.cert_path).await;
     wait_broker_connected(&client, &a).await;
     let (s, r) = a.deliver(&client, &body, "req_tls_1").await;
     assert_eq!((s, outcome(&r).as_str()), (200, "accepted"), "{r}");
 
     // A second gateway with a sled store of its own knows the event: the mark is in Redis.
-    let b = gateway_trusting(&broker, dirs[1].path(), &redis.url(), &redis.cert.cert_path).await;
+    let b = gateway_trusting(&broker, dirs[1].path(), &redis.url(), &cert.cert_path).await;
     let (s, r) = b.deliver(&client, &body, "req_tls_2").await;
     assert_eq!((s, outcome(&r).as_str()), (200, "duplicate"), "{r}");
 
@@ -422,6 +438,102 @@ async fn a_rediss_url_keeps_the_state_in_a_tls_redis_and_refuses_an_untrusted_ce
         ids(&broker.until(&sentinel).await),
         vec!["evt_tls_1".to_owned()],
         "the accepted event once, the refused one never"
+    );
+    broker.delete().await;
+}
+
+/// Sets a Redis configuration parameter.
+async fn config_set(conn: &mut redis::aio::MultiplexedConnection, name: &str, value: &str) {
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(name)
+        .arg(value)
+        .query_async(conn)
+        .await
+        .expect("CONFIG SET");
+}
+
+async fn readyz(client: &reqwest::Client, gw: &Gateway) -> (u16, String) {
+    let resp = client
+        .get(gw.admin_url("/readyz"))
+        .send()
+        .await
+        .expect("readyz");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("readyz body"))
+}
+
+#[tokio::test]
+async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads() {
+    require_broker!();
+    let Some(redis) = OwnRedis::start(false).await else {
+        return;
+    };
+    let broker = Broker::new().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let cfg = on_redis(
+        GatewayConfig::new(dir.path(), &broker.exchange),
+        &redis.url(),
+        "hg-oom:",
+    );
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    let (s, r) = gw
+        .deliver(&client, &event_body("evt_oom_1"), "req_oom_1")
+        .await;
+    assert_eq!((s, outcome(&r).as_str()), (200, "accepted"), "{r}");
+
+    // Out of memory, evicting nothing: Redis still answers PING and GET, refuses writes.
+    let mut conn = redis.connection().await;
+    config_set(&mut conn, "maxmemory-policy", "noeviction").await;
+    config_set(&mut conn, "maxmemory", "1").await;
+    // No request has failed yet, so only the readiness probe can tell.
+    let not_ready = eventually(BROKER_TIMEOUT, || async {
+        readyz(&client, &gw).await.0 == 503
+    })
+    .await;
+    let (_, why) = readyz(&client, &gw).await;
+    assert!(not_ready, "ready although Redis refuses writes: {why}");
+    // The sender retries the first delivery: reads find its marks.
+    let (s, r) = gw
+        .deliver(&client, &event_body("evt_oom_1"), "req_oom_1")
+        .await;
+    assert_eq!(
+        (s, outcome(&r).as_str()),
+        (200, "duplicate"),
+        "a read still finds the mark: {r}"
+    );
+    let (status, why) = readyz(&client, &gw).await;
+    assert_eq!(
+        status, 503,
+        "a read that worked does not make it ready: {why}"
+    );
+    let (s, r) = gw
+        .deliver(&client, &event_body("evt_oom_2"), "req_oom_2")
+        .await;
+    assert_eq!(s, 503, "a claim cannot be written: {r}");
+
+    config_set(&mut conn, "maxmemory", "0").await;
+    let ready = eventually(BROKER_TIMEOUT, || async {
+        readyz(&client, &gw).await.0 == 200
+    })
+    .await;
+    assert!(ready, "not ready after Redis took writes again");
+    let (s, r) = gw
+        .deliver(&client, &event_body("evt_oom_2"), "req_oom_2")
+        .await;
+    assert_eq!(
+        (s, outcome(&r).as_str()),
+        (200, "accepted"),
+        "the refused event's retry: {r}"
+    );
+    let sentinel = unique("sentinel");
+    gw.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(
+        ids(&broker.until(&sentinel).await),
+        ["evt_oom_1", "evt_oom_2"],
+        "each event once"
     );
     broker.delete().await;
 }
