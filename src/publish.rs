@@ -87,6 +87,9 @@ struct Inner {
     metrics: Arc<Metrics>,
     /// Woken when a connection comes up, so the spool drainer need not poll.
     connected: tokio::sync::Notify,
+    /// Woken when the broker blocks the connection, so publishes waiting for a confirm
+    /// give up at once instead of at `confirm_timeout`.
+    became_blocked: tokio::sync::Notify,
 }
 
 /// A handle to the broker connection; cheap to clone.
@@ -105,6 +108,7 @@ impl Publisher {
             blocked: AtomicBool::new(false),
             metrics,
             connected: tokio::sync::Notify::new(),
+            became_blocked: tokio::sync::Notify::new(),
         });
         tokio::spawn(run_connection(inner.clone(), stop));
         Self { inner }
@@ -145,6 +149,10 @@ impl Publisher {
         msg: &Message<'_>,
         mandatory: bool,
     ) -> Result<(), PublishError> {
+        // Registered before the flag is read, so a block that comes in between is not missed.
+        let blocked = self.inner.became_blocked.notified();
+        tokio::pin!(blocked);
+        blocked.as_mut().enable();
         if self.inner.blocked.load(Ordering::Relaxed) {
             return Err(PublishError::Blocked);
         }
@@ -170,7 +178,14 @@ impl Publisher {
                 .await
                 .map_err(|e| PublishError::Channel(e.to_string()))
         };
-        let result = match tokio::time::timeout(self.inner.config.confirm_timeout, attempt).await {
+        // A blocked connection holds the message unconfirmed until the broker's alarm
+        // clears: give up now (the caller spools it; the broker may still route the held
+        // copy later, so it can arrive twice).
+        let confirmed = tokio::select! {
+            confirmed = tokio::time::timeout(self.inner.config.confirm_timeout, attempt) => confirmed,
+            () = &mut blocked => Ok(Err(PublishError::Blocked)),
+        };
+        let result = match confirmed {
             Err(_) => Err(PublishError::Timeout),
             Ok(Err(e)) => Err(e),
             Ok(Ok(Confirmation::Ack(None))) => Ok(()),
@@ -244,6 +259,9 @@ impl Inner {
     fn set_blocked(&self, blocked: bool) {
         self.blocked.store(blocked, Ordering::Relaxed);
         self.metrics.broker_blocked.set(i64::from(blocked));
+        if blocked {
+            self.became_blocked.notify_waiters();
+        }
     }
 
     fn holds(&self, live: &Arc<Live>) -> bool {

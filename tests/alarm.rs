@@ -92,7 +92,11 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     if !broker_available() {
         return;
     }
-    let (_dir, broker, cfg) = fixture().await;
+    let (_dir, broker, mut cfg) = fixture().await;
+    // Longer than the client's 30 s timeout: the publish held by the blocked connection
+    // must be given up when the block is announced, not when its confirm times out.
+    cfg.confirm_timeout = "120s".into();
+    cfg.extra = "dedup:\n  in_flight_lease: 180s\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     let connected = eventually(BROKER_TIMEOUT, || async {
@@ -113,8 +117,8 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
         eventually(BROKER_TIMEOUT, || async { MemoryAlarm::active() }).await,
         "the broker did not raise its memory alarm"
     );
-    // The broker holds this publish unconfirmed; after the confirm timeout it is spooled,
-    // so the sender still gets its 200.
+    // The broker holds this publish unconfirmed and blocks the connection; the publish is
+    // given up at the block and spooled, so the sender gets its 200 without waiting.
     accept(&gw, &client, "evt_held").await;
     let blocked = eventually(BROKER_TIMEOUT, || async {
         blocked_gauge(&gw, &client).await == 1.0
