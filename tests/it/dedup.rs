@@ -369,3 +369,68 @@ async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
         .expect("serve");
     broker.delete().await;
 }
+
+#[tokio::test]
+async fn on_a_full_disk_marks_are_kept_in_memory_and_readiness_reports_the_store() {
+    require_broker!();
+    let Some(disk) = SmallDisk::mount("16m") else {
+        skip_or_fail("cannot mount a tmpfs to fill (needs root)");
+        return;
+    };
+    let (_dir, broker, mut cfg) = fixture().await;
+    cfg.store = disk.path().join("store");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    disk.fill();
+    // Each event is published with a confirm, so its 200 holds although its marks cannot
+    // reach the disk; the journal's writer fails once sled flushes, and readiness says so.
+    let mut accepted = Vec::new();
+    let mut readiness = String::new();
+    for i in 0..2000 {
+        let id = format!("evt_full_{i:04}");
+        let (s, r) = gw
+            .deliver(&client, &event_body(&id), &format!("req_{id}"))
+            .await;
+        assert_eq!((s, outcome(&r).as_str()), (200, "accepted"), "{id}: {r}");
+        accepted.push(id);
+        let resp = client
+            .get(gw.admin_url("/readyz"))
+            .send()
+            .await
+            .expect("readyz");
+        if resp.status() == 503 {
+            readiness = resp.text().await.expect("readyz body");
+            break;
+        }
+    }
+    assert!(
+        readiness.contains("state store unreachable"),
+        "still ready after {} events on a full disk: {readiness:?}",
+        accepted.len()
+    );
+    assert!(
+        gw.logs()
+            .iter()
+            .any(|l| l.contains("state journal cannot be written")),
+        "no ERROR for the journal"
+    );
+    // The marks are still held in memory: the sender's retry is a duplicate.
+    let (s, r) = gw
+        .deliver(
+            &client,
+            &event_body(&accepted[0]),
+            &format!("req_{}", accepted[0]),
+        )
+        .await;
+    assert_eq!((s, outcome(&r).as_str()), (200, "duplicate"), "{r}");
+    let sentinel = unique("sentinel");
+    gw.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(
+        ids(&broker.until(&sentinel).await),
+        accepted,
+        "each event once"
+    );
+    broker.delete().await;
+}

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::dedup::wait_broker_connected;
 use crate::require_broker;
 use crate::util::*;
 
@@ -659,11 +660,7 @@ async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_roo
     let cfg = GatewayConfig::new(dir.path(), &broker.exchange);
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
-    let (_, why) = admin_until(&gw, &client, "/readyz", BROKER_TIMEOUT, |_, b| {
-        b.contains("broker connected")
-    })
-    .await;
-    assert!(why.contains("broker connected"), "{why}");
+    wait_broker_connected(&client, &gw).await;
 
     accept(&gw, &client, "evt_fits").await;
     // The queue is full: the broker nacks the next publish. The event is spooled (200), and
@@ -684,57 +681,6 @@ async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_roo
     let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     assert_eq!(got, ["evt_fits", "evt_nacked"], "each once, in order");
     broker.delete().await;
-}
-
-/// A tmpfs mounted on a fresh directory, unmounted when dropped: a disk the test can fill.
-struct SmallDisk {
-    dir: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    /// Mounts a tmpfs of `size` (e.g. `16m`); `None` without the right to mount (not root).
-    fn mount(size: &str) -> Option<Self> {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        mounted.then_some(Self { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Writes a file until the disk has no room left.
-    fn fill(&self) {
-        use std::io::Write;
-        let mut filler = std::fs::File::create(self.path().join("filler")).expect("filler");
-        let block = vec![0u8; 64 * 1024];
-        loop {
-            match filler.write(&block) {
-                Ok(0) => return,
-                Ok(_) => {}
-                Err(e) if e.raw_os_error() == Some(28) => return, // ENOSPC
-                Err(e) => panic!("filling the disk: {e}"),
-            }
-        }
-    }
-
-    fn free(&self) {
-        std::fs::remove_file(self.path().join("filler")).expect("remove filler");
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
 }
 
 /// Messages until every id in `ids` has arrived (or `deadline` passes), in arrival order.

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod disk;
 pub mod gateway;
 pub mod metrics;
 pub mod proxy;
@@ -11,6 +12,7 @@ pub mod proxy;
 use std::time::Duration;
 
 pub use broker::Broker;
+pub use disk::SmallDisk;
 pub use gateway::{Gateway, GatewayConfig};
 pub use metrics::{scrape, Exposition};
 pub use proxy::Proxy;
