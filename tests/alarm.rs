@@ -77,16 +77,6 @@ async fn blocked_gauge(gw: &Gateway, client: &reqwest::Client) -> f64 {
     scrape(client, gw).await.get("hookgate_broker_blocked", &[])
 }
 
-async fn readyz(gw: &Gateway, client: &reqwest::Client) -> (u16, String) {
-    let resp = client
-        .get(gw.admin_url("/readyz"))
-        .send()
-        .await
-        .expect("readyz");
-    let status = resp.status().as_u16();
-    (status, resp.text().await.expect("readyz body"))
-}
-
 #[tokio::test]
 async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_the_alarm() {
     if !broker_available() {
@@ -125,7 +115,7 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     })
     .await;
     assert!(blocked, "hookgate_broker_blocked never went to 1");
-    let (status, why) = readyz(&gw, &client).await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 200, "{why}");
     assert!(why.contains("spooling"), "{why}");
     accept(&gw, &client, "evt_spooled").await;

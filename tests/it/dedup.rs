@@ -373,12 +373,9 @@ async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
 #[tokio::test]
 async fn on_a_full_disk_marks_are_kept_in_memory_and_readiness_reports_the_store() {
     require_broker!();
-    let Some(disk) = SmallDisk::mount("16m") else {
-        skip_or_fail("cannot mount a tmpfs to fill (needs root)");
+    let Some((disk, _dir, broker, cfg)) = fixture_on_small_disk().await else {
         return;
     };
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.store = disk.path().join("store");
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     wait_broker_connected(&client, &gw).await;
@@ -395,13 +392,9 @@ async fn on_a_full_disk_marks_are_kept_in_memory_and_readiness_reports_the_store
             .await;
         assert_eq!((s, outcome(&r).as_str()), (200, "accepted"), "{id}: {r}");
         accepted.push(id);
-        let resp = client
-            .get(gw.admin_url("/readyz"))
-            .send()
-            .await
-            .expect("readyz");
-        if resp.status() == 503 {
-            readiness = resp.text().await.expect("readyz body");
+        let (status, why) = gw.admin_get(&client, "/readyz").await;
+        if status == 503 {
+            readiness = why;
             break;
         }
     }

@@ -453,16 +453,6 @@ async fn config_set(conn: &mut redis::aio::MultiplexedConnection, name: &str, va
         .expect("CONFIG SET");
 }
 
-async fn readyz(client: &reqwest::Client, gw: &Gateway) -> (u16, String) {
-    let resp = client
-        .get(gw.admin_url("/readyz"))
-        .send()
-        .await
-        .expect("readyz");
-    let status = resp.status().as_u16();
-    (status, resp.text().await.expect("readyz body"))
-}
-
 #[tokio::test]
 async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads() {
     require_broker!();
@@ -490,10 +480,10 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
     config_set(&mut conn, "maxmemory", "1").await;
     // No request has failed yet, so only the readiness probe can tell.
     let not_ready = eventually(BROKER_TIMEOUT, || async {
-        readyz(&client, &gw).await.0 == 503
+        gw.admin_get(&client, "/readyz").await.0 == 503
     })
     .await;
-    let (_, why) = readyz(&client, &gw).await;
+    let (_, why) = gw.admin_get(&client, "/readyz").await;
     assert!(not_ready, "ready although Redis refuses writes: {why}");
     // The sender retries the first delivery: reads find its marks.
     let (s, r) = gw
@@ -504,7 +494,7 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
         (200, "duplicate"),
         "a read still finds the mark: {r}"
     );
-    let (status, why) = readyz(&client, &gw).await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(
         status, 503,
         "a read that worked does not make it ready: {why}"
@@ -516,7 +506,7 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
 
     config_set(&mut conn, "maxmemory", "0").await;
     let ready = eventually(BROKER_TIMEOUT, || async {
-        readyz(&client, &gw).await.0 == 200
+        gw.admin_get(&client, "/readyz").await.0 == 200
     })
     .await;
     assert!(ready, "not ready after Redis took writes again");

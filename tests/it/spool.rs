@@ -61,18 +61,8 @@ async fn accept(gw: &Gateway, client: &reqwest::Client, id: &str) {
     );
 }
 
-async fn admin_get(gw: &Gateway, client: &reqwest::Client, path: &str) -> (u16, String) {
-    let resp = client
-        .get(gw.admin_url(path))
-        .send()
-        .await
-        .expect("admin request");
-    let status = resp.status().as_u16();
-    (status, resp.text().await.expect("admin body"))
-}
-
 async fn spool_depth(gw: &Gateway, client: &reqwest::Client) -> u64 {
-    let (status, body) = admin_get(gw, client, "/spool").await;
+    let (status, body) = gw.admin_get(client, "/spool").await;
     assert_eq!(status, 200, "{body}");
     let v: serde_json::Value = serde_json::from_str(&body).expect("spool json");
     v["depth"].as_u64().expect("depth")
@@ -88,7 +78,7 @@ async fn admin_until(
 ) -> (u16, String) {
     let deadline = Instant::now() + timeout;
     loop {
-        let (status, body) = admin_get(gw, client, path).await;
+        let (status, body) = gw.admin_get(client, path).await;
         if check(status, &body) || Instant::now() >= deadline {
             return (status, body);
         }
@@ -526,7 +516,7 @@ async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded
     let body = event_body("evt_nospool");
     let first = send(&gw, &client, &body, "req_nospool").await;
     assert_retry_later(&first, "spool disabled");
-    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 503, "{why}");
     let again = send(&gw, &client, &body, "req_nospool").await;
     assert_retry_later(&again, "retry, broker still away");
@@ -559,17 +549,17 @@ async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
 
-    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 200, "{why}");
     assert!(why.contains("spooling"), "{why}");
     accept(&gw, &client, "evt_first").await;
-    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 200, "{why}");
     assert!(why.contains("spooling"), "{why}");
 
     let (_, _, refused) = fill_until_refused(&gw, &client).await;
     assert_retry_later(&refused, "spool full");
-    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(
         status, 503,
         "once the spool refuses events, not ready: {why}"
@@ -704,12 +694,9 @@ async fn collect_all(broker: &Broker, ids: &[String], deadline: Duration) -> Vec
 #[tokio::test]
 async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_published_again() {
     require_broker!();
-    let Some(disk) = SmallDisk::mount("16m") else {
-        skip_or_fail("cannot mount a tmpfs to fill (needs root)");
+    let Some((disk, _dir, broker, mut cfg)) = fixture_on_small_disk().await else {
         return;
     };
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.store = disk.path().join("store");
     let proxy = Proxy::to_rabbitmq().await;
     cfg.amqp_url = proxy.amqp_url("");
     let mut gw = Gateway::start(&cfg).await;
@@ -742,7 +729,7 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
         }
     }
     let refused = refused.expect("a full disk took 200 spooled events");
-    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 503, "a spool that cannot write is not ready: {why}");
 
     // The broker is back: the head is published, but the store cannot delete it. The
@@ -755,7 +742,7 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     })
     .await;
     assert!(stuck, "the drainer never reported the failed delete");
-    let (status, why) = admin_get(&gw, &client, "/readyz").await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(
         status, 503,
         "broker connected, but new events would queue behind the head: {why}"

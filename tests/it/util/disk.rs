@@ -2,6 +2,21 @@
 
 use std::path::Path;
 
+use super::{fixture, skip_or_fail, Broker, GatewayConfig};
+
+/// [`fixture`] with the store on a 16 MiB disk the test can fill; `None` (skipped, or
+/// failed where required, see [`skip_or_fail`]) without the right to mount one.
+pub async fn fixture_on_small_disk() -> Option<(SmallDisk, tempfile::TempDir, Broker, GatewayConfig)>
+{
+    let Some(disk) = SmallDisk::mount("16m") else {
+        skip_or_fail("cannot mount a tmpfs to fill (needs root)");
+        return None;
+    };
+    let (dir, broker, mut cfg) = fixture().await;
+    cfg.store = disk.path().join("store");
+    Some((disk, dir, broker, cfg))
+}
+
 /// A tmpfs mounted on a fresh directory, unmounted when dropped: a disk the test can fill.
 pub struct SmallDisk {
     dir: tempfile::TempDir,

@@ -161,6 +161,17 @@ impl Gateway {
         format!("http://{}{path}", self.admin)
     }
 
+    /// GETs an admin endpoint: (status, body).
+    pub async fn admin_get(&self, client: &reqwest::Client, path: &str) -> (u16, String) {
+        let resp = client
+            .get(self.admin_url(path))
+            .send()
+            .await
+            .expect("admin request");
+        let status = resp.status().as_u16();
+        (status, resp.text().await.expect("admin body"))
+    }
+
     /// Log lines so far.
     pub fn logs(&self) -> Vec<String> {
         self.logs.lock().expect("logs").clone()

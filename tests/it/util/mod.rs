@@ -12,7 +12,7 @@ pub mod proxy;
 use std::time::Duration;
 
 pub use broker::Broker;
-pub use disk::SmallDisk;
+pub use disk::fixture_on_small_disk;
 pub use gateway::{Gateway, GatewayConfig};
 pub use metrics::{scrape, Exposition};
 pub use proxy::Proxy;
