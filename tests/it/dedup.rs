@@ -404,9 +404,8 @@ async fn on_a_full_disk_marks_are_kept_in_memory_and_readiness_reports_the_store
         accepted.len()
     );
     assert!(
-        gw.logs()
-            .iter()
-            .any(|l| l.contains("state journal cannot be written")),
+        gw.logged("state journal cannot be written", BROKER_TIMEOUT)
+            .await,
         "no ERROR for the journal"
     );
     // The marks are still held in memory: the sender's retry is a duplicate.

@@ -344,9 +344,7 @@ async fn a_replaced_certificate_is_served_to_new_connections_without_a_restart()
     assert!(err.is_connect(), "{err:?}");
     deliver_ok(&client(Some(&new)), &gw, "new connection after rotation").await;
     assert!(
-        gw.logs()
-            .iter()
-            .any(|l| l.contains("TLS certificate reloaded")),
+        gw.logged("TLS certificate reloaded", BROKER_TIMEOUT).await,
         "the reload is logged"
     );
     broker.delete().await;

@@ -177,6 +177,13 @@ impl Gateway {
         self.logs.lock().expect("logs").clone()
     }
 
+    /// Waits until a log line contains `needle`: lines are read from the process's stderr
+    /// by a thread of their own, so one written just before an answer may still be on its
+    /// way. False if none did within `timeout`.
+    pub async fn logged(&self, needle: &str, timeout: Duration) -> bool {
+        super::wait_until(timeout, || self.logs().iter().any(|l| l.contains(needle))).await
+    }
+
     /// The process id.
     pub fn pid(&self) -> u32 {
         self.child.id()
