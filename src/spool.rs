@@ -15,6 +15,10 @@ use crate::metrics::Metrics;
 use crate::publish::{Message, PublishError, Publisher};
 use crate::store::{Store, StoreError, Tree};
 
+/// The longest a request waits for its spool entry's fsync. A disk that takes longer is
+/// treated as failing: the sender gets a 503 rather than waiting on a stuck store (the
+/// entry may still reach the disk and be published; consumers dedup on message_id).
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 const RETRY_MIN: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(5);
 /// How often a spool head that no queue takes is reported.
@@ -151,7 +155,13 @@ impl Spool {
         // The 200 promises the event survives a crash: it must be on disk first. An entry
         // whose flush failed stays queued (the sender's retry may then be published twice,
         // which consumers dedup on message_id), but its sender gets a 503.
-        let flushed = self.store.flush().await;
+        let flushed = tokio::time::timeout(FLUSH_TIMEOUT, self.store.flush())
+            .await
+            .unwrap_or_else(|_| {
+                Err(StoreError::Io(format!(
+                    "the spool's fsync took longer than {FLUSH_TIMEOUT:?}"
+                )))
+            });
         self.store_failing.store(flushed.is_err(), Ordering::SeqCst);
         Ok(flushed?)
     }
