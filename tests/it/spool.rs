@@ -36,7 +36,12 @@ async fn send(gw: &Gateway, client: &reqwest::Client, body: &str, request_id: &s
         .body(body.to_owned())
         .send()
         .await
-        .expect("request");
+        .unwrap_or_else(|e| {
+            panic!(
+                "request: {e:?}; the gateway's log:\n{}",
+                gw.logs().join("\n")
+            )
+        });
     let status = resp.status().as_u16();
     let retry_after = resp
         .headers()
