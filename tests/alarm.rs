@@ -61,18 +61,6 @@ impl Drop for MemoryAlarm {
     }
 }
 
-async fn accept(gw: &Gateway, client: &reqwest::Client, id: &str) {
-    let (status, body) = gw
-        .deliver(client, &event_body(id), &format!("req_{id}"))
-        .await;
-    assert_eq!(status, 200, "{id}: {body}");
-    assert_eq!(
-        body,
-        serde_json::json!({"status": "accepted", "event_id": id}),
-        "{id}"
-    );
-}
-
 async fn blocked_gauge(gw: &Gateway, client: &reqwest::Client) -> f64 {
     scrape(client, gw).await.get("hookgate_broker_blocked", &[])
 }
@@ -97,7 +85,7 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     })
     .await;
     assert!(connected, "the gateway never connected to the broker");
-    accept(&gw, &client, "evt_before").await;
+    gw.accept(&client, "evt_before").await;
 
     let Some(alarm) = MemoryAlarm::raise() else {
         skip_or_fail("cannot raise a memory alarm with rabbitmqctl");
@@ -109,7 +97,7 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     );
     // The broker holds this publish unconfirmed and blocks the connection; the publish is
     // given up at the block and spooled, so the sender gets its 200 without waiting.
-    accept(&gw, &client, "evt_held").await;
+    gw.accept(&client, "evt_held").await;
     let blocked = eventually(BROKER_TIMEOUT, || async {
         blocked_gauge(&gw, &client).await == 1.0
     })
@@ -118,7 +106,7 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 200, "{why}");
     assert!(why.contains("spooling"), "{why}");
-    accept(&gw, &client, "evt_spooled").await;
+    gw.accept(&client, "evt_spooled").await;
 
     drop(alarm);
     let unblocked = eventually(BROKER_TIMEOUT, || async {
@@ -129,7 +117,7 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
         unblocked,
         "hookgate_broker_blocked stayed 1 after the alarm cleared"
     );
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     let got: Vec<String> = broker
         .until("sentinel")
         .await

@@ -478,12 +478,10 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
     config_set(&mut conn, "maxmemory-policy", "noeviction").await;
     config_set(&mut conn, "maxmemory", "1").await;
     // No request has failed yet, so only the readiness probe can tell.
-    let not_ready = eventually(BROKER_TIMEOUT, || async {
-        gw.admin_get(&client, "/readyz").await.0 == 503
-    })
-    .await;
-    let (_, why) = gw.admin_get(&client, "/readyz").await;
-    assert!(not_ready, "ready although Redis refuses writes: {why}");
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |s, _| s == 503)
+        .await;
+    assert_eq!(status, 503, "ready although Redis refuses writes: {why}");
     // The sender retries the first delivery: reads find its marks.
     let (s, r) = gw
         .deliver(&client, &event_body("evt_oom_1"), "req_oom_1")
@@ -504,11 +502,13 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
     assert_eq!(s, 503, "a claim cannot be written: {r}");
 
     config_set(&mut conn, "maxmemory", "0").await;
-    let ready = eventually(BROKER_TIMEOUT, || async {
-        gw.admin_get(&client, "/readyz").await.0 == 200
-    })
-    .await;
-    assert!(ready, "not ready after Redis took writes again");
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |s, _| s == 200)
+        .await;
+    assert_eq!(
+        status, 200,
+        "not ready after Redis took writes again: {why}"
+    );
     let (s, r) = gw
         .deliver(&client, &event_body("evt_oom_2"), "req_oom_2")
         .await;

@@ -56,16 +56,6 @@ async fn send(gw: &Gateway, client: &reqwest::Client, body: &str, request_id: &s
 }
 
 /// Sends a fresh event `id` and asserts it was accepted.
-async fn accept(gw: &Gateway, client: &reqwest::Client, id: &str) {
-    let a = send(gw, client, &event_body(id), &format!("req_{id}")).await;
-    assert_eq!(a.status, 200, "{id}: {}", a.body);
-    assert_eq!(
-        a.body,
-        serde_json::json!({"status": "accepted", "event_id": id}),
-        "{id}"
-    );
-}
-
 async fn spool_depth(gw: &Gateway, client: &reqwest::Client) -> u64 {
     let (status, body) = gw.admin_get(client, "/spool").await;
     assert_eq!(status, 200, "{body}");
@@ -73,30 +63,11 @@ async fn spool_depth(gw: &Gateway, client: &reqwest::Client) -> u64 {
     v["depth"].as_u64().expect("depth")
 }
 
-/// Polls the admin endpoint until `check(status, body)` holds or `timeout` passes.
-async fn admin_until(
-    gw: &Gateway,
-    client: &reqwest::Client,
-    path: &str,
-    timeout: Duration,
-    check: impl Fn(u16, &str) -> bool,
-) -> (u16, String) {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let (status, body) = gw.admin_get(client, path).await;
-        if check(status, &body) || Instant::now() >= deadline {
-            return (status, body);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// Waits until the spool is empty; fails after `timeout`.
 async fn wait_drained(gw: &Gateway, client: &reqwest::Client, timeout: Duration) {
-    let (_, body) = admin_until(gw, client, "/spool", timeout, |_, b| {
-        b.contains("\"depth\":0")
-    })
-    .await;
+    let (_, body) = gw
+        .admin_until(client, "/spool", timeout, |_, b| b.contains("\"depth\":0"))
+        .await;
     assert!(body.contains("\"depth\":0"), "spool did not drain: {body}");
 }
 
@@ -188,7 +159,7 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
 
     let ids: Vec<String> = (0..20).map(|i| format!("evt_{i:03}")).collect();
     for id in &ids {
-        accept(&gw, &client, id).await;
+        gw.accept(&client, id).await;
     }
     // The CLI asks the running gateway (its store is locked). The test config binds the
     // admin listener to port 0, which the CLI cannot know: give it the bound address.
@@ -213,7 +184,7 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
 
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     assert_eq!(got, ids, "every spooled event once, in arrival order");
     assert_eq!(
@@ -236,7 +207,7 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
     cfg.confirm_timeout = "1s".into();
     let gw = Arc::new(Gateway::start(&cfg).await);
     let client = client(None);
-    admin_until(&gw, &client, "/readyz", BROKER_TIMEOUT, |_, b| {
+    gw.admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
         b.contains("broker connected")
     })
     .await;
@@ -289,10 +260,11 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
     proxy.restore();
     log_phase("restored");
     // Black-hole a live connection, not a reconnect attempt.
-    let (_, why) = admin_until(&gw, &client, "/readyz", DRAIN_DEADLINE, |_, b| {
-        b.contains("broker connected")
-    })
-    .await;
+    let (_, why) = gw
+        .admin_until(&client, "/readyz", DRAIN_DEADLINE, |_, b| {
+            b.contains("broker connected")
+        })
+        .await;
     assert!(why.contains("broker connected"), "no reconnect: {why}");
     let at = done.load(Ordering::SeqCst);
     reach(at + 20).await;
@@ -317,7 +289,7 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
         .map(|(id, _)| id.clone())
         .collect();
 
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     let received = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     let dups = duplicates(&received);
     let lost = missing(&accepted, &received);
@@ -376,7 +348,7 @@ async fn kill_9_while_the_spool_drains_loses_nothing() {
             let mut ids = Vec::new();
             for i in 0..PER_TASK {
                 let id = format!("evt_{t}_{i:03}");
-                accept(&gw, &client, &id).await;
+                gw.accept(&client, &id).await;
                 ids.push(id);
             }
             ids
@@ -415,7 +387,7 @@ async fn kill_9_while_the_spool_drains_loses_nothing() {
         })
         .and_then(|v| v["depth"].as_u64());
     eprintln!("after kill -9 the spool held {left:?} entries");
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     let received = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     let dups = duplicates(&received);
     let lost = missing(&accepted, &received);
@@ -501,7 +473,7 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
         serde_json::json!({"status": "accepted", "event_id": id}),
         "the retry is accepted, not a duplicate"
     );
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     let mut expected = accepted.clone();
     expected.push(id);
@@ -529,7 +501,9 @@ async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded
     stop(&mut gw).await;
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
-    let (status, why) = admin_until(&gw, &client, "/readyz", BROKER_TIMEOUT, |s, _| s == 200).await;
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |s, _| s == 200)
+        .await;
     assert_eq!(status, 200, "{why}");
     let retry = send(&gw, &client, &body, "req_nospool").await;
     assert_eq!(
@@ -537,7 +511,7 @@ async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded
         serde_json::json!({"status": "accepted", "event_id": "evt_nospool"}),
         "the retry is accepted, not a duplicate"
     );
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     assert_eq!(
         collect(&broker, "sentinel", DRAIN_DEADLINE).await,
         vec!["evt_nospool".to_owned()]
@@ -557,7 +531,7 @@ async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 200, "{why}");
     assert!(why.contains("spooling"), "{why}");
-    accept(&gw, &client, "evt_first").await;
+    gw.accept(&client, "evt_first").await;
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 200, "{why}");
     assert!(why.contains("spooling"), "{why}");
@@ -613,7 +587,7 @@ async fn measure_spool_latency_and_drain_of_10k() {
         let (gw, client) = (gw.clone(), client.clone());
         senders.push(tokio::spawn(async move {
             for i in (t..rest).step_by(tasks) {
-                accept(&gw, &client, &format!("evt_c_{i:05}")).await;
+                gw.accept(&client, &format!("evt_c_{i:05}")).await;
             }
         }));
     }
@@ -657,10 +631,10 @@ async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_roo
     let client = client(None);
     wait_broker_connected(&client, &gw).await;
 
-    accept(&gw, &client, "evt_fits").await;
+    gw.accept(&client, "evt_fits").await;
     // The queue is full: the broker nacks the next publish. The event is spooled (200), and
     // the drainer retries until the queue has room.
-    accept(&gw, &client, "evt_nacked").await;
+    gw.accept(&client, "evt_nacked").await;
     assert_eq!(
         spool_depth(&gw, &client).await,
         1,
@@ -672,7 +646,7 @@ async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_roo
         "the broker kept only the first"
     );
 
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     assert_eq!(got, ["evt_fits", "evt_nacked"], "each once, in order");
     broker.delete().await;
@@ -690,14 +664,15 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     let client = client(None);
 
     proxy.cut();
-    let (status, why) = admin_until(&gw, &client, "/readyz", BROKER_TIMEOUT, |_, b| {
-        b.contains("spooling")
-    })
-    .await;
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
+            b.contains("spooling")
+        })
+        .await;
     assert_eq!(status, 200, "{why}");
     let mut accepted: Vec<String> = (0..3).map(|i| format!("evt_{i:03}")).collect();
     for id in &accepted {
-        accept(&gw, &client, id).await;
+        gw.accept(&client, id).await;
     }
 
     // The disk fills. A spooled event that cannot be flushed is refused, not accepted.
@@ -745,7 +720,7 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     disk.free();
     let gw = Gateway::start(&cfg).await;
     wait_drained(&gw, &client, DRAIN_DEADLINE).await;
-    accept(&gw, &client, "sentinel").await;
+    gw.accept(&client, "sentinel").await;
     let mut got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
     // The refused event's entry may have reached the disk before its flush failed: then it
     // is published too (its sender, told 503, retries; consumers dedup on message_id).

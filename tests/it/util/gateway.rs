@@ -177,6 +177,38 @@ impl Gateway {
         self.logs.lock().expect("logs").clone()
     }
 
+    /// Polls an admin endpoint until `check(status, body)` holds or `timeout` passes; returns
+    /// the last answer.
+    pub async fn admin_until(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        timeout: Duration,
+        check: impl Fn(u16, &str) -> bool,
+    ) -> (u16, String) {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let (status, body) = self.admin_get(client, path).await;
+            if check(status, &body) || tokio::time::Instant::now() >= deadline {
+                return (status, body);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Delivers a fresh event `id` (request id `req_<id>`) and asserts it was accepted.
+    pub async fn accept(&self, client: &reqwest::Client, id: &str) {
+        let (status, body) = self
+            .deliver(client, &super::event_body(id), &format!("req_{id}"))
+            .await;
+        assert_eq!(status, 200, "{id}: {body}");
+        assert_eq!(
+            body,
+            serde_json::json!({"status": "accepted", "event_id": id}),
+            "{id}"
+        );
+    }
+
     /// Waits until a log line contains `needle`: lines are read from the process's stderr
     /// by a thread of their own, so one written just before an answer may still be on its
     /// way. False if none did within `timeout`.
