@@ -77,14 +77,7 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     cfg.extra = "dedup:\n  in_flight_lease: 180s\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
-    let connected = eventually(BROKER_TIMEOUT, || async {
-        scrape(&client, &gw)
-            .await
-            .get("hookgate_broker_connected", &[])
-            == 1.0
-    })
-    .await;
-    assert!(connected, "the gateway never connected to the broker");
+    wait_broker_connected(&client, &gw).await;
     gw.accept(&client, "evt_before").await;
 
     let Some(alarm) = MemoryAlarm::raise() else {

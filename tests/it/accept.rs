@@ -299,7 +299,7 @@ async fn amqps_url_publishes_over_tls() {
         .push(("SSL_CERT_FILE".into(), cert.cert_path.display().to_string()));
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
-    crate::dedup::wait_broker_connected(&client, &gw).await;
+    wait_broker_connected(&client, &gw).await;
     let (status, answer) = gw.deliver(&client, &event_body("evt_tls"), "r1").await;
     assert_eq!((status, answer["status"].as_str()), (200, Some("accepted")));
     let m = broker

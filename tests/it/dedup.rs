@@ -38,29 +38,6 @@ pub(crate) fn outcome(answer: &serde_json::Value) -> String {
     }
 }
 
-/// Waits until `/readyz` says the broker is connected (so a publish is not a spool or a
-/// 503 for want of a connection).
-pub(crate) async fn wait_broker_connected(client: &reqwest::Client, gw: &Gateway) {
-    let deadline = tokio::time::Instant::now() + BROKER_TIMEOUT;
-    loop {
-        if let Ok(r) = client.get(gw.admin_url("/readyz")).send().await {
-            if r.text()
-                .await
-                .unwrap_or_default()
-                .contains("broker connected")
-            {
-                return;
-            }
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "broker never connected; logs:\n{}",
-            gw.logs().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
 /// SIGTERM and wait for a clean exit, so the store is flushed and unlocked.
 pub(crate) async fn stop(mut gw: Gateway) {
     gw.signal("TERM");

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rand::seq::{IndexedRandom, SliceRandom};
 
-use crate::dedup::{ids, outcome, rfc3339_ms, stop, wait_broker_connected, wall_ms};
+use crate::dedup::{ids, outcome, rfc3339_ms, stop, wall_ms};
 use crate::require_broker;
 use crate::util::*;
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::dedup::{ids, outcome, wait_broker_connected};
+use crate::dedup::{ids, outcome};
 use crate::guard::{concurrent_status_rounds, run_shared_scenarios};
 use crate::require_broker;
 use crate::util::proxy::Proxy;
@@ -33,13 +33,18 @@ fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> GatewayConfig {
     cfg
 }
 
-/// Deletes every key under `prefix`, so test runs leave the shared Redis as they found it.
-async fn cleanup(prefix: &str) {
-    let client = redis::Client::open(REDIS_URL).expect("redis url");
-    let mut conn = tokio::time::timeout(BROKER_TIMEOUT, client.get_multiplexed_async_connection())
+/// A plain connection to the Redis at `url`, for the test itself.
+async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(url).expect("redis url");
+    tokio::time::timeout(BROKER_TIMEOUT, client.get_multiplexed_async_connection())
         .await
         .expect("redis connect timed out")
-        .expect("redis connect");
+        .expect("redis connect")
+}
+
+/// Deletes every key under `prefix`, so test runs leave the shared Redis as they found it.
+async fn cleanup(prefix: &str) {
+    let mut conn = redis_connection(REDIS_URL).await;
     let keys: Vec<String> = redis::cmd("KEYS")
         .arg(format!("{prefix}*"))
         .query_async(&mut conn)
@@ -364,15 +369,6 @@ impl OwnRedis {
         };
         format!("{scheme}://127.0.0.1:{}/0", self.port)
     }
-
-    /// A plain connection for the test itself.
-    async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        let client = redis::Client::open(self.url()).expect("redis url");
-        tokio::time::timeout(BROKER_TIMEOUT, client.get_multiplexed_async_connection())
-            .await
-            .expect("redis connect timed out")
-            .expect("redis connect")
-    }
 }
 
 impl Drop for OwnRedis {
@@ -474,7 +470,7 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
     assert_eq!((s, outcome(&r).as_str()), (200, "accepted"), "{r}");
 
     // Out of memory, evicting nothing: Redis still answers PING and GET, refuses writes.
-    let mut conn = redis.connection().await;
+    let mut conn = redis_connection(&redis.url()).await;
     config_set(&mut conn, "maxmemory-policy", "noeviction").await;
     config_set(&mut conn, "maxmemory", "1").await;
     // No request has failed yet, so only the readiness probe can tell.

@@ -68,6 +68,29 @@ macro_rules! require_broker {
     };
 }
 
+/// Waits until `/readyz` says the broker is connected (so a publish is not a spool or a
+/// 503 for want of a connection).
+pub async fn wait_broker_connected(client: &reqwest::Client, gw: &Gateway) {
+    let deadline = tokio::time::Instant::now() + BROKER_TIMEOUT;
+    loop {
+        if let Ok(r) = client.get(gw.admin_url("/readyz")).send().await {
+            if r.text()
+                .await
+                .unwrap_or_default()
+                .contains("broker connected")
+            {
+                return;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "broker never connected; logs:\n{}",
+            gw.logs().join("\n")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A unique name for exchanges, queues and ids.
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{}", uuid::Uuid::new_v4().simple())
