@@ -168,7 +168,7 @@ fn main() -> Result<()> {
     }
     // The open loop runs on one thread: at a paced rate each request is woken through alone,
     // and a pacer thread handing it to runtime workers woke two threads per request. On one
-    // thread the client used a fifth less CPU (BENCHMARKS.md, session 6). The closed loop
+    // thread the client used a fifth less CPU. The closed loop
     // and the servers need both cores.
     let rt = if cli.rate.is_some() && cli.serve_baseline.is_none() && !cli.consume {
         tokio::runtime::Builder::new_current_thread()

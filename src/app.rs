@@ -26,8 +26,6 @@ use crate::tls::{TlsError, TlsReloader};
 
 /// Connections the admin listener accepts at once.
 const ADMIN_MAX_CONNECTIONS: usize = 64;
-/// How often secret and certificate files are compared with what is loaded.
-const RELOAD_POLL: Duration = Duration::from_secs(2);
 
 /// Why the gateway could not start or run.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +227,7 @@ pub async fn serve(
     tokio::spawn(reload_loop(
         pipeline.clone(),
         tls.clone(),
+        config.reload_poll,
         stop_background.clone(),
     ));
 
@@ -337,6 +336,7 @@ async fn sweep_loop(pipeline: Arc<Pipeline>, every: Duration, stop: Cancellation
 async fn reload_loop(
     pipeline: Arc<Pipeline>,
     tls: Option<Arc<TlsReloader>>,
+    poll: Duration,
     stop: CancellationToken,
 ) {
     #[cfg(unix)]
@@ -356,7 +356,7 @@ async fn reload_loop(
         let by_signal = tokio::select! {
             _ = stop.cancelled() => return,
             _ = hup_recv => true,
-            _ = tokio::time::sleep(RELOAD_POLL) => false,
+            _ = tokio::time::sleep(poll) => false,
         };
         for route in &pipeline.routes {
             if !by_signal && route.secrets.files().next().is_none() {

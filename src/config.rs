@@ -59,6 +59,10 @@ pub struct Config {
     /// How long in-flight requests may take to finish after SIGTERM. Default 25s.
     #[serde(default = "default_shutdown_grace", with = "duration")]
     pub shutdown_grace: Duration,
+    /// How often secret files and the TLS certificate files are compared with what is
+    /// loaded; SIGHUP re-reads them at once. Default 2s.
+    #[serde(default = "default_reload_poll", with = "duration")]
+    pub reload_poll: Duration,
     /// Logging.
     #[serde(default)]
     pub log: Log,
@@ -796,6 +800,9 @@ fn default_clock_skew() -> Duration {
 fn default_shutdown_grace() -> Duration {
     Duration::from_secs(25)
 }
+fn default_reload_poll() -> Duration {
+    Duration::from_secs(2)
+}
 fn default_log_level() -> String {
     "info".into()
 }
@@ -878,6 +885,7 @@ routes:
         assert_eq!(c.amqp.routing_key, "{event}");
         assert_eq!(c.max_clock_skew, Duration::from_secs(300));
         assert_eq!(c.shutdown_grace, Duration::from_secs(25));
+        assert_eq!(c.reload_poll, Duration::from_secs(2));
         assert_eq!(c.spool.max_bytes, 1 << 30);
         assert_eq!(c.routes[0].fields.event_id, "/id");
         assert_eq!(c.routes[0].profile, Profile::Botix);

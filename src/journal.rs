@@ -120,8 +120,7 @@ impl Value {
 }
 
 /// A hash map: a lookup costs one or two cache misses, where an ordered map of a million
-/// marks walks five levels of nodes (the ordered map cost about 4 µs a request, BENCHMARKS.md
-/// "Session 3"). Growing a shard rehashes it under its lock; a shard of a 3-million-mark
+/// marks walks five levels of nodes (the ordered map cost about 4 µs a request). Growing a shard rehashes it under its lock; a shard of a 3-million-mark
 /// store holds about 3,000 entries (see [`SHARDS`]).
 type Shard = HashMap<Digest, Entry, BuildNoHashHasher<Digest>>;
 

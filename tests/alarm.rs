@@ -31,7 +31,14 @@ struct MemoryAlarm {
 }
 
 impl MemoryAlarm {
+    /// Refuses (panics) when an alarm is already set: an interrupted earlier run may have
+    /// left the watermark at one byte, and taking that as "previous" would keep the broker
+    /// blocked for good.
     fn raise() -> Option<Self> {
+        assert!(
+            !Self::active(),
+            "the broker already has a memory alarm; reset it first: rabbitmqctl set_vm_memory_high_watermark 0.4"
+        );
         let previous = rabbitmqctl(&["eval", "vm_memory_monitor:get_vm_memory_high_watermark()."])?;
         rabbitmqctl(&["set_vm_memory_high_watermark", "absolute", "1"])?;
         Some(Self { previous })

@@ -221,14 +221,9 @@ impl Gateway {
         self.child.id()
     }
 
-    /// Sends a signal by name (TERM, INT, HUP, KILL) with the `kill` command.
+    /// Sends a signal by name (TERM, INT, HUP, KILL).
     pub fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .expect("kill");
-        assert!(ok.success(), "kill -{name} failed");
+        super::send_signal(self.child.id(), name);
     }
 
     /// Waits for the process to exit.

@@ -54,8 +54,32 @@ pub fn skip_or_fail(why: &str) -> bool {
     if std::env::var_os("HOOKGATE_REQUIRE_BROKER").is_some() {
         panic!("{why}, and HOOKGATE_REQUIRE_BROKER is set");
     }
-    eprintln!("\n!!!!! SKIPPING: {why} (set HOOKGATE_REQUIRE_BROKER=1 to fail instead) !!!!!\n");
+    // Written to the process's stderr, not with `eprintln!`: the test harness captures the
+    // macro's output of a passing test, and a skip must be seen on a developer's terminal.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n!!!!! SKIPPING: {why} (set HOOKGATE_REQUIRE_BROKER=1 to fail instead) !!!!!\n"
+    );
     false
+}
+
+/// Sends the signal named `name` (TERM, INT, HUP, KILL) to process `pid`, with the
+/// `kill(2)` system call.
+pub fn send_signal(pid: u32, name: &str) {
+    use rustix::process::{kill_process, Pid, Signal};
+    let signal = match name {
+        "TERM" => Signal::TERM,
+        "INT" => Signal::INT,
+        "HUP" => Signal::HUP,
+        "KILL" => Signal::KILL,
+        other => panic!("no signal named {other}"),
+    };
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .expect("a child's process id");
+    kill_process(pid, signal).unwrap_or_else(|e| panic!("kill -{name} {pid:?}: {e}"));
 }
 
 /// Skips the calling test (returns) when the broker is unavailable and not required.
