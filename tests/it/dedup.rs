@@ -1,23 +1,11 @@
 //! Dedup (SPEC §3) and freshness (SPEC §2 step 5): the real binary or the real app, the
 //! real sled store, the real RabbitMQ.
 
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::require_broker;
-use crate::util::broker::Received;
 use crate::util::*;
-
-/// Milliseconds of the wall clock.
-pub(crate) fn wall_ms() -> i64 {
-    time::OffsetDateTime::now_utc().unix_timestamp_nanos() as i64 / 1_000_000
-}
-
-/// RFC 3339 text of Unix milliseconds.
-pub(crate) fn rfc3339_ms(ms: i64) -> String {
-    hookgate::pipeline::rfc3339(ms)
-}
 
 /// RFC 3339 text of Unix milliseconds, written in a zone `hours` east of UTC.
 fn rfc3339_offset(ms: i64, hours: i8) -> String {
@@ -26,34 +14,6 @@ fn rfc3339_offset(ms: i64, hours: i8) -> String {
         .to_offset(time::UtcOffset::from_hms(hours, 0, 0).expect("offset"))
         .format(&time::format_description::well_known::Rfc3339)
         .expect("format")
-}
-
-/// `status` and `reason` of an answer as one string: `accepted`, `duplicate`,
-/// `dropped:<reason>`.
-pub(crate) fn outcome(answer: &serde_json::Value) -> String {
-    match (answer["status"].as_str(), answer["reason"].as_str()) {
-        (Some("dropped"), Some(reason)) => format!("dropped:{reason}"),
-        (Some(status), _) => status.to_owned(),
-        _ => format!("no status in {answer}"),
-    }
-}
-
-/// SIGTERM and wait for a clean exit, so the store is flushed and unlocked.
-pub(crate) async fn stop(mut gw: Gateway) {
-    gw.signal("TERM");
-    let status = gw.wait_exit(Duration::from_secs(40)).await;
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "gateway did not stop cleanly: {status:?}"
-    );
-}
-
-/// The message ids of `messages`, in order.
-pub(crate) fn ids(messages: &[Received]) -> Vec<String> {
-    messages
-        .iter()
-        .map(|m| m.message_id.clone().unwrap_or_default())
-        .collect()
 }
 
 #[tokio::test]
@@ -238,112 +198,59 @@ async fn freshness_drops_expired_and_future_and_reads_every_timestamp_form() {
     broker.delete().await;
 }
 
-/// POSTs a signed body to an in-process gateway.
-async fn post(
-    client: &reqwest::Client,
-    addr: std::net::SocketAddr,
-    body: &str,
-    request_id: &str,
-) -> (u16, serde_json::Value) {
-    let resp = client
-        .post(format!("http://{addr}/webhooks/botix"))
-        .header("x-botix-signature", sign(SECRET, body.as_bytes()))
-        .header("x-botix-request-id", request_id)
-        .body(body.to_owned())
-        .send()
-        .await
-        .expect("send");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.expect("json"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
     require_broker!();
     let (_dir, broker, mut cfg) = fixture().await;
     cfg.extra = "dedup:\n  ttl: 1h\n".into();
-    let config = hookgate::config::Config::parse(&cfg.yaml()).expect("config");
-    let prepared = hookgate::app::prepare(config).expect("prepare");
-
-    let now = Arc::new(AtomicI64::new(wall_ms()));
-    let clock: hookgate::pipeline::Clock = {
-        let now = now.clone();
-        Arc::new(move || now.load(Ordering::SeqCst))
-    };
-    let webhooks = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let admin = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = webhooks.local_addr().expect("addr");
-    let admin_addr = admin.local_addr().expect("admin addr");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(hookgate::app::serve(
-        prepared,
-        hookgate::app::Listeners { webhooks, admin },
-        async {
-            let _ = stop_rx.await;
-        },
-        hookgate::app::Options {
-            clock,
-            sweep_interval: Duration::from_millis(20),
-        },
-    ));
+    let app = InProcess::start(&cfg.yaml()).await;
     let client = client(None);
     let body_at = |ms: i64| {
         serde_json::json!({"id": "evt_ttl", "event": "contact.created", "timestamp": rfc3339_ms(ms), "data": {}})
             .to_string()
     };
-
-    let t0 = now.load(Ordering::SeqCst);
-    let (s, a) = post(&client, addr, &body_at(t0), "req_ttl_1").await;
-    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
     let held = || async {
-        let text = client
-            .get(format!("http://{admin_addr}/metrics"))
-            .send()
+        app.metrics(&client)
             .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics body");
-        Exposition::parse(&text).get("hookgate_state_entries", &[])
+            .get("hookgate_state_entries", &[])
     };
+
+    let t0 = app.now();
+    let (s, a) = app.post(&client, &body_at(t0), "req_ttl_1").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
     assert_eq!(held().await, 2.0, "an event mark and a request mark");
 
     // Just inside the TTL: still a duplicate (new request id, fresh timestamp), still stored.
     let hour = 3_600_000;
-    now.store(t0 + hour - 60_000, Ordering::SeqCst);
-    let (s, a) = post(&client, addr, &body_at(t0 + hour - 60_000), "req_ttl_2").await;
+    app.set_now(t0 + hour - 60_000);
+    let (s, a) = app
+        .post(&client, &body_at(t0 + hour - 60_000), "req_ttl_2")
+        .await;
     assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
     assert_eq!(held().await, 2.0, "nothing expired yet");
 
     // Past the TTL: the background sweep removes both marks...
-    now.store(t0 + hour + 60_000, Ordering::SeqCst);
+    app.set_now(t0 + hour + 60_000);
     assert!(
         eventually(Duration::from_secs(10), || async { held().await == 0.0 }).await,
         "expired marks were not swept: {} left",
         held().await
     );
     // ...and the event is new again (a timestamp fresh for the moved clock).
-    let (s, a) = post(&client, addr, &body_at(t0 + hour + 60_000), "req_ttl_3").await;
+    let (s, a) = app
+        .post(&client, &body_at(t0 + hour + 60_000), "req_ttl_3")
+        .await;
     assert_eq!((s, outcome(&a)), (200, "accepted".into()));
     assert_eq!(held().await, 2.0);
 
     let sentinel = serde_json::json!({"id": "sentinel", "event": "contact.created", "timestamp": rfc3339_ms(t0 + hour + 60_000)}).to_string();
-    let (s, _) = post(&client, addr, &sentinel, "req_s").await;
+    let (s, _) = app.post(&client, &sentinel, "req_s").await;
     assert_eq!(s, 200);
     assert_eq!(
         ids(&broker.until("sentinel").await),
         vec!["evt_ttl", "evt_ttl"]
     );
-    let _ = stop_tx.send(());
-    tokio::time::timeout(Duration::from_secs(40), server)
-        .await
-        .expect("server stopped")
-        .expect("join")
-        .expect("serve");
+    app.stop().await;
     broker.delete().await;
 }
 

@@ -5,7 +5,6 @@ use std::sync::Arc;
 
 use rand::seq::{IndexedRandom, SliceRandom};
 
-use crate::dedup::{ids, outcome, rfc3339_ms, stop, wall_ms};
 use crate::require_broker;
 use crate::util::*;
 

@@ -3,8 +3,11 @@
 mod util;
 
 mod accept;
+mod claims;
+mod client_errors;
 mod dedup;
 mod guard;
+mod lifecycle;
 mod ops;
 mod redis;
 mod spool;

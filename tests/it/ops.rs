@@ -1,100 +1,14 @@
 //! Operations (SPEC §8, §9): metrics, graceful shutdown, certificate and secret rotation,
 //! slow and hostile clients, connection and rate limits, and the CLI's config checks.
 
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::require_broker;
 use crate::util::*;
-
-/// Upper bound for anything that is polled for; generous for a loaded 2-core machine.
-const POLL_DEADLINE: Duration = Duration::from_secs(20);
-
-// ---------------------------------------------------------------------------------------
-// Small helpers.
-
-async fn healthz(client: &reqwest::Client, gw: &Gateway) -> u16 {
-    client
-        .get(gw.admin_url("/healthz"))
-        .send()
-        .await
-        .expect("healthz")
-        .status()
-        .as_u16()
-}
-
-/// A signed delivery of a fresh event; asserts the 200.
-async fn deliver_ok(client: &reqwest::Client, gw: &Gateway, what: &str) {
-    let id = unique("evt");
-    let (status, answer) = gw.deliver(client, &event_body(&id), &unique("req")).await;
-    assert_eq!(
-        (status, answer["status"].as_str()),
-        (200, Some("accepted")),
-        "{what}: {answer}"
-    );
-}
-
-/// Reads until the peer closes (EOF or reset); `None` if it is still open at the deadline.
-async fn read_until_closed(stream: &mut TcpStream, timeout: Duration) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let read = async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-        }
-    };
-    tokio::time::timeout(timeout, read).await.ok()?;
-    Some(out)
-}
-
-/// Reads until `needle` has arrived; panics on EOF or at the deadline.
-async fn read_until(stream: &mut TcpStream, needle: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    let read = async {
-        let mut buf = [0u8; 4096];
-        while !out.windows(needle.len()).any(|w| w == needle) {
-            let n = stream.read(&mut buf).await.expect("read");
-            assert!(n > 0, "closed before {:?}", String::from_utf8_lossy(needle));
-            out.extend_from_slice(&buf[..n]);
-        }
-    };
-    tokio::time::timeout(POLL_DEADLINE, read)
-        .await
-        .unwrap_or_else(|_| panic!("no {:?} in time", String::from_utf8_lossy(needle)));
-    out
-}
-
-/// The certificate the server presents to a new TLS connection; the client trusts `roots`.
-async fn presented_cert(addr: SocketAddr, roots: &[&TestCert]) -> Result<Vec<u8>, String> {
-    hookgate::tls::install_crypto_provider();
-    let mut store = rustls::RootCertStore::empty();
-    for c in roots {
-        store
-            .add(rustls::pki_types::CertificateDer::from(c.cert_der.clone()))
-            .expect("root");
-    }
-    let config = rustls::ClientConfig::builder()
-        .with_root_certificates(store)
-        .with_no_client_auth();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
-    let tls = tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
-        .await
-        .map_err(|_| "handshake timed out".to_owned())?
-        .map_err(|e| e.to_string())?;
-    let (_, conn) = tls.get_ref();
-    let certs = conn.peer_certificates().ok_or("no peer certificate")?;
-    Ok(certs[0].to_vec())
-}
 
 // ---------------------------------------------------------------------------------------
 // Metrics.
@@ -582,26 +496,6 @@ async fn connections_beyond_max_connections_are_refused() {
         "a closed connection never freed its slot"
     );
     broker.delete().await;
-}
-
-/// Whether `needle` arrives before the peer closes (bounded).
-async fn read_until_closed_or(stream: &mut TcpStream, needle: &[u8]) -> bool {
-    let mut out = Vec::new();
-    let read = async {
-        let mut buf = [0u8; 4096];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return false,
-                Ok(n) => out.extend_from_slice(&buf[..n]),
-            }
-            if out.windows(needle.len()).any(|w| w == needle) {
-                return true;
-            }
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(5), read)
-        .await
-        .unwrap_or(false)
 }
 
 #[tokio::test]

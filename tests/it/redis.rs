@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use crate::dedup::{ids, outcome};
 use crate::guard::{concurrent_status_rounds, run_shared_scenarios};
 use crate::require_broker;
 use crate::util::proxy::Proxy;

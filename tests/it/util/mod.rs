@@ -6,16 +6,24 @@
 pub mod broker;
 pub mod disk;
 pub mod gateway;
+pub mod inprocess;
 pub mod metrics;
 pub mod proxy;
+pub mod raw;
 
+use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::net::TcpStream;
 
 pub use broker::Broker;
 pub use disk::fixture_on_small_disk;
 pub use gateway::{Gateway, GatewayConfig};
+pub use inprocess::InProcess;
 pub use metrics::{scrape, Exposition};
 pub use proxy::Proxy;
+pub use raw::{read_until, read_until_closed, read_until_closed_or};
 
 /// The secret every test route accepts first.
 pub const SECRET: &str = "whsec_test_8f2c1d9e4b7a6035";
@@ -25,6 +33,8 @@ pub const PREVIOUS_SECRET: &str = "whsec_previous_51c0a7e2d94b";
 pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
 /// Every broker await in tests is bounded by this.
 pub const BROKER_TIMEOUT: Duration = Duration::from_secs(15);
+/// Upper bound for anything that is polled for; generous for a loaded 2-core machine.
+pub const POLL_DEADLINE: Duration = Duration::from_secs(20);
 
 /// The usual start of a test: a temporary directory for the store, a fresh exchange with a
 /// queue bound to every routing key, and a gateway config for both (to adjust, then start).
@@ -232,4 +242,88 @@ where
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The admin `/healthz` status.
+pub async fn healthz(client: &reqwest::Client, gw: &Gateway) -> u16 {
+    client
+        .get(gw.admin_url("/healthz"))
+        .send()
+        .await
+        .expect("healthz")
+        .status()
+        .as_u16()
+}
+
+/// A signed delivery of a fresh event; asserts the 200.
+pub async fn deliver_ok(client: &reqwest::Client, gw: &Gateway, what: &str) {
+    let id = unique("evt");
+    let (status, answer) = gw.deliver(client, &event_body(&id), &unique("req")).await;
+    assert_eq!(
+        (status, answer["status"].as_str()),
+        (200, Some("accepted")),
+        "{what}: {answer}"
+    );
+}
+
+/// The certificate the server presents to a new TLS connection; the client trusts `roots`.
+pub async fn presented_cert(addr: SocketAddr, roots: &[&TestCert]) -> Result<Vec<u8>, String> {
+    hookgate::tls::install_crypto_provider();
+    let mut store = rustls::RootCertStore::empty();
+    for c in roots {
+        store
+            .add(rustls::pki_types::CertificateDer::from(c.cert_der.clone()))
+            .expect("root");
+    }
+    let config = rustls::ClientConfig::builder()
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").expect("name");
+    let tls = tokio::time::timeout(Duration::from_secs(10), connector.connect(name, tcp))
+        .await
+        .map_err(|_| "handshake timed out".to_owned())?
+        .map_err(|e| e.to_string())?;
+    let (_, conn) = tls.get_ref();
+    let certs = conn.peer_certificates().ok_or("no peer certificate")?;
+    Ok(certs[0].to_vec())
+}
+
+/// Milliseconds of the wall clock.
+pub fn wall_ms() -> i64 {
+    time::OffsetDateTime::now_utc().unix_timestamp_nanos() as i64 / 1_000_000
+}
+
+/// RFC 3339 text of Unix milliseconds.
+pub fn rfc3339_ms(ms: i64) -> String {
+    hookgate::pipeline::rfc3339(ms)
+}
+
+/// `status` and `reason` of an answer as one string: `accepted`, `duplicate`,
+/// `dropped:<reason>`.
+pub fn outcome(answer: &serde_json::Value) -> String {
+    match (answer["status"].as_str(), answer["reason"].as_str()) {
+        (Some("dropped"), Some(reason)) => format!("dropped:{reason}"),
+        (Some(status), _) => status.to_owned(),
+        _ => format!("no status in {answer}"),
+    }
+}
+
+/// SIGTERM and wait for a clean exit, so the store is flushed and unlocked.
+pub async fn stop(mut gw: Gateway) {
+    gw.signal("TERM");
+    let status = gw.wait_exit(Duration::from_secs(40)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "gateway did not stop cleanly: {status:?}"
+    );
+}
+
+/// The message ids of `messages`, in order.
+pub fn ids(messages: &[broker::Received]) -> Vec<String> {
+    messages
+        .iter()
+        .map(|m| m.message_id.clone().unwrap_or_default())
+        .collect()
 }

@@ -1,0 +1,120 @@
+//! The process's life (SPEC §8): SIGINT, a shutdown grace that runs out, and a certificate
+//! rotation that fails.
+
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use crate::require_broker;
+use crate::util::*;
+
+#[tokio::test]
+async fn sigint_shuts_down_cleanly_like_sigterm() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    deliver_ok(&client, &gw, "before SIGINT").await;
+
+    gw.signal("INT");
+    let status = gw
+        .wait_exit(POLL_DEADLINE)
+        .await
+        .expect("exited after SIGINT");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "SIGINT is a clean shutdown, not a kill; logs:\n{}",
+        gw.logs().join("\n")
+    );
+    assert!(
+        gw.logs().iter().any(|l| l.contains("SIGINT received")),
+        "the signal is logged; logs:\n{}",
+        gw.logs().join("\n")
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn a_request_still_arriving_when_the_grace_runs_out_is_cut_and_the_gateway_exits() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    // The body timeout is far beyond the poll deadline, so only the grace can end the wait.
+    cfg.extra = "shutdown_grace: 1s\nlimits:\n  body_read_timeout: 120s\n".into();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    let body = event_body("evt_cut_by_grace");
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\nExpect: 100-continue\r\n\r\n",
+        body.len(),
+        sign(SECRET, body.as_bytes())
+    );
+    s.write_all(head.as_bytes()).await.expect("head");
+    // The 100-continue says the handler is reading the body: the request is in flight.
+    read_until(&mut s, b"\r\n\r\n").await;
+    s.write_all(&body.as_bytes()[..10]).await.expect("a little");
+
+    gw.signal("TERM");
+    let status = gw
+        .wait_exit(POLL_DEADLINE)
+        .await
+        .expect("still running long after the grace ran out");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        gw.logs()
+            .iter()
+            .any(|l| l.contains("connections still open after the shutdown grace")),
+        "the cut is logged; logs:\n{}",
+        gw.logs().join("\n")
+    );
+    let answer = read_until_closed(&mut s, POLL_DEADLINE)
+        .await
+        .expect("the connection is closed");
+    assert!(
+        !String::from_utf8_lossy(&answer).contains("accepted"),
+        "a body that never arrived cannot be accepted"
+    );
+    assert!(
+        broker.next(Duration::from_millis(500)).await.is_none(),
+        "nothing is published for a request cut before its body arrived"
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn a_broken_certificate_rotation_keeps_serving_the_old_certificate() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::new().await;
+    let cert = TestCert::generate(dir.path());
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.tls = Some((cert.cert_path.clone(), cert.key_path.clone()));
+    let gw = Gateway::start(&cfg).await;
+    assert_eq!(
+        presented_cert(gw.addr, &[&cert]).await.expect("tls"),
+        cert.cert_der
+    );
+
+    // A half-written rotation: the certificate file holds no PEM at all.
+    std::fs::write(&cert.cert_path, "-----BEGIN CERTIFICATE-----\ntruncated").expect("break");
+    assert!(
+        gw.logged("TLS reload failed", POLL_DEADLINE).await,
+        "the failed reload is logged; logs:\n{}",
+        gw.logs().join("\n")
+    );
+    assert_eq!(
+        presented_cert(gw.addr, &[&cert])
+            .await
+            .expect("tls after a failed reload"),
+        cert.cert_der,
+        "new connections still get the old certificate"
+    );
+    deliver_ok(&client(Some(&cert)), &gw, "after a failed rotation").await;
+    assert_eq!(healthz(&client(None), &gw).await, 200);
+    broker.delete().await;
+}
