@@ -521,3 +521,75 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
     );
     broker.delete().await;
 }
+
+#[tokio::test]
+async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_lease() {
+    require_redis!();
+    let broker = Broker::new().await;
+    let prefix = unique("hg-test") + ":";
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    // Instance A publishes through a proxy that will swallow its publish; B directly.
+    let proxy = Proxy::to_rabbitmq().await;
+    let shared = format!(
+        "dedup:\n  backend: redis\n  in_flight_lease: 6s\n  in_flight_wait: 20s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
+    );
+    let mut cfg_a = GatewayConfig::new(dirs[0].path(), &broker.exchange);
+    cfg_a.amqp_url = proxy.amqp_url("");
+    cfg_a.confirm_timeout = "5s".into();
+    cfg_a.extra = shared.clone();
+    let mut a = Gateway::start(&cfg_a).await;
+    let mut cfg_b = GatewayConfig::new(dirs[1].path(), &broker.exchange);
+    cfg_b.confirm_timeout = "5s".into();
+    cfg_b.extra = shared;
+    let b = Gateway::start(&cfg_b).await;
+    let client = client(None);
+    wait_broker_connected(&client, &a).await;
+    wait_broker_connected(&client, &b).await;
+
+    proxy.black_hole();
+    let body = event_body("evt_orphaned");
+    let held = {
+        let (client, body, url) = (client.clone(), body.clone(), a.url("/webhooks/botix"));
+        tokio::spawn(async move {
+            let _ = client
+                .post(url)
+                .header("x-botix-signature", sign(SECRET, body.as_bytes()))
+                .header("x-botix-request-id", "req_orphan_a")
+                .body(body)
+                .send()
+                .await;
+        })
+    };
+    // A holds the event's claim once a key other than the readiness probe's exists.
+    let conn = redis_connection(REDIS_URL).await;
+    let claimed = eventually(POLL_DEADLINE, || {
+        let mut conn = conn.clone();
+        let pattern = format!("{prefix}*");
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(pattern)
+                .query_async(&mut conn)
+                .await
+                .expect("keys");
+            keys.iter().any(|k| !k.ends_with("readiness-probe"))
+        }
+    })
+    .await;
+    assert!(claimed, "instance A never claimed the event");
+    a.kill9();
+    held.abort();
+
+    let (status, answer) = b.deliver(&client, &body, "req_orphan_b").await;
+    assert_eq!(
+        (status, outcome(&answer)),
+        (200, "accepted".into()),
+        "the dead instance's claim was not taken over: {answer}"
+    );
+    b.accept(&client, "sentinel").await;
+    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_orphaned"]);
+    cleanup(&prefix).await;
+    broker.delete().await;
+}
