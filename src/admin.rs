@@ -1,14 +1,34 @@
-//! The admin endpoints: `/healthz`, `/readyz`, `/metrics`, and `/spool` (for
-//! `hookgate spool status`). Pure answers; `http` serves them.
+//! The admin endpoints: `/healthz`, `/readyz`, `/metrics`, and the spool's (`/spool`,
+//! `/spool/parked`, for `hookgate spool`). Answers only; `http` serves them.
 
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
 use crate::pipeline::Pipeline;
+use crate::spool::SpoolError;
 
 /// Path of the spool status endpoint.
 pub const SPOOL_PATH: &str = "/spool";
+/// Path of the parked entries: `GET` lists them, `POST {PARKED_PATH}/<id>/republish` puts
+/// one back in the spool, `DELETE {PARKED_PATH}/<id>` deletes one.
+pub const PARKED_PATH: &str = "/spool/parked";
+/// Last path segment of a republish request.
+pub const REPUBLISH: &str = "republish";
+
+/// An answer: status code, content type, body.
+pub type Answer = (u16, &'static str, String);
+
+/// One admin request, as `http` hands it over.
+pub struct AdminRequest<'a> {
+    /// `GET`, `POST`, `DELETE`, ...
+    pub method: &'a str,
+    /// The path, without the query.
+    pub path: &'a str,
+    /// Whether the peer is on this host. Changing the spool is only allowed from there:
+    /// the admin listener is often reachable from the whole cluster network.
+    pub from_loopback: bool,
+}
 
 /// What the admin endpoints look at.
 pub struct Admin {
@@ -19,8 +39,54 @@ pub struct Admin {
 }
 
 impl Admin {
+    /// Answers any admin request: `GET`s through [`Admin::respond`], and the operator's
+    /// changes to parked spool entries.
+    pub async fn handle(&self, req: AdminRequest<'_>) -> Answer {
+        if req.method == "GET" {
+            return self.respond(req.path);
+        }
+        let Some(rest) = req
+            .path
+            .strip_prefix(PARKED_PATH)
+            .and_then(|r| r.strip_prefix('/'))
+        else {
+            return (405, "text/plain", "method not allowed\n".into());
+        };
+        let (id_text, action) = match rest.split_once('/') {
+            Some((id, action)) => (id, Some(action)),
+            None => (rest, None),
+        };
+        let republish = match (req.method, action) {
+            ("POST", Some(REPUBLISH)) => true,
+            ("DELETE", None) => false,
+            _ => return (405, "text/plain", "method not allowed\n".into()),
+        };
+        if !req.from_loopback {
+            return (
+                403,
+                "text/plain",
+                "parked entries can only be changed from the gateway's own host\n".into(),
+            );
+        }
+        let Ok(id) = id_text.parse::<u64>() else {
+            return (400, "text/plain", "the entry id must be a number\n".into());
+        };
+        let spool = self.pipeline.spool();
+        let done = if republish {
+            spool.republish(id).await
+        } else {
+            spool.delete_parked(id).await
+        };
+        match done {
+            Ok(()) => (200, "text/plain", "ok\n".into()),
+            Err(e @ SpoolError::NotParked(_)) => (404, "text/plain", format!("{e}\n")),
+            Err(e @ SpoolError::Undecodable(_)) => (409, "text/plain", format!("{e}\n")),
+            Err(e) => (500, "text/plain", format!("{e}\n")),
+        }
+    }
+
     /// Status code, content type and body for a GET of `path`.
-    pub fn respond(&self, path: &str) -> (u16, &'static str, String) {
+    pub fn respond(&self, path: &str) -> Answer {
         match path {
             "/healthz" => (200, "text/plain", "ok\n".into()),
             "/readyz" => {
@@ -36,6 +102,9 @@ impl Admin {
                 if let Some(n) = self.pipeline.state().entries() {
                     metrics.state_entries.set(n as i64);
                 }
+                metrics
+                    .spool_drainer_stalled
+                    .set(i64::from(self.pipeline.spool().is_stalled()));
                 (
                     200,
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
@@ -50,12 +119,21 @@ impl Admin {
                     serde_json::to_string(&status).unwrap_or_default(),
                 )
             }
+            PARKED_PATH => match self.pipeline.spool().parked_entries() {
+                Ok(entries) => (
+                    200,
+                    "application/json",
+                    serde_json::to_string(&entries).unwrap_or_default(),
+                ),
+                Err(e) => (500, "text/plain", format!("{e}\n")),
+            },
             _ => (404, "text/plain", "not found\n".into()),
         }
     }
 
     /// Ready while not shutting down and either the broker is connected or the spool can
-    /// still take events.
+    /// still take events, and the spool drains: while its drainer makes no progress, new
+    /// events would only queue behind what it cannot move.
     pub fn readiness(&self) -> (bool, &'static str) {
         if self.shutdown.is_cancelled() {
             return (false, "shutting down");
@@ -63,13 +141,17 @@ impl Admin {
         if !self.pipeline.state().is_healthy() {
             return (false, "not ready: state store unreachable");
         }
-        if self.pipeline.spool().is_stuck() {
+        let spool = self.pipeline.spool();
+        if spool.is_stuck() {
             return (false, "not ready: the spool cannot be written");
+        }
+        if spool.is_stalled() {
+            return (false, "not ready: the spool drainer is not making progress");
         }
         if self.pipeline.publisher().is_connected() {
             return (true, "ready: broker connected");
         }
-        if self.pipeline.spool().has_room() {
+        if spool.has_room() {
             return (true, "ready: broker unavailable, spooling");
         }
         (

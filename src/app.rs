@@ -214,7 +214,7 @@ pub async fn serve(
         metrics.clone(),
         options.clock.clone(),
     ));
-    let drainer = tokio::spawn(spool.clone().drain(
+    let drainer = tokio::spawn(spool.clone().run_drainer(
         publisher.clone(),
         config.amqp.exchange.clone(),
         stop_background.clone(),

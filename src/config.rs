@@ -243,6 +243,11 @@ pub struct Spool {
     /// Upper bound of the spool; when full the answer is 503. Default 1GiB.
     #[serde(default = "default_spool_max", with = "size")]
     pub max_bytes: u64,
+    /// How long the spool's head may go without progress, while the broker is connected,
+    /// before `/readyz` answers 503 and `hookgate_spool_drainer_stalled` is 1. Must exceed
+    /// `amqp.confirm_timeout`. Default 30s.
+    #[serde(default = "default_stall_after", with = "duration")]
+    pub stall_after: Duration,
 }
 
 impl Default for Spool {
@@ -250,6 +255,7 @@ impl Default for Spool {
         Self {
             enabled: true,
             max_bytes: default_spool_max(),
+            stall_after: default_stall_after(),
         }
     }
 }
@@ -626,6 +632,16 @@ impl Config {
                 "dedup.in_flight_lease: must be longer than amqp.confirm_timeout, or a slow publish could be taken over".into(),
             );
         }
+        if self.spool.stall_after <= self.amqp.confirm_timeout {
+            return invalid(
+                "spool.stall_after: must be longer than amqp.confirm_timeout, or one slow publish would look like a stall".into(),
+            );
+        }
+        if !crate::publish::fits_short_string(&self.amqp.exchange) {
+            return invalid(
+                "amqp.exchange: must be at most 255 bytes (an AMQP short string)".into(),
+            );
+        }
         if self.listen.addr == self.admin.addr && self.listen.addr.port() != 0 {
             return invalid("admin.addr: must differ from listen.addr".into());
         }
@@ -778,6 +794,9 @@ fn default_key_prefix() -> String {
 }
 fn default_spool_max() -> u64 {
     1 << 30
+}
+fn default_stall_after() -> Duration {
+    Duration::from_secs(30)
 }
 fn default_max_body() -> u64 {
     64 * 1024

@@ -64,6 +64,10 @@ pub enum ParseError {
     IdTooLong,
     #[error("event type is too long")]
     TypeTooLong,
+    /// The routing key made from the route's template and the event type would be longer
+    /// than AMQP allows (255 bytes).
+    #[error("routing key made from the event type is too long")]
+    RoutingKeyTooLong,
     #[error("timestamp is not RFC 3339 or a Unix time")]
     BadTimestamp,
 }

@@ -69,6 +69,29 @@ impl RouteGuard {
     }
 }
 
+impl RouteGuard {
+    /// The key whose events must reach the broker in arrival order: a status event's
+    /// message id, or the contact and channel of a keyword event type (whatever its text:
+    /// a contact's messages keep their order around a STOP). `None` for events the route
+    /// does not guard.
+    pub fn order_key(&self, route: &str, event: &Event) -> Option<String> {
+        if let Some(r) = self
+            .status
+            .as_ref()
+            .filter(|r| r.events.contains(&event.event_type))
+        {
+            let message_id = event.field(r.message_id)?;
+            return Some(format!("{route}\0status\0{message_id}"));
+        }
+        let r = self
+            .keywords
+            .as_ref()
+            .filter(|r| r.events.contains(&event.event_type))?;
+        let (contact, channel) = (event.field(r.contact)?, event.field(r.channel)?);
+        Some(format!("{route}\0keyword\0{contact}\0{channel}"))
+    }
+}
+
 /// State as stored, with the time it may be forgotten.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Stored<S> {

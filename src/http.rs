@@ -4,6 +4,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::admin::Admin;
+use crate::admin::{Admin, AdminRequest};
 use crate::config::Limits;
 use crate::event::Delivery;
 use crate::pipeline::{Outcome, Pipeline};
@@ -53,7 +54,7 @@ pub async fn serve_webhooks(
     grace: Duration,
 ) {
     let limits = service.limits.clone();
-    let handler = move |req: Request<Incoming>| {
+    let handler = move |_peer: SocketAddr, req: Request<Incoming>| {
         let service = service.clone();
         async move {
             // Timed here so early answers (404, 405, 413, 408) count in the histogram too.
@@ -77,14 +78,16 @@ pub async fn serve_admin(
     limits: Limits,
     stop: CancellationToken,
 ) {
-    let handler = move |req: Request<Incoming>| {
+    let handler = move |peer: SocketAddr, req: Request<Incoming>| {
         let admin = admin.clone();
         async move {
-            let (status, content_type, body) = if req.method() == Method::GET {
-                admin.respond(req.uri().path())
-            } else {
-                (405, "text/plain", "method not allowed\n".to_owned())
-            };
+            let (status, content_type, body) = admin
+                .handle(AdminRequest {
+                    method: req.method().as_str(),
+                    path: req.uri().path(),
+                    from_loopback: peer.ip().is_loopback(),
+                })
+                .await;
             let mut resp = Response::new(Full::new(Bytes::from(body)));
             *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
             resp.headers_mut()
@@ -111,7 +114,7 @@ async fn accept_loop<F, Fut>(
     grace: Duration,
     handler: F,
 ) where
-    F: Fn(Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
+    F: Fn(SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Answer, Infallible>> + Send + 'static,
 {
     let builder = Arc::new(connection_builder(&limits));
@@ -138,6 +141,7 @@ async fn accept_loop<F, Fut>(
         let _ = stream.set_nodelay(true);
         let builder = builder.clone();
         let handler = handler.clone();
+        let handler = move |req| handler(peer, req);
         let tls = tls.clone();
         let watcher = graceful.watcher();
         let handshake_timeout = limits.header_read_timeout;

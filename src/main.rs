@@ -70,8 +70,31 @@ enum Command {
 
 #[derive(Subcommand)]
 enum SpoolCommand {
-    /// Depth, bytes and the oldest entry's age.
+    /// Depth, bytes, the oldest entry's age, held and parked entries, drainer stalled.
     Status,
+    /// List the parked entries (those that cannot be published as they are).
+    Parked,
+    /// Put parked entries back at the tail of the spool, to be published again.
+    Republish {
+        /// Ids as `hookgate spool parked` lists them.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<u64>,
+        /// Every parked entry.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Delete parked entries for good (their events are lost): needs --yes.
+    Delete {
+        /// Ids as `hookgate spool parked` lists them.
+        #[arg(required_unless_present = "all", conflicts_with = "all")]
+        ids: Vec<u64>,
+        /// Every parked entry.
+        #[arg(long)]
+        all: bool,
+        /// Confirms that the events of these entries are to be lost.
+        #[arg(long)]
+        yes: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -99,9 +122,11 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_USAGE)
             }
         },
-        Command::Spool {
-            command: SpoolCommand::Status,
-        } => {
+        Command::Spool { command } => {
+            if let SpoolCommand::Delete { yes: false, .. } = command {
+                eprintln!("error: deleting parked entries loses their events for good; add --yes to do it");
+                return ExitCode::from(EXIT_USAGE);
+            }
             let config = match Config::load(&cli.config) {
                 Ok(c) => c,
                 Err(e) => {
@@ -109,7 +134,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
-            finish(spool_status(&config), 1)
+            finish(spool_command(&config, command), 1)
         }
         Command::Run => run(&cli),
     }
@@ -242,26 +267,75 @@ fn sign(secret_env: &str, file: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn spool_status(config: &Config) -> anyhow::Result<()> {
-    // A running gateway holds the store's lock, so ask it first.
+/// Where `hookgate spool` finds the spool: the running gateway (which holds the store's
+/// lock) through its admin endpoint, or else the store itself.
+enum SpoolAccess {
+    Gateway(std::net::SocketAddr),
+    Store(Box<hookgate::spool::Spool>, hookgate::store::Store),
+}
+
+fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
     let mut addr = config.admin.addr;
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    let status: hookgate::spool::SpoolStatus = match query_admin(addr, hookgate::admin::SPOOL_PATH)
-    {
-        Ok(body) => {
+    let admin_error = match admin_request(addr, "GET", hookgate::admin::SPOOL_PATH) {
+        Ok(_) => return Ok(SpoolAccess::Gateway(addr)),
+        Err(e) => e,
+    };
+    hookgate::tls::install_crypto_provider();
+    let store = hookgate::store::Store::open(&config.store.path).with_context(|| {
+        format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
+    })?;
+    let metrics = std::sync::Arc::new(hookgate::metrics::Metrics::new());
+    let spool = hookgate::spool::Spool::open(&store, &config.spool, metrics)?;
+    Ok(SpoolAccess::Store(Box::new(spool), store))
+}
+
+fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> {
+    let access = spool_access(config)?;
+    match command {
+        SpoolCommand::Status => print_status(&access),
+        SpoolCommand::Parked => {
+            let entries = parked_entries(&access)?;
+            if entries.is_empty() {
+                println!("no parked entries");
+            }
+            for e in entries {
+                let parked_at =
+                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(e.parked_at_secs);
+                println!(
+                    "{}\tparked {}\tevent {}\troute {}\trouting key {}\t{} bytes\t{}",
+                    e.id,
+                    humantime::format_rfc3339_seconds(parked_at),
+                    e.event_id.as_deref().unwrap_or("?"),
+                    e.route.as_deref().unwrap_or("?"),
+                    e.routing_key.as_deref().unwrap_or("?"),
+                    e.bytes,
+                    e.reason
+                );
+            }
+            Ok(())
+        }
+        SpoolCommand::Republish { ids, all } => change_parked(&access, ids, *all, true),
+        SpoolCommand::Delete { ids, all, .. } => change_parked(&access, ids, *all, false),
+    }
+}
+
+fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
+    let status: hookgate::spool::SpoolStatus = match access {
+        SpoolAccess::Gateway(addr) => {
+            let body = admin_ok(*addr, "GET", hookgate::admin::SPOOL_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
-        Err(admin_error) => {
-            hookgate::tls::install_crypto_provider();
-            let store = hookgate::store::Store::open(&config.store.path).with_context(|| {
-                format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
-            })?;
+        SpoolAccess::Store(spool, _) => {
             let now = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs() as i64);
-            hookgate::spool::status_of_store(&store, now)?
+            let mut status = spool.status(now);
+            // No drainer runs here, so none is stalled.
+            status.stalled = false;
+            status
         }
     };
     let age = status.oldest_age_secs.map_or_else(
@@ -269,26 +343,112 @@ fn spool_status(config: &Config) -> anyhow::Result<()> {
         |s| humantime::format_duration(std::time::Duration::from_secs(s)).to_string(),
     );
     println!(
-        "depth: {}\nbytes: {}\noldest: {}",
-        status.depth, status.bytes, age
+        "depth: {}\nbytes: {}\noldest: {}\nheld: {}\nparked: {}\ndrainer stalled: {}",
+        status.depth,
+        status.bytes,
+        age,
+        status.held,
+        status.parked,
+        if status.stalled { "yes" } else { "no" }
     );
     Ok(())
 }
 
-fn query_admin(addr: std::net::SocketAddr, path: &str) -> anyhow::Result<String> {
+fn parked_entries(access: &SpoolAccess) -> anyhow::Result<Vec<hookgate::spool::ParkedEntry>> {
+    Ok(match access {
+        SpoolAccess::Gateway(addr) => {
+            let body = admin_ok(*addr, "GET", hookgate::admin::PARKED_PATH)?;
+            serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
+        }
+        SpoolAccess::Store(spool, _) => spool.parked_entries()?,
+    })
+}
+
+/// Republishes (or deletes) the parked entries `ids`, or all of them; names each one done.
+fn change_parked(
+    access: &SpoolAccess,
+    ids: &[u64],
+    all: bool,
+    republish: bool,
+) -> anyhow::Result<()> {
+    let ids: Vec<u64> = if all {
+        parked_entries(access)?.iter().map(|e| e.id).collect()
+    } else {
+        ids.to_vec()
+    };
+    let verb = if republish { "republished" } else { "deleted" };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    for id in ids {
+        match access {
+            SpoolAccess::Gateway(addr) => {
+                let path = format!("{}/{id}", hookgate::admin::PARKED_PATH);
+                if republish {
+                    admin_ok(
+                        *addr,
+                        "POST",
+                        &format!("{path}/{}", hookgate::admin::REPUBLISH),
+                    )?;
+                } else {
+                    admin_ok(*addr, "DELETE", &path)?;
+                }
+            }
+            SpoolAccess::Store(spool, _) => runtime.block_on(async {
+                if republish {
+                    spool.republish(id).await
+                } else {
+                    spool.delete_parked(id).await
+                }
+            })?,
+        }
+        println!("{verb} parked entry {id}");
+    }
+    if let SpoolAccess::Store(_, store) = access {
+        store.flush_blocking()?;
+    }
+    Ok(())
+}
+
+/// An admin request that must answer 200; its body.
+fn admin_ok(addr: std::net::SocketAddr, method: &str, path: &str) -> anyhow::Result<String> {
+    let (status, body) = admin_request(addr, method, path)?;
+    anyhow::ensure!(
+        status == 200,
+        "the gateway answered {status}: {}",
+        body.trim()
+    );
+    Ok(body)
+}
+
+/// One request to the admin listener: (status, body).
+fn admin_request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<(u16, String)> {
     let timeout = std::time::Duration::from_secs(3);
     let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n")?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     let (head, body) = response
         .split_once("\r\n\r\n")
         .context("malformed HTTP answer")?;
-    anyhow::ensure!(
-        head.starts_with("HTTP/1.") && head.contains(" 200 "),
-        "admin answered: {}",
-        head.lines().next().unwrap_or("")
-    );
-    Ok(body.to_owned())
+    let status = head
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.get(2..5))
+        .and_then(|code| code.parse().ok())
+        .with_context(|| {
+            format!(
+                "malformed HTTP answer: {}",
+                head.lines().next().unwrap_or("")
+            )
+        })?;
+    Ok((status, body.to_owned()))
 }

@@ -121,6 +121,15 @@ pub struct Metrics {
     pub spool_depth: Gauge,
     /// Bytes waiting in the spool.
     pub spool_bytes: Gauge,
+    /// Spooled events held apart until a queue takes them (unroutable, and the later events
+    /// of their guard keys).
+    pub spool_held: Gauge,
+    /// Spool entries parked for an operator (`hookgate spool parked`).
+    pub spool_parked: Gauge,
+    /// Times the spool drainer failed and was started again.
+    pub spool_drainer_restarts: Counter,
+    /// 1 while entries wait and the drainer makes no progress (set when scraped).
+    pub spool_drainer_stalled: Gauge,
     /// Dedup/guard store operations that failed (the request got a 503).
     pub store_errors: Counter,
     /// Dedup marks and guard states held by the sled backend (set when scraped).
@@ -191,6 +200,30 @@ impl Metrics {
             "Bytes waiting in the spool",
             spool_bytes.clone(),
         );
+        let spool_held = Gauge::default();
+        registry.register(
+            "spool_held",
+            "Spooled events held apart until a queue is bound for them",
+            spool_held.clone(),
+        );
+        let spool_parked = Gauge::default();
+        registry.register(
+            "spool_parked",
+            "Spool entries that cannot be published, parked for an operator",
+            spool_parked.clone(),
+        );
+        let spool_drainer_restarts = Counter::default();
+        registry.register(
+            "spool_drainer_restarts",
+            "Times the spool drainer failed and was started again",
+            spool_drainer_restarts.clone(),
+        );
+        let spool_drainer_stalled = Gauge::default();
+        registry.register(
+            "spool_drainer_stalled",
+            "1 while spooled events wait and the drainer makes no progress",
+            spool_drainer_stalled.clone(),
+        );
         let store_errors = Counter::default();
         registry.register(
             "store_errors",
@@ -222,6 +255,10 @@ impl Metrics {
             broker_blocked,
             spool_depth,
             spool_bytes,
+            spool_held,
+            spool_parked,
+            spool_drainer_restarts,
+            spool_drainer_stalled,
             store_errors,
             state_entries,
         }

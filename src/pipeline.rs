@@ -10,7 +10,7 @@ use crate::dedup::{event_key, request_key, Claim, KeyState};
 use crate::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
 use crate::guard_state::{Check, GuardState, RouteGuard};
 use crate::metrics::{Metrics, RouteLabel, RouteReason, RouteRequests};
-use crate::publish::{Message, Publisher};
+use crate::publish::{fits_short_string, Message, PublishError, Publisher};
 use crate::ratelimit::TokenBucket;
 use crate::secrets::RouteSecrets;
 use crate::signature::Scheme;
@@ -240,6 +240,9 @@ impl Pipeline {
             Ok(e) => e,
             Err(e) => return Outcome::BadRequest(e),
         };
+        if !self.routing_keys_fit(route, &event) {
+            return Outcome::BadRequest(ParseError::RoutingKeyTooLong);
+        }
         if let Some(reason) = self.freshness(&event, now_ms) {
             return Outcome::Dropped {
                 event_id: event.id,
@@ -258,6 +261,16 @@ impl Pipeline {
                 }
             }
         }
+    }
+
+    /// Whether every routing key the event may be published with (its own, and the drop
+    /// copy's) fits an AMQP short string. Checked before anything is recorded, so the
+    /// refusal is final and nothing is spooled that could never be sent.
+    fn routing_keys_fit(&self, route: &RouteRuntime, event: &Event) -> bool {
+        let name = route.config.name.as_str();
+        std::iter::once(&self.settings.routing_key)
+            .chain(self.settings.dropped_routing_key.as_ref())
+            .all(|template| fits_short_string(&routing_key(template, name, &event.event_type)))
     }
 
     /// An event older than the dedup TTL could be a replay dedup no longer recognises; one
@@ -353,7 +366,8 @@ impl Pipeline {
             Check::Accept(held) => Some(held),
             Check::Unguarded => None,
         };
-        let msg = self.message(route, event, &self.settings.routing_key, now_ms);
+        let mut msg = self.message(route, event, &self.settings.routing_key, now_ms);
+        msg.order_key = route.guard.order_key(name, event).map(Cow::Owned);
         match self.deliver(&msg).await {
             Ok(how) => {
                 if let Some(held) = held {
@@ -387,17 +401,27 @@ impl Pipeline {
         Outcome::Unavailable { retry_after }
     }
 
-    /// Publishes with a confirm, or spools. While the spool holds anything, new events go
-    /// behind it so the broker sees them in arrival order.
+    /// Publishes with a confirm, or spools. While the spool holds anything in order, new
+    /// events go behind it so the broker sees them in arrival order. An unroutable event,
+    /// and a later event of a guard key with events held, go to the spool's held area,
+    /// apart from the rest.
     async fn deliver(&self, msg: &Message<'_>) -> Result<Delivered, SpoolError> {
         if self.spool.is_empty() {
+            if msg
+                .order_key
+                .as_deref()
+                .is_some_and(|k| self.spool.holds_key(k))
+            {
+                return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
+            }
             // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
             match Box::pin(self.publisher.publish(&self.settings.exchange, msg)).await {
                 Ok(()) => return Ok(Delivered::Published),
-                Err(error @ crate::publish::PublishError::Unroutable(_)) => {
-                    tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled; bind a queue to the exchange");
+                Err(error @ PublishError::Unroutable(_)) => {
+                    tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled apart until a queue is bound; bind a queue to the exchange");
+                    return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
                 }
-                Err(crate::publish::PublishError::NotConnected) => {}
+                Err(PublishError::NotConnected) => {}
                 Err(error) => {
                     tracing::warn!(%error, event_id = %msg.message_id, "publish failed; spooling")
                 }
@@ -438,6 +462,7 @@ impl Pipeline {
             attempt: event.attempt,
             route: Cow::Borrowed(&route.config.name),
             received_at: rfc3339(now_ms),
+            order_key: None,
             body: event.body.clone(),
         }
     }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString, MAX_SHORT_STRING_LENGTH};
 use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties, Event, ExchangeKind};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -30,6 +30,12 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 const DEFAULT_HEARTBEAT_SECS: u32 = 10;
 /// How long one connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Header carrying the full event id when it is too long for `message_id`.
+pub const EVENT_ID_HEADER: &str = "x-event-id";
+/// Bytes of an oversize id kept readable at the start of its fitted `message_id`.
+const FITTED_PREFIX_BYTES: usize = 128;
+/// Between the kept prefix and the digest of a fitted `message_id`.
+const FITTED_MARK: &str = "~sha256:";
 
 /// One message as SPEC §5 describes it; also the unit stored in the spool. Its texts borrow
 /// from the event and the route where they can (a message read back from the spool owns
@@ -38,7 +44,8 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Message<'a> {
     /// Routing key, templates already applied.
     pub routing_key: Cow<'a, str>,
-    /// `message_id` property: the event id.
+    /// The event id. It is the `message_id` property when it fits an AMQP short string;
+    /// otherwise see [`fitted_message_id`].
     pub message_id: Cow<'a, str>,
     /// Receipt time, Unix seconds (`timestamp` property).
     pub timestamp_secs: u64,
@@ -52,6 +59,10 @@ pub struct Message<'a> {
     pub route: Cow<'a, str>,
     /// `x-received-at`, RFC 3339 UTC.
     pub received_at: String,
+    /// The event's guard key (a message id's statuses, a contact's messages): events with
+    /// the same key reach the broker in arrival order. Not published.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order_key: Option<Cow<'a, str>>,
     /// The raw request body, byte for byte.
     #[serde(skip)]
     pub body: Bytes,
@@ -68,6 +79,9 @@ pub enum PublishError {
     Nack,
     #[error("message unroutable: no queue bound for routing key {0}")]
     Unroutable(String),
+    /// A field of this message can never be sent: retrying cannot help.
+    #[error("{0} does not fit an AMQP short string (255 bytes)")]
+    Unfit(&'static str),
     #[error("no confirm within the timeout")]
     Timeout,
     #[error("channel error: {0}")]
@@ -156,6 +170,15 @@ impl Publisher {
         if self.inner.blocked.load(Ordering::Relaxed) {
             return Err(PublishError::Blocked);
         }
+        // Built before taking a channel: a message that cannot be encoded fails the same way
+        // whether or not the broker is there.
+        let routing_key =
+            short(msg.routing_key.as_ref()).ok_or(PublishError::Unfit("the routing key"))?;
+        let properties = properties(msg)?;
+        // The exchange name is checked when the config is loaded; should it not fit, every
+        // message fails alike, which is a broker-side fault and not one to park them for.
+        let exchange = short(exchange)
+            .ok_or_else(|| PublishError::Channel("the exchange name is too long".into()))?;
         let live = self.current().ok_or(PublishError::NotConnected)?;
         let i = live.next.fetch_add(1, Ordering::Relaxed) % live.channels.len();
         let channel = &live.channels[i];
@@ -163,14 +186,14 @@ impl Publisher {
         let attempt = async {
             let confirm = channel
                 .basic_publish(
-                    ShortString::from(exchange),
-                    ShortString::from(msg.routing_key.as_ref()),
+                    exchange,
+                    routing_key,
                     BasicPublishOptions {
                         mandatory,
                         ..Default::default()
                     },
                     &msg.body,
-                    properties(msg),
+                    properties,
                 )
                 .await
                 .map_err(|e| PublishError::Channel(e.to_string()))?;
@@ -214,7 +237,7 @@ impl Publisher {
         if let Some(live) = self.inner.replace(None) {
             let _ = tokio::time::timeout(
                 Duration::from_secs(2),
-                live.connection.close(200, ShortString::from("shutdown")),
+                live.connection.close(200, short_constant("shutdown")),
             )
             .await;
         }
@@ -269,26 +292,64 @@ impl Inner {
     }
 }
 
-fn properties(msg: &Message<'_>) -> BasicProperties {
+/// A short string, or `None` when `text` is longer than AMQP allows (255 bytes).
+fn short(text: &str) -> Option<ShortString> {
+    ShortString::try_new(text).ok()
+}
+
+/// A short string from a constant of this module; the unit test `constants_fit` proves
+/// each one fits, so the empty fallback is never sent.
+fn short_constant(text: &'static str) -> ShortString {
+    short(text).unwrap_or_default()
+}
+
+/// Whether `text` fits an AMQP short string (routing keys, `message_id`).
+pub fn fits_short_string(text: &str) -> bool {
+    text.len() <= MAX_SHORT_STRING_LENGTH
+}
+
+/// The `message_id` of an event whose id is too long for one: the id's first bytes (cut
+/// at a character boundary), `~sha256:` and the hex SHA-256 of the whole id. The same id
+/// always gives the same value, so consumers can still dedup on it; the full id travels
+/// in the `x-event-id` header.
+pub fn fitted_message_id(id: &str) -> String {
+    use sha2::Digest;
+    let mut cut = FITTED_PREFIX_BYTES.min(id.len());
+    while !id.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    format!("{}{FITTED_MARK}{}", &id[..cut], hex::encode(digest))
+}
+
+fn properties(msg: &Message<'_>) -> Result<BasicProperties, PublishError> {
     let mut headers = FieldTable::default();
     let text = |s: &str| AMQPValue::LongString(LongString::from(s));
-    headers.insert(ShortString::from("x-request-id"), text(&msg.request_id));
-    headers.insert(ShortString::from("x-event-type"), text(&msg.event_type));
+    headers.insert(short_constant("x-request-id"), text(&msg.request_id));
+    headers.insert(short_constant("x-event-type"), text(&msg.event_type));
     if let Some(n) = msg.attempt {
         headers.insert(
-            ShortString::from("x-delivery-attempt"),
+            short_constant("x-delivery-attempt"),
             AMQPValue::LongLongInt(n),
         );
     }
-    headers.insert(ShortString::from("x-route"), text(&msg.route));
-    headers.insert(ShortString::from("x-received-at"), text(&msg.received_at));
-    BasicProperties::default()
+    headers.insert(short_constant("x-route"), text(&msg.route));
+    headers.insert(short_constant("x-received-at"), text(&msg.received_at));
+    let message_id = match short(&msg.message_id) {
+        Some(id) => id,
+        None => {
+            headers.insert(short_constant(EVENT_ID_HEADER), text(&msg.message_id));
+            short(&fitted_message_id(&msg.message_id))
+                .ok_or(PublishError::Unfit("the fitted message_id"))?
+        }
+    };
+    Ok(BasicProperties::default()
         .with_delivery_mode(2)
-        .with_content_type(ShortString::from("application/json"))
-        .with_message_id(ShortString::from(msg.message_id.as_ref()))
+        .with_content_type(short_constant("application/json"))
+        .with_message_id(message_id)
         .with_timestamp(msg.timestamp_secs)
-        .with_app_id(ShortString::from("hookgate"))
-        .with_headers(headers)
+        .with_app_id(short_constant("hookgate"))
+        .with_headers(headers))
 }
 
 async fn run_connection(inner: Arc<Inner>, stop: CancellationToken) {
@@ -399,7 +460,7 @@ async fn connect(config: &Amqp) -> Result<Live, lapin::Error> {
     if config.declare {
         channels[0]
             .exchange_declare(
-                ShortString::from(config.exchange.as_str()),
+                short(&config.exchange).unwrap_or_default(),
                 ExchangeKind::Topic,
                 ExchangeDeclareOptions {
                     durable: true,
@@ -419,6 +480,72 @@ async fn connect(config: &Amqp) -> Result<Live, lapin::Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn message(id: &str, routing_key: &str) -> Message<'static> {
+        Message {
+            routing_key: routing_key.to_owned().into(),
+            message_id: id.to_owned().into(),
+            timestamp_secs: 1,
+            request_id: "r".into(),
+            event_type: "t".into(),
+            attempt: None,
+            route: "botix".into(),
+            received_at: String::new(),
+            order_key: None,
+            body: Bytes::new(),
+        }
+    }
+
+    #[test]
+    fn constants_fit() {
+        for c in [
+            "x-request-id",
+            "x-event-type",
+            "x-delivery-attempt",
+            "x-route",
+            "x-received-at",
+            EVENT_ID_HEADER,
+            "application/json",
+            "hookgate",
+            "shutdown",
+        ] {
+            assert!(short(c).is_some(), "{c}");
+        }
+    }
+
+    #[test]
+    fn an_id_that_fits_is_the_message_id_and_a_longer_one_is_fitted_stably() {
+        let p = properties(&message(&"a".repeat(255), "k")).expect("fits");
+        assert_eq!(p.message_id().as_ref().map(|s| s.as_str().len()), Some(255));
+        let headers = p.headers().clone().unwrap_or_default();
+        assert!(!headers.inner().contains_key(EVENT_ID_HEADER));
+
+        // Multi-byte characters across the cut must not split.
+        let long = format!("{}{}", "é".repeat(100), "x".repeat(200));
+        let p = properties(&message(&long, "k")).expect("fitted");
+        let id = p.message_id().clone().expect("message_id");
+        assert!(id.as_str().len() <= 255, "{}", id.as_str().len());
+        assert!(id.as_str().starts_with(&"é".repeat(64)), "{}", id.as_str());
+        assert_eq!(id.as_str(), fitted_message_id(&long), "stable");
+        assert_ne!(
+            fitted_message_id(&long),
+            fitted_message_id(&format!("{long}y"))
+        );
+        let headers = p.headers().clone().unwrap_or_default();
+        assert_eq!(
+            headers.inner().get(EVENT_ID_HEADER),
+            Some(&AMQPValue::LongString(LongString::from(long.as_str())))
+        );
+        // The largest id hookgate takes fits too.
+        assert!(fitted_message_id(&"z".repeat(100_000)).len() <= 255);
+    }
+
+    #[test]
+    fn a_routing_key_that_does_not_fit_is_unfit_not_a_panic() {
+        assert!(fits_short_string(&"k".repeat(255)));
+        assert!(!fits_short_string(&"k".repeat(256)));
+        assert!(short(&"k".repeat(256)).is_none());
+    }
 
     #[test]
     fn heartbeat_is_added_only_when_missing() {

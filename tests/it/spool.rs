@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::require_broker;
+use crate::util::broker::Received;
 use crate::util::*;
 
 /// How long a test waits for a drain or a reconnect before it fails.
@@ -70,20 +71,28 @@ async fn wait_drained(gw: &Gateway, client: &reqwest::Client, timeout: Duration)
     assert!(body.contains("\"depth\":0"), "spool did not drain: {body}");
 }
 
-/// Every message before the sentinel, waiting up to `deadline` in all (a drain after a
-/// reconnect can take longer than one `BROKER_TIMEOUT`).
+/// The `message_id` of every message before the sentinel, waiting up to `deadline` in all
+/// (a drain after a reconnect can take longer than one `BROKER_TIMEOUT`).
 async fn collect(broker: &Broker, sentinel: &str, deadline: Duration) -> Vec<String> {
+    collect_messages(broker, sentinel, deadline)
+        .await
+        .into_iter()
+        .map(|m| m.message_id.expect("message_id"))
+        .collect()
+}
+
+/// Every message before the sentinel, waiting up to `deadline` in all.
+async fn collect_messages(broker: &Broker, sentinel: &str, deadline: Duration) -> Vec<Received> {
     let end = Instant::now() + deadline;
     let mut out = Vec::new();
     loop {
         let left = end.saturating_duration_since(Instant::now());
         match broker.next(left.min(BROKER_TIMEOUT)).await {
             Some(m) => {
-                let id = m.message_id.clone().expect("message_id");
-                if id == sentinel {
+                if m.message_id.as_deref() == Some(sentinel) {
                     return out;
                 }
-                out.push(id);
+                out.push(m);
             }
             None if Instant::now() >= end => panic!(
                 "sentinel {sentinel} never arrived; got {} messages before it",
@@ -94,29 +103,49 @@ async fn collect(broker: &Broker, sentinel: &str, deadline: Duration) -> Vec<Str
     }
 }
 
-/// `hookgate spool status --config PATH`: (success, stdout, stderr).
-async fn spool_status_cli(config: &Path) -> (bool, String, String) {
+/// `hookgate spool ARGS --config PATH`: (success, stdout, stderr).
+async fn spool_cli(config: &Path, args: &[&str]) -> (bool, String, String) {
     let config = config.to_owned();
+    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
     let out = tokio::time::timeout(
         Duration::from_secs(30),
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
                 .arg("spool")
-                .arg("status")
+                .args(&args)
                 .arg("--config")
                 .arg(&config)
                 .output()
-                .expect("run hookgate spool status")
+                .expect("run hookgate spool")
         }),
     )
     .await
-    .expect("spool status timed out")
+    .expect("hookgate spool timed out")
     .expect("join");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// `hookgate spool status --config PATH`: (success, stdout, stderr).
+async fn spool_status_cli(config: &Path) -> (bool, String, String) {
+    spool_cli(config, &["status"]).await
+}
+
+/// A copy of the running gateway's config for the CLI: the test config binds the admin
+/// listener to port 0, which the CLI cannot know, so it gets the bound address.
+fn config_for_cli(gw: &Gateway, dir: &Path) -> std::path::PathBuf {
+    let running = dir.join(format!("running-{}.yaml", gw.admin.port()));
+    let text = std::fs::read_to_string(&gw.config_path)
+        .expect("config")
+        .replace(
+            "admin:\n  addr: 127.0.0.1:0\n",
+            &format!("admin:\n  addr: {}\n", gw.admin),
+        );
+    std::fs::write(&running, text).expect("write config");
+    running
 }
 
 /// SIGTERM and a clean exit.
@@ -160,16 +189,8 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
     for id in &ids {
         gw.accept(&client, id).await;
     }
-    // The CLI asks the running gateway (its store is locked). The test config binds the
-    // admin listener to port 0, which the CLI cannot know: give it the bound address.
-    let running = dir.path().join("running.yaml");
-    let text = std::fs::read_to_string(&gw.config_path)
-        .expect("config")
-        .replace(
-            "admin:\n  addr: 127.0.0.1:0\n",
-            &format!("admin:\n  addr: {}\n", gw.admin),
-        );
-    std::fs::write(&running, text).expect("write config");
+    // The CLI asks the running gateway (its store is locked).
+    let running = config_for_cli(&gw, dir.path());
     let (ok, out, err) = spool_status_cli(&running).await;
     assert!(ok, "spool status failed: {err}");
     assert!(out.contains("depth: 20\n"), "{out}");
@@ -729,6 +750,378 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     assert_eq!(
         got, accepted,
         "every accepted event once more after the restart, in order"
+    );
+    broker.delete().await;
+}
+
+/// The spool's status as JSON.
+async fn spool_json(gw: &Gateway, client: &reqwest::Client) -> serde_json::Value {
+    let (status, body) = gw.admin_get(client, "/spool").await;
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).expect("spool json")
+}
+
+#[tokio::test]
+async fn an_event_id_over_255_bytes_spooled_while_the_broker_is_away_arrives_and_nothing_stalls() {
+    require_broker!();
+    let (dir, broker, mut cfg) = fixture().await;
+    let proxy = Proxy::to_rabbitmq().await;
+    cfg.amqp_url = proxy.amqp_url("");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    proxy.cut();
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
+            b.contains("spooling")
+        })
+        .await;
+    assert_eq!(status, 200, "{why}");
+    // An AMQP short string (message_id) holds 255 bytes; hookgate takes ids up to 512.
+    let long_id = format!("evt_{}", "x".repeat(296));
+    assert_eq!(long_id.len(), 300);
+    gw.accept(&client, &long_id).await;
+    gw.accept(&client, "evt_after").await;
+
+    proxy.restore();
+    wait_broker_connected(&client, &gw).await;
+    gw.accept(&client, "sentinel").await;
+    let got = collect_messages(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let ids: Vec<_> = got.iter().map(|m| m.header("x-event-id")).collect();
+    assert_eq!(
+        got.len(),
+        2,
+        "both events arrive, once each: x-event-id {ids:?}"
+    );
+    let fitted = got[0].message_id.clone().expect("message_id");
+    assert!(fitted.len() <= 255, "message_id fits: {fitted}");
+    assert_ne!(fitted, long_id);
+    assert_eq!(
+        got[0].header("x-event-id").as_deref(),
+        Some(long_id.as_str())
+    );
+    assert_eq!(got[0].json()["id"], long_id.as_str(), "body byte for byte");
+    assert_eq!(got[1].message_id.as_deref(), Some("evt_after"));
+    assert_eq!(got[1].header("x-event-id"), None, "only a long id needs it");
+    wait_drained(&gw, &client, BROKER_TIMEOUT).await;
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
+    assert_eq!(status, 200, "{why}");
+    assert!(why.contains("broker connected"), "{why}");
+
+    // Published directly by another gateway (its own store, so not a duplicate), the same
+    // event gets the same message_id: consumers can dedup on it.
+    let other_dir = dir.path().join("other");
+    std::fs::create_dir_all(&other_dir).expect("dir");
+    let other = Gateway::start(&GatewayConfig::new(&other_dir, &broker.exchange)).await;
+    wait_broker_connected(&client, &other).await;
+    other.accept(&client, &long_id).await;
+    let again = broker
+        .next(BROKER_TIMEOUT)
+        .await
+        .expect("published directly");
+    assert_eq!(again.message_id.as_deref(), Some(fitted.as_str()));
+    assert_eq!(
+        again.header("x-event-id").as_deref(),
+        Some(long_id.as_str())
+    );
+    broker.delete().await;
+}
+
+/// An inbound message body of `contact` (not a keyword, so the guard lets it through).
+fn received_body(event_id: &str, contact: &str, text: &str) -> String {
+    serde_json::json!({
+        "id": event_id,
+        "event": "message.received",
+        "timestamp": rfc3339_from_now(0),
+        "data": {"from": contact, "to": "+15550000000", "text": text}
+    })
+    .to_string()
+}
+
+/// A status event of `message_id` with its own event type (`message.sent`, ...).
+fn typed_status_body(event_id: &str, event_type: &str, message_id: &str, status: &str) -> String {
+    serde_json::json!({
+        "id": event_id,
+        "event": event_type,
+        "timestamp": rfc3339_from_now(0),
+        "data": {"message_id": message_id, "status": status}
+    })
+    .to_string()
+}
+
+async fn accept_body(gw: &Gateway, client: &reqwest::Client, id: &str, body: &str) {
+    let a = send(gw, client, body, &format!("req_{id}")).await;
+    assert_eq!(a.status, 200, "{id}: {}", a.body);
+    assert_eq!(
+        a.body,
+        serde_json::json!({"status": "accepted", "event_id": id}),
+        "{id}"
+    );
+}
+
+#[tokio::test]
+async fn an_unroutable_event_waits_apart_while_other_keys_flow_and_its_guard_key_keeps_order() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let broker = Broker::unbound().await;
+    broker.bind("message.received").await;
+    broker.bind("message.status").await;
+    let cfg = GatewayConfig::new(dir.path(), &broker.exchange).with_spec_guard();
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    // No queue is bound for `message.sent` yet.
+    let held = [
+        (
+            "evt_sent_1",
+            typed_status_body("evt_sent_1", "message.sent", "msg_1", "sent"),
+        ),
+        // The same message's next status: routable, but its guard key waits behind the first.
+        (
+            "evt_delivered_1",
+            status_body("evt_delivered_1", "msg_1", "delivered"),
+        ),
+    ];
+    for (id, body) in &held {
+        accept_body(&gw, &client, id, body).await;
+    }
+    let mut flowing = Vec::new();
+    for i in 0..5 {
+        let id = format!("evt_received_{i}");
+        let body = received_body(&id, &format!("+1555000100{i}"), "hello");
+        accept_body(&gw, &client, &id, &body).await;
+        flowing.push(id);
+    }
+    let id = "evt_delivered_2";
+    accept_body(&gw, &client, id, &status_body(id, "msg_2", "delivered")).await;
+    flowing.push(id.to_owned());
+    let sentinel = received_body("sentinel", "+15550009999", "last");
+    accept_body(&gw, &client, "sentinel", &sentinel).await;
+    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    assert_eq!(got, flowing, "routable events of other keys flow, in order");
+
+    let spool = spool_json(&gw, &client).await;
+    assert_eq!(spool["held"], 2, "{spool}");
+    let metrics = scrape(&client, &gw).await;
+    assert_eq!(metrics.find("hookgate_spool_held", &[]), Some(2.0));
+    let (status, why) = gw.admin_get(&client, "/readyz").await;
+    assert_eq!(
+        status, 200,
+        "events waiting for a queue do not stall the rest: {why}"
+    );
+
+    // A queue for `message.sent` appears: the held event arrives, and the one of the same
+    // message behind it, in their order.
+    broker.bind("message.sent").await;
+    let mut late = Vec::new();
+    for _ in 0..2 {
+        let m = broker
+            .next(DRAIN_DEADLINE)
+            .await
+            .expect("held events arrive");
+        late.push(m.message_id.expect("message_id"));
+    }
+    assert_eq!(late, ["evt_sent_1", "evt_delivered_1"]);
+    let (_, body) = gw
+        .admin_until(&client, "/spool", BROKER_TIMEOUT, |_, b| {
+            b.contains("\"held\":0")
+        })
+        .await;
+    assert!(body.contains("\"held\":0"), "{body}");
+    assert_eq!(broker.message_count().await, 0, "each once");
+    broker.delete().await;
+}
+
+/// A spool entry as the store holds it (4-byte length of the JSON metadata, the metadata,
+/// the body), written by the test as an earlier version of hookgate would have.
+fn spool_entry(id: &str, routing_key: &str) -> Vec<u8> {
+    let meta = serde_json::json!({
+        "routing_key": routing_key,
+        "message_id": id,
+        "timestamp_secs": time::OffsetDateTime::now_utc().unix_timestamp(),
+        "request_id": format!("req_{id}"),
+        "event_type": "contact.created",
+        "attempt": null,
+        "route": "botix",
+        "received_at": rfc3339_from_now(0),
+    })
+    .to_string();
+    let mut entry = (meta.len() as u32).to_be_bytes().to_vec();
+    entry.extend_from_slice(meta.as_bytes());
+    entry.extend_from_slice(event_body(id).as_bytes());
+    entry
+}
+
+/// The id `hookgate spool parked` lists first on the line that mentions `needle`.
+fn parked_id(listing: &str, needle: &str) -> String {
+    listing
+        .lines()
+        .find(|l| l.contains(needle))
+        .and_then(|l| l.split('\t').next())
+        .unwrap_or_else(|| panic!("no parked entry mentions {needle}:\n{listing}"))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_deleted() {
+    require_broker!();
+    let (dir, broker, cfg) = fixture().await;
+    let long_key = format!("contact.{}", "k".repeat(300));
+    {
+        // What an earlier version may have left: an entry it cannot decode, one whose
+        // routing key cannot be sent, an ordinary one, and one it had set aside.
+        let store = hookgate::store::Store::open(&cfg.store).expect("store");
+        let spool = store.tree("spool").expect("tree");
+        spool
+            .insert(&0u64.to_be_bytes(), b"\0\0\0\x09not json!")
+            .expect("insert");
+        spool
+            .insert(&1u64.to_be_bytes(), &spool_entry("evt_long_key", &long_key))
+            .expect("insert");
+        spool
+            .insert(
+                &2u64.to_be_bytes(),
+                &spool_entry("evt_ok", "contact.created"),
+            )
+            .expect("insert");
+        let set_aside = store.tree("spool_corrupt").expect("tree");
+        set_aside
+            .insert(
+                &0u64.to_be_bytes(),
+                &spool_entry("evt_rescued", "contact.created"),
+            )
+            .expect("insert");
+        store.flush().await.expect("flush");
+    }
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    gw.accept(&client, "sentinel").await;
+    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    assert_eq!(
+        got,
+        ["evt_ok"],
+        "entries that cannot be published hold back nothing"
+    );
+    let spool = spool_json(&gw, &client).await;
+    assert_eq!(
+        (&spool["depth"], &spool["parked"]),
+        (&0.into(), &3.into()),
+        "{spool}"
+    );
+    let metrics = scrape(&client, &gw).await;
+    assert_eq!(metrics.find("hookgate_spool_parked", &[]), Some(3.0));
+    assert!(
+        gw.logged("spool entry parked", BROKER_TIMEOUT).await,
+        "parking is logged"
+    );
+
+    let running = config_for_cli(&gw, dir.path());
+    let (ok, listing, err) = spool_cli(&running, &["parked"]).await;
+    assert!(ok, "spool parked failed: {err}");
+    assert_eq!(listing.lines().count(), 3, "{listing}");
+    let undecodable = parked_id(&listing, "cannot be decoded");
+    let unfit = parked_id(&listing, "evt_long_key");
+    assert!(
+        listing
+            .lines()
+            .any(|l| l.contains("evt_long_key") && l.contains("routing key")),
+        "{listing}"
+    );
+    let rescued = parked_id(&listing, "evt_rescued");
+
+    // Republished, an entry that can be published arrives.
+    let (ok, out, err) = spool_cli(&running, &["republish", &rescued]).await;
+    assert!(ok, "republish failed: {err}");
+    assert!(
+        out.contains(&format!("republished parked entry {rescued}")),
+        "{out}"
+    );
+    let m = broker
+        .next(DRAIN_DEADLINE)
+        .await
+        .expect("the republished entry arrives");
+    assert_eq!(m.message_id.as_deref(), Some("evt_rescued"));
+
+    // Deleting loses events: not without --yes.
+    let (ok, _, err) = spool_cli(&running, &["delete", &undecodable]).await;
+    assert!(!ok, "delete without --yes must fail");
+    assert!(err.contains("--yes"), "{err}");
+    assert_eq!(spool_json(&gw, &client).await["parked"], 2);
+    let (ok, _, err) = spool_cli(&running, &["delete", &undecodable, "--yes"]).await;
+    assert!(ok, "delete failed: {err}");
+    assert_eq!(spool_json(&gw, &client).await["parked"], 1);
+    // An entry that still cannot be published is parked again, not retried forever.
+    let (ok, _, err) = spool_cli(&running, &["republish", &unfit]).await;
+    assert!(ok, "republish failed: {err}");
+    let (_, body) = gw
+        .admin_until(&client, "/spool", DRAIN_DEADLINE, |_, b| {
+            b.contains("\"depth\":0") && b.contains("\"parked\":1")
+        })
+        .await;
+    assert!(body.contains("\"parked\":1"), "{body}");
+
+    // With the gateway stopped, the CLI works on the store itself.
+    stop(&mut gw).await;
+    let (ok, listing, err) = spool_cli(&gw.config_path, &["parked"]).await;
+    assert!(ok, "spool parked (stopped) failed: {err}");
+    assert!(listing.contains("evt_long_key"), "{listing}");
+    let (ok, _, err) = spool_cli(&gw.config_path, &["delete", "--all", "--yes"]).await;
+    assert!(ok, "delete --all failed: {err}");
+    let (ok, out, err) = spool_status_cli(&gw.config_path).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("parked: 0\n"), "{out}");
+    assert_eq!(
+        broker.message_count().await,
+        0,
+        "nothing else was published"
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn readiness_is_503_while_the_broker_keeps_refusing_the_spool_head_and_200_once_it_drains() {
+    require_broker!();
+    let broker = Broker::rejecting_beyond(1).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.extra = "spool:\n  stall_after: 4s\n".into();
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    gw.accept(&client, "evt_fits").await;
+    // The queue is full: the broker nacks this one, and keeps nacking it from the spool.
+    gw.accept(&client, "evt_nacked").await;
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", DRAIN_DEADLINE, |s, _| s == 503)
+        .await;
+    assert_eq!(
+        status, 503,
+        "a spool that does not drain is not ready: {why}"
+    );
+    assert!(why.contains("not making progress"), "{why}");
+    assert_eq!(spool_json(&gw, &client).await["stalled"], true);
+    let metrics = scrape(&client, &gw).await;
+    assert_eq!(
+        metrics.find("hookgate_spool_drainer_stalled", &[]),
+        Some(1.0)
+    );
+
+    // A consumer makes room: the head goes, and the gateway is ready again.
+    let first = broker.next(BROKER_TIMEOUT).await.expect("the first event");
+    assert_eq!(first.message_id.as_deref(), Some("evt_fits"));
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", DRAIN_DEADLINE, |s, _| s == 200)
+        .await;
+    assert_eq!(status, 200, "{why}");
+    let second = broker.next(DRAIN_DEADLINE).await.expect("the nacked event");
+    assert_eq!(second.message_id.as_deref(), Some("evt_nacked"));
+    let metrics = scrape(&client, &gw).await;
+    assert_eq!(
+        metrics.find("hookgate_spool_drainer_stalled", &[]),
+        Some(0.0)
     );
     broker.delete().await;
 }
