@@ -937,6 +937,19 @@ routes:
     }
 
     #[test]
+    fn spool_stall_after_and_exchange_length_are_checked() {
+        let c = Config::parse(MINIMAL).expect("minimal config parses");
+        assert_eq!(c.spool.stall_after, Duration::from_secs(30));
+        let c = Config::parse(&format!("{MINIMAL}spool:\n  stall_after: 2m\n")).expect("parses");
+        assert_eq!(c.spool.stall_after, Duration::from_secs(120));
+        let e = err(&format!("{MINIMAL}spool:\n  stall_after: 5s\n"));
+        assert!(e.contains("spool.stall_after"), "{e}");
+        let long = "x".repeat(256);
+        let e = err(&format!("{MINIMAL}amqp:\n  exchange: {long}\n"));
+        assert!(e.contains("amqp.exchange"), "{e}");
+    }
+
+    #[test]
     fn bad_duration_is_rejected_with_its_key() {
         let e = err(&format!("{MINIMAL}dedup:\n  ttl: forever\n"));
         assert!(e.contains("dedup.ttl"), "{e}");

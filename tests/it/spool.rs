@@ -1125,3 +1125,38 @@ async fn readiness_is_503_while_the_broker_keeps_refusing_the_spool_head_and_200
     );
     broker.delete().await;
 }
+
+#[tokio::test]
+async fn a_routing_key_over_255_bytes_is_refused_before_anything_is_recorded() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    // `botix.` adds 6 bytes to the main key, `.dropped` 8 to the drop copy's.
+    cfg.amqp_extra =
+        "  routing_key: \"{route}.{event}\"\n  dropped_routing_key: \"{event}.dropped\"\n".into();
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    let body = |event_type: &str| {
+        serde_json::json!({
+            "id": "evt_long_type",
+            "event": event_type,
+            "timestamp": rfc3339_from_now(0),
+        })
+        .to_string()
+    };
+    let fits = "t".repeat(247);
+    let too_long = "t".repeat(248);
+
+    let a = send(&gw, &client, &body(&too_long), "req_1").await;
+    assert_eq!(a.status, 400, "{}", a.body);
+    assert_eq!(
+        a.body,
+        serde_json::json!({"error": "routing key made from the event type is too long"})
+    );
+    // Nothing was recorded: the same event id with a type that fits is accepted.
+    accept_body(&gw, &client, "evt_long_type", &body(&fits)).await;
+    let m = broker.next(BROKER_TIMEOUT).await.expect("published");
+    assert_eq!(m.routing_key, format!("botix.{fits}"));
+    assert_eq!(m.message_id.as_deref(), Some("evt_long_type"));
+    broker.delete().await;
+}
