@@ -20,7 +20,8 @@
 //! - [`guard`]: the pure out-of-order decisions; [`guard_state`] wraps them with per-key
 //!   locks and stored state.
 //! - [`publish`]: the AMQP connection and confirm channels. The only lapin importer.
-//! - [`spool`]: the durable FIFO in front of the broker and its drainer.
+//! - [`spool`]: the durable outbox in front of the broker (in order, held apart while
+//!   unroutable, parked for an operator) and its supervised drainer.
 //! - [`store`]: the sled database. The only sled importer.
 //! - [`state`]: the backend of dedup marks and guard state, chosen once: sled, or
 //!   [`redis_store`] (the only redis importer) for several replicas.

@@ -141,7 +141,7 @@ enum Step {
     Failed(PublishError),
 }
 
-/// Held entries that are reported at ERROR, at most once a minute.
+/// Lets a report through at most once per period.
 #[derive(Default)]
 struct Every(Option<Instant>);
 
