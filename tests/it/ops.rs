@@ -280,13 +280,45 @@ async fn gateway_with_secret_file(
     (dir, broker, secret_path, gw)
 }
 
-/// The status a fresh delivery signed with `secret` gets.
-async fn status_signed_with(gw: &Gateway, client: &reqwest::Client, secret: &str) -> u16 {
-    let body = event_body(&unique("evt_rot"));
+/// The status a fresh delivery signed with `secret` gets; an accepted event's id is added to
+/// `accepted`, for the check that exactly those reached the broker.
+async fn status_signed_with(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    secret: &str,
+    accepted: &std::sync::Mutex<Vec<String>>,
+) -> u16 {
+    let id = unique("evt_rot");
+    let body = event_body(&id);
     let sig = sign(secret, body.as_bytes());
-    gw.post(client, &body, &[("x-botix-signature", sig)])
+    let status = gw
+        .post(client, &body, &[("x-botix-signature", sig)])
         .await
-        .0
+        .0;
+    if status == 200 {
+        accepted.lock().expect("lock").push(id);
+    }
+    status
+}
+
+/// Asserts that exactly the `accepted` events reached the broker, in order.
+async fn assert_only_accepted_published(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    broker: &Broker,
+    secret: &str,
+    accepted: &std::sync::Mutex<Vec<String>>,
+) {
+    let body = event_body("sentinel");
+    let sig = sign(secret, body.as_bytes());
+    assert_eq!(
+        gw.post(client, &body, &[("x-botix-signature", sig)])
+            .await
+            .0,
+        200
+    );
+    let expected = accepted.lock().expect("lock").clone();
+    assert_eq!(ids(&broker.until("sentinel").await), expected);
 }
 
 #[tokio::test]
@@ -294,10 +326,14 @@ async fn a_rotated_secret_file_is_picked_up_by_polling() {
     require_broker!();
     let (_dir, broker, secret_path, gw) = gateway_with_secret_file("").await;
     let client = client(None);
+    let accepted = std::sync::Mutex::new(Vec::new());
     const NEW: &str = "whsec_rotated_by_file_0b7d";
-    assert_eq!(status_signed_with(&gw, &client, SECRET).await, 200);
     assert_eq!(
-        status_signed_with(&gw, &client, NEW).await,
+        status_signed_with(&gw, &client, SECRET, &accepted).await,
+        200
+    );
+    assert_eq!(
+        status_signed_with(&gw, &client, NEW, &accepted).await,
         401,
         "not yet rotated"
     );
@@ -305,13 +341,13 @@ async fn a_rotated_secret_file_is_picked_up_by_polling() {
     std::fs::write(&secret_path, format!("{NEW}\n")).expect("rotate");
     assert!(
         eventually(POLL_DEADLINE, || async {
-            status_signed_with(&gw, &client, NEW).await == 200
+            status_signed_with(&gw, &client, NEW, &accepted).await == 200
         })
         .await,
         "the rewritten secret file was never picked up"
     );
     assert_eq!(
-        status_signed_with(&gw, &client, SECRET).await,
+        status_signed_with(&gw, &client, SECRET, &accepted).await,
         401,
         "the replaced secret is gone"
     );
@@ -321,6 +357,7 @@ async fn a_rotated_secret_file_is_picked_up_by_polling() {
             .any(|l| l.contains(SECRET) || l.contains(NEW)),
         "a secret reached the log"
     );
+    assert_only_accepted_published(&gw, &client, &broker, NEW, &accepted).await;
     broker.delete().await;
 }
 
@@ -330,24 +367,31 @@ async fn sighup_re_reads_a_rotated_secret_file_at_once() {
     // Polling is an hour away, so only the signal can make the new secret count.
     let (_dir, broker, secret_path, gw) = gateway_with_secret_file("reload_poll: 1h\n").await;
     let client = client(None);
+    let accepted = std::sync::Mutex::new(Vec::new());
     const NEWER: &str = "whsec_rotated_by_sighup_93ae";
-    assert_eq!(status_signed_with(&gw, &client, SECRET).await, 200);
+    assert_eq!(
+        status_signed_with(&gw, &client, SECRET, &accepted).await,
+        200
+    );
 
     std::fs::write(&secret_path, NEWER).expect("rotate");
     assert_eq!(
-        status_signed_with(&gw, &client, NEWER).await,
+        status_signed_with(&gw, &client, NEWER, &accepted).await,
         401,
         "nothing re-reads the file before the signal"
     );
     gw.signal("HUP");
     assert!(
         eventually(POLL_DEADLINE, || async {
-            status_signed_with(&gw, &client, NEWER).await == 200
+            status_signed_with(&gw, &client, NEWER, &accepted).await == 200
         })
         .await,
         "the secret was not re-read after SIGHUP"
     );
-    assert_eq!(status_signed_with(&gw, &client, SECRET).await, 401);
+    assert_eq!(
+        status_signed_with(&gw, &client, SECRET, &accepted).await,
+        401
+    );
     assert_eq!(healthz(&client, &gw).await, 200, "SIGHUP must not stop it");
     assert!(
         !gw.logs()
@@ -355,6 +399,7 @@ async fn sighup_re_reads_a_rotated_secret_file_at_once() {
             .any(|l| l.contains(SECRET) || l.contains(NEWER)),
         "a secret reached the log"
     );
+    assert_only_accepted_published(&gw, &client, &broker, NEWER, &accepted).await;
     broker.delete().await;
 }
 
