@@ -278,6 +278,9 @@ pub async fn serve(
     shutting_down.cancel();
     // serve_webhooks returns once in-flight requests finished or the grace ran out.
     let _ = webhooks.await;
+    if !pipeline.finish_running(config.shutdown_grace).await {
+        tracing::warn!("deliveries still running at the end of the shutdown grace");
+    }
     stop_background.cancel();
     let _ = drainer.await;
     if let Err(error) = pipeline.state().write_now() {

@@ -284,7 +284,19 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
         headers: parts.headers,
         body,
     };
-    let (outcome, request_id) = pipeline.handle(index, delivery).await;
+    // In a task of its own: the delivery runs to the end even if the client goes away.
+    let (outcome, request_id) = match pipeline.spawn_handle(index, delivery).await {
+        Ok(done) => done,
+        // Raised again here, where `guarded` turns it into a 500.
+        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
+        Err(_) => {
+            return json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                r#"{"error":"unavailable"}"#.into(),
+                Some(crate::pipeline::RETRY_AFTER_UNAVAILABLE),
+            )
+        }
+    };
     pipeline.count_request(index, outcome.label());
     let elapsed = started.elapsed();
     let route_name = &pipeline.routes[index].config.name;

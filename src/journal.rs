@@ -5,13 +5,16 @@
 //! marks, guard state), and those tree writes were about 40 % of hookgate's CPU per request
 //! (BENCHMARKS.md, "The state layer"). Here a request changes one of 1,024 maps (chosen by key
 //! hash) under its mutex and appends a record to a buffer; a writer thread stores the buffer
-//! as one sled entry every few milliseconds. sled locks its directory, so one process owns
+//! as one sled entry. sled locks its directory, so one process owns
 //! the journal and memory is the single source of truth while it runs; opening replays it.
 //!
-//! Durability is what it was with one key per mark: a record reaches sled within
-//! [`WRITE_INTERVAL`] and the disk within sled's own flush interval, so a crash can forget
-//! the marks of the last moments and a retry of those events is published again (allowed by
-//! SPEC §3). Claims are never written: after a crash nothing is in flight.
+//! Durability is a group commit: the writer thread takes every record appended so far as
+//! one batch, hands it to sled and fsyncs, and starts the next batch as soon as that flush
+//! ends (no timer on the way), so the records that arrived during one flush share the next.
+//! A request that changed or read state waits with [`Journal::durable`] until the batch
+//! holding everything it saw is on disk, and only then answers 200: a crash or a power loss
+//! after the 200 forgets nothing the answer depended on. Claims are never written: after a
+//! crash nothing is in flight.
 //!
 //! Space: a batch is deleted once none of its records is the current value of its key,
 //! oldest batches first, so a superseded record never outlives the record that superseded
@@ -21,20 +24,23 @@
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use nohash_hasher::{BuildNoHashHasher, IsEnabled};
 use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
 
 use crate::store::{StoreError, Tree};
 
-/// How long a record may wait in memory before it is handed to sled.
-pub const WRITE_INTERVAL: Duration = Duration::from_millis(5);
-/// A batch this large is written at once (sled stores big values as separate files).
-const MAX_BATCH_BYTES: usize = 32 * 1024;
+/// The open batch's buffer is allocated with room for this much; a batch grows beyond it
+/// while a flush is slow.
+const BATCH_CAPACITY: usize = 32 * 1024;
+/// After a failed write or flush the writer waits this long before it tries again, so a
+/// full disk is not retried in a busy loop.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// Batch header: created_ms (i64) and record count (u32), little-endian.
 const HEADER_BYTES: usize = 12;
 /// The map is split so that a sweep holds up only the requests whose keys fall in the part
@@ -137,6 +143,19 @@ struct Open {
     buf: Vec<u8>,
 }
 
+/// How far the journal is on disk, published by the writer to the waiting requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Progress {
+    /// Every batch below this sequence number is on disk.
+    durable_below: u64,
+    /// The last failed write or flush covered every batch below this sequence number.
+    failed_below: u64,
+}
+
+/// A point in the journal: the batches a request's answer depends on end below it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyncPoint(u64);
+
 /// The open batch and what is known of the written ones.
 struct Log {
     open: Open,
@@ -168,6 +187,10 @@ struct Shared {
     unwritten: Mutex<Vec<Open>>,
     /// Set while writes fail; readiness reports it.
     failing: AtomicBool,
+    /// Batches below this were handed to sled (changed only under `writes`).
+    inserted_below: AtomicU64,
+    /// What is on disk, for [`Journal::durable`].
+    progress: watch::Sender<Progress>,
 }
 
 impl Journal {
@@ -210,6 +233,7 @@ impl Journal {
                 }
             }
         }
+        let replayed_below = log.open.seq;
         let shared = Arc::new(Shared {
             shards: shards.into_iter().map(Mutex::new).collect(),
             log: Mutex::new(log),
@@ -220,6 +244,11 @@ impl Journal {
             stop: AtomicBool::new(false),
             unwritten: Mutex::new(Vec::new()),
             failing: AtomicBool::new(false),
+            inserted_below: AtomicU64::new(replayed_below),
+            progress: watch::Sender::new(Progress {
+                durable_below: replayed_below,
+                failed_below: 0,
+            }),
         });
         shared.forget_expired(now_ms);
         let for_writer = shared.clone();
@@ -298,8 +327,8 @@ impl Journal {
                 let was_empty = log.open.buf.len() == HEADER_BYTES;
                 let seq = log.append(&key, expires_ms, value.as_slice(), now_ms);
                 // The writer sleeps while there is nothing to write: wake it for the first
-                // record of a batch, and again when the batch is full.
-                if was_empty || log.open.buf.len() >= MAX_BATCH_BYTES {
+                // record of a batch (it takes the batch as soon as its last flush ends).
+                if was_empty {
                     self.shared.wake.notify_one();
                 }
                 seq
@@ -356,9 +385,41 @@ impl Journal {
         Ok(removed)
     }
 
-    /// Hands every appended record to sled now (shutdown, tests).
+    /// Hands every appended record to sled and flushes it to disk now (shutdown, tests).
     pub fn write_now(&self) -> Result<(), StoreError> {
         self.shared.write_now()
+    }
+
+    /// The point everything appended so far ends at: once it is durable, so is every
+    /// change made before this call (and every value read before it).
+    pub fn sync_point(&self) -> SyncPoint {
+        let log = self.shared.lock_log();
+        let has_records = log.open.buf.len() > HEADER_BYTES;
+        SyncPoint(log.open.seq + u64::from(has_records))
+    }
+
+    /// Waits until everything before `point` is on disk (the writer's group commit), at
+    /// most `wait`. An error if the write or the flush that covered it failed, or if it
+    /// took longer: the caller must not answer 200 then.
+    pub async fn durable(&self, point: SyncPoint, wait: Duration) -> Result<(), StoreError> {
+        let mut progress = self.shared.progress.subscribe();
+        let reached = tokio::time::timeout(wait, async {
+            progress
+                .wait_for(|p| p.durable_below >= point.0 || p.failed_below >= point.0)
+                .await
+                .map(|p| *p)
+        })
+        .await;
+        match reached {
+            Ok(Ok(p)) if p.durable_below >= point.0 => Ok(()),
+            Ok(Ok(_)) => Err(StoreError::Io(
+                "state journal cannot be written to disk".into(),
+            )),
+            Ok(Err(_)) => Err(StoreError::Io("state journal writer stopped".into())),
+            Err(_) => Err(StoreError::Io(format!(
+                "state journal not on disk within {wait:?}"
+            ))),
+        }
     }
 
     /// Whether the last write to sled failed.
@@ -386,7 +447,8 @@ impl Shared {
         self.write_open()
     }
 
-    /// Writes the open batch (and any earlier one sled refused); the caller holds `writes`.
+    /// Writes the open batch (and any earlier one sled refused) and flushes sled to disk;
+    /// the caller holds `writes`.
     fn write_open(&self) -> Result<(), StoreError> {
         let mut unwritten = lock(&self.unwritten);
         // The next batch's buffer is allocated before the log lock, which requests wait for.
@@ -399,20 +461,41 @@ impl Shared {
             })
         };
         unwritten.extend(taken);
+        let attempted_below = unwritten
+            .last()
+            .map_or(self.inserted_below.load(Ordering::SeqCst), |b| b.seq + 1);
         // Oldest first, and a batch leaves the queue only once sled took it.
         while let Some(batch) = unwritten.first() {
             if let Err(error) = self.tree.insert(&batch.seq.to_be_bytes(), &batch.buf) {
-                if !self.failing.swap(true, Ordering::SeqCst) {
-                    tracing::error!(%error, "state journal cannot be written; retrying");
-                }
-                return Err(error);
+                return Err(self.failed(error, attempted_below));
             }
+            self.inserted_below.store(batch.seq + 1, Ordering::SeqCst);
             unwritten.remove(0);
+        }
+        drop(unwritten);
+        let inserted_below = self.inserted_below.load(Ordering::SeqCst);
+        if inserted_below > self.progress.borrow().durable_below {
+            if let Err(error) = self.tree.flush() {
+                return Err(self.failed(error, attempted_below));
+            }
+            self.progress
+                .send_modify(|p| p.durable_below = p.durable_below.max(inserted_below));
         }
         if self.failing.swap(false, Ordering::SeqCst) {
             tracing::info!("state journal written again");
         }
         Ok(())
+    }
+
+    /// Records a failed write or flush of the batches below `attempted_below`: their
+    /// waiters learn it at once, readiness reports it, the log says it once.
+    fn failed(&self, error: StoreError, attempted_below: u64) -> StoreError {
+        if !self.failing.swap(true, Ordering::SeqCst) {
+            tracing::error!(%error, "state journal cannot be written; retrying");
+        }
+        self.progress
+            .send_modify(|p| p.failed_below = p.failed_below.max(attempted_below));
+        error
     }
 
     /// Forgets expired values, one shard at a time. The log lock, which every durable change
@@ -518,9 +601,9 @@ impl Drop for Journal {
     }
 }
 
-/// The writer thread: sleeps while nothing was appended; after the first record of a
-/// batch, waits [`WRITE_INTERVAL`] (less if the batch fills) so records share a write, then
-/// writes. Ends when the journal is dropped.
+/// The writer thread: sleeps while nothing was appended; otherwise writes and flushes
+/// everything appended so far at once, and starts again as soon as that flush ends (records
+/// that arrive meanwhile share the next flush). Ends when the journal is dropped.
 fn write_loop(shared: &Shared) {
     let stopping = || shared.stop.load(Ordering::SeqCst);
     while !stopping() {
@@ -532,17 +615,11 @@ fn write_loop(shared: &Shared) {
                     .wait(log)
                     .unwrap_or_else(PoisonError::into_inner);
             }
-            if log.open.buf.len() < MAX_BATCH_BYTES && !stopping() {
-                drop(
-                    shared
-                        .wake
-                        .wait_timeout(log, WRITE_INTERVAL)
-                        .unwrap_or_else(PoisonError::into_inner),
-                );
-            }
         }
-        // A failure is logged (once) and retried by the next round.
-        let _ = shared.write_now();
+        // A failure is logged (once), reported to the waiters, and retried by the next round.
+        if shared.write_now().is_err() {
+            std::thread::sleep(RETRY_PAUSE);
+        }
     }
 }
 
@@ -606,7 +683,7 @@ impl Open {
     fn new(seq: u64) -> Self {
         // Room for a full batch up front: growing the buffer record by record copied it
         // again and again on the request path.
-        let mut buf = Vec::with_capacity(MAX_BATCH_BYTES + 1024);
+        let mut buf = Vec::with_capacity(BATCH_CAPACITY);
         buf.resize(HEADER_BYTES, 0);
         Self { seq, buf }
     }

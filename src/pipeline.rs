@@ -5,6 +5,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use tokio_util::task::TaskTracker;
+
 use crate::config::{Config, Route};
 use crate::dedup::{event_key, request_key, Claim, KeyState};
 use crate::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
@@ -112,6 +114,8 @@ pub struct Pipeline {
     /// Request counters of each route, in route order.
     requests: Vec<RouteRequests>,
     clock: Clock,
+    /// Deliveries running in tasks of their own (see [`Pipeline::spawn_handle`]).
+    tasks: TaskTracker,
 }
 
 enum Delivered {
@@ -153,7 +157,30 @@ impl Pipeline {
             metrics,
             requests,
             clock,
+            tasks: TaskTracker::new(),
         }
+    }
+
+    /// Handles one delivery in a task of its own. Once a delivery is past verification it
+    /// may publish, and a publish must be followed by its guard state and done marks; if
+    /// the client resets the stream or closes the connection, hyper drops the request's
+    /// future, but not this task, so the delivery still runs to the end.
+    pub fn spawn_handle(
+        self: &Arc<Self>,
+        index: usize,
+        delivery: Delivery,
+    ) -> tokio::task::JoinHandle<(Outcome, String)> {
+        let pipeline = self.clone();
+        self.tasks
+            .spawn(async move { pipeline.handle(index, delivery).await })
+    }
+
+    /// Waits, at most `grace`, for the deliveries still running in their own tasks (their
+    /// clients may have gone away), so shutdown does not cut one short between the broker's
+    /// confirm and its state. True if all finished.
+    pub async fn finish_running(&self, grace: Duration) -> bool {
+        self.tasks.close();
+        tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
     }
 
     /// Counts one answered request of route `index`.
@@ -309,7 +336,7 @@ impl Pipeline {
             let now = self.now_ms();
             if let Some(k) = &req_key {
                 if self.state.mark_state(k, now).await? == KeyState::Done {
-                    return Ok(duplicate());
+                    return self.durable(duplicate()).await;
                 }
             }
             match self
@@ -318,7 +345,7 @@ impl Pipeline {
                 .await?
             {
                 Claim::Claimed => break,
-                Claim::Done => return Ok(duplicate()),
+                Claim::Done => return self.durable(duplicate()).await,
                 Claim::InFlight if Instant::now() >= deadline => {
                     return Ok(Outcome::Unavailable {
                         retry_after: RETRY_AFTER_UNAVAILABLE,
@@ -340,12 +367,28 @@ impl Pipeline {
                 // A drop is final too: the sender got its 200, and a retry must not be judged
                 // against state that has moved on since.
                 self.state
-                    .mark_done(&done_keys, self.now_ms(), self.settings.ttl)
+                    .mark_done(
+                        &done_keys,
+                        self.now_ms(),
+                        event.timestamp_ms,
+                        self.settings.ttl,
+                    )
                     .await?;
+                // The guard state and the marks are on disk before the 200 (SPEC §4). If
+                // they cannot be, the answer is 503 and the retry finds the marks in memory.
+                self.state.sync().await?;
             }
             _ => self.state.release(&ev_key, token).await?,
         }
         result
+    }
+
+    /// A duplicate answers 200 only once the mark it found is on disk: the mark may be a
+    /// concurrent request's, still on its way, and a crash must not let the sender's 200
+    /// stand for a mark and guard state that are gone.
+    async fn durable(&self, outcome: Outcome) -> Result<Outcome, StoreError> {
+        self.state.sync().await?;
+        Ok(outcome)
     }
 
     async fn decide_and_deliver(

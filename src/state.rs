@@ -17,11 +17,17 @@ use crate::store::{Store, StoreError};
 /// Name of the sled tree that holds the state journal.
 pub const JOURNAL_TREE: &str = "state";
 
+/// How long a request waits for the group commit that puts its state on disk before it
+/// answers 503 instead of 200 (a disk that stalls, or a full one).
+pub const DURABLE_WAIT: Duration = Duration::from_secs(5);
+
 /// The sled backend: marks and guard state in the journal, guard keys locked in process.
 pub struct SledState {
     marks: SledMarks,
     journal: Arc<Journal>,
     locks: KeyedLocks,
+    /// How long a request waits for a guard-key lock.
+    lock_wait: Duration,
 }
 
 /// The chosen backend.
@@ -86,6 +92,7 @@ impl StateStore {
                     marks: SledMarks::new(journal.clone(), config.dedup.in_flight_lease),
                     journal,
                     locks: KeyedLocks::default(),
+                    lock_wait: config.dedup.in_flight_wait,
                 }))
             }
             BackendChoice::Redis(target) => Ok(StateStore::Redis {
@@ -144,20 +151,42 @@ impl StateStore {
         }
     }
 
-    /// Marks keys done for `ttl` from `now_ms`.
+    /// Marks keys done until `ttl` after the later of `now_ms` (receipt) and `event_ms`
+    /// (the event's own time): a future-dated event's replay must still find its mark.
     pub async fn mark_done(
         &self,
         keys: &[&[u8]],
         now_ms: i64,
+        event_ms: Option<i64>,
         ttl: Duration,
     ) -> Result<(), StoreError> {
+        let from_ms = event_ms.map_or(now_ms, |e| e.max(now_ms));
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+        let expires_ms = from_ms.saturating_add(ttl_ms);
         match self {
             StateStore::Sled(s) => {
-                s.marks
-                    .mark_done(keys, now_ms + ttl.as_millis() as i64, now_ms);
+                s.marks.mark_done(keys, expires_ms, now_ms);
                 Ok(())
             }
-            StateStore::Redis { redis, .. } => redis.mark_done(keys, ttl).await,
+            StateStore::Redis { redis, .. } => {
+                let lifetime =
+                    Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
+                redis.mark_done(keys, lifetime).await
+            }
+        }
+    }
+
+    /// Waits until every change made so far (and every value read so far) is durable, so
+    /// an answer that depends on them may go out. sled: the journal's group commit, at most
+    /// [`DURABLE_WAIT`]. Redis: its writes were acknowledged; how durable they are is
+    /// Redis's own `appendfsync` setting.
+    pub async fn sync(&self) -> Result<(), StoreError> {
+        match self {
+            StateStore::Sled(s) => {
+                let point = s.journal.sync_point();
+                s.journal.durable(point, DURABLE_WAIT).await
+            }
+            StateStore::Redis { .. } => Ok(()),
         }
     }
 
@@ -175,7 +204,13 @@ impl StateStore {
     /// Takes the lock of a guard key; events of one key are decided one at a time.
     pub async fn lock(&self, key: &[u8]) -> Result<KeyLock, StoreError> {
         match self {
-            StateStore::Sled(s) => Ok(KeyLock::Local(s.locks.lock(key).await)),
+            StateStore::Sled(s) => match tokio::time::timeout(s.lock_wait, s.locks.lock(key)).await
+            {
+                Ok(guard) => Ok(KeyLock::Local(guard)),
+                Err(_) => Err(StoreError::Io(
+                    "guard key is locked by another request for too long".into(),
+                )),
+            },
             StateStore::Redis {
                 redis,
                 lock_lease,

@@ -178,6 +178,12 @@ impl Tree {
             .collect()
     }
 
+    /// Writes everything sled holds in memory (of every tree) to disk and fsyncs; blocks.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        self.0.flush()?;
+        Ok(())
+    }
+
     /// Number of entries (walks the tree: for startup and tests).
     pub fn len(&self) -> usize {
         self.0.len()

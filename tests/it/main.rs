@@ -6,6 +6,7 @@ mod accept;
 mod claims;
 mod client_errors;
 mod dedup;
+mod durability;
 mod guard;
 mod lifecycle;
 mod ops;
