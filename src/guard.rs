@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use unicode_normalization::UnicodeNormalization;
 
 /// Why the guard dropped an event; `as_str()` gives the SPEC's reason string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -284,8 +285,13 @@ impl Default for KeywordLists {
 ///
 /// Only trailing punctuation goes (SPEC §4), so "¡Basta!" keeps its leading "¡". Inner
 /// white space is kept: "STOP ALL" is not "STOPALL".
+///
+/// Compatibility forms are folded first (NFKC, SPEC §4): a full-width `ＳＴＯＰ！` is `STOP`,
+/// and a ligature or a circled letter reads as the plain letters it stands for.
 pub fn normalise_keyword_text(text: &str) -> String {
-    text.trim_start()
+    let folded: String = text.nfkc().collect();
+    folded
+        .trim_start()
         .trim_end_matches(|c: char| c.is_whitespace() || is_punctuation(c))
         .to_uppercase()
 }
@@ -710,6 +716,10 @@ mod tests {
             ("straße", "STRASSE"),
             ("please stop texting", "PLEASE STOP TEXTING"),
             ("stop all", "STOP ALL"),
+            ("ＳＴＯＰ", "STOP"),
+            ("ｓｔｏｐ！", "STOP"),
+            ("Ｓtop\u{3000}", "STOP"),
+            ("ﬁn", "FIN"),
             ("", ""),
             (" !?. ", ""),
         ] {

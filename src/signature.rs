@@ -102,7 +102,9 @@ impl Scheme {
                 let id = header_str(headers, WEBHOOK_ID)?;
                 let ts_text = header_str(headers, WEBHOOK_TIMESTAMP)?;
                 let ts: i64 = ts_text.parse().map_err(|_| SignatureError::Malformed)?;
-                if (now_secs - ts).abs() > *tolerance_secs {
+                // abs_diff in u64: a subtraction of two i64 overflows for a timestamp such
+                // as i64::MIN, which is the sender's to choose.
+                if now_secs.abs_diff(ts) > tolerance_secs.unsigned_abs() {
                     return Err(SignatureError::Stale);
                 }
                 let candidates: Vec<Vec<u8>> = header_str(headers, WEBHOOK_SIGNATURE)?
@@ -384,5 +386,31 @@ mod tests {
             scheme.verify(&h, b"{}", &secrets, 1100),
             Err(SignatureError::Mismatch)
         );
+    }
+
+    #[test]
+    fn extreme_standard_webhooks_timestamps_are_stale_not_an_overflow() {
+        let scheme = Scheme::StandardWebhooks {
+            tolerance_secs: 300,
+        };
+        let secrets = [Secret::new(b"whsec_AAAA")];
+        for (ts, now) in [
+            (i64::MIN, 1_800_000_000),
+            (i64::MAX, -1_800_000_000),
+            (i64::MIN, i64::MAX),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(WEBHOOK_ID, HeaderValue::from_static("msg_1"));
+            h.insert(
+                WEBHOOK_TIMESTAMP,
+                HeaderValue::from_str(&ts.to_string()).expect("value"),
+            );
+            h.insert(WEBHOOK_SIGNATURE, HeaderValue::from_static("v1,AAAA"));
+            assert_eq!(
+                scheme.verify(&h, b"{}", &secrets, now),
+                Err(SignatureError::Stale),
+                "timestamp {ts} at {now}"
+            );
+        }
     }
 }
