@@ -398,6 +398,11 @@ pub struct Fields {
     /// Event time (RFC 3339, Unix seconds or milliseconds). Default `/timestamp`.
     #[serde(default = "default_timestamp_ptr")]
     pub timestamp: String,
+    /// When the body has no id or type: read the id from `X-Event-Id` and the type from
+    /// `X-Botix-Event` or `X-Event-Type`. Off by default: the signature covers the body, not
+    /// these headers, so anyone replaying a signed body could choose them.
+    #[serde(default)]
+    pub unsigned_header_fallbacks: bool,
 }
 
 impl Default for Fields {
@@ -406,6 +411,7 @@ impl Default for Fields {
             event_id: default_event_id_ptr(),
             event_type: default_event_type_ptr(),
             timestamp: default_timestamp_ptr(),
+            unsigned_header_fallbacks: false,
         }
     }
 }
@@ -566,6 +572,14 @@ impl Config {
             }
             if route.name.is_empty() || !names.insert(route.name.as_str()) {
                 return invalid(format!("{at}.name: must be non-empty and unique"));
+            }
+            // The name starts every store key; in Redis `:` separates a key's parts, and
+            // `guard` and `lock` begin the guard state's and the guard locks' keys.
+            if route.name.contains(['\0', ':']) || ["guard", "lock"].contains(&route.name.as_str())
+            {
+                return invalid(format!(
+                    "{at}.name: may not contain ':' or NUL, nor be `guard` or `lock`"
+                ));
             }
             if route.secrets.is_empty() {
                 return invalid(format!("{at}.secrets: at least one secret is required"));
@@ -962,6 +976,26 @@ routes:
             "- secret_env: A\n        secret_file: /b",
         );
         assert!(err(&text).contains("exactly one"));
+    }
+
+    #[test]
+    fn route_names_cannot_make_store_keys_ambiguous() {
+        for name in ["bo:tix", "guard", "lock", r"a\0b"] {
+            let text = MINIMAL.replace("name: botix", &format!("name: \"{name}\""));
+            assert!(err(&text).contains("routes[0].name"), "{name}");
+        }
+    }
+
+    #[test]
+    fn unsigned_header_fallbacks_are_opt_in() {
+        let c = Config::parse(MINIMAL).expect("parses");
+        assert!(!c.routes[0].fields.unsigned_header_fallbacks);
+        let text = MINIMAL.replace(
+            "    secrets:",
+            "    fields:\n      unsigned_header_fallbacks: true\n    secrets:",
+        );
+        let c = Config::parse(&text).expect("parses");
+        assert!(c.routes[0].fields.unsigned_header_fallbacks);
     }
 
     #[test]

@@ -109,6 +109,9 @@ pub struct EventFields {
     event_id: Slot,
     event_type: Slot,
     timestamp: Slot,
+    /// Whether `X-Event-Id`, `X-Botix-Event` and `X-Event-Type` stand in for a missing id or
+    /// type (config `fields.unsigned_header_fallbacks`).
+    header_fallbacks: bool,
 }
 
 impl EventFields {
@@ -119,6 +122,7 @@ impl EventFields {
             event_id: plan.add(&fields.event_id),
             event_type: plan.add(&fields.event_type),
             timestamp: plan.add(&fields.timestamp),
+            header_fallbacks: fields.unsigned_header_fallbacks,
             plan,
         }
     }
@@ -177,8 +181,15 @@ pub fn parse(
         .map_err(|_| ParseError::NotAnObject)?;
     let headers = &delivery.headers;
     let text = |slot| found.get(slot).and_then(Field::text).map(Cow::into_owned);
+    // Headers the signature does not cover are read only where the route opted in.
+    let unsigned = |name| {
+        fields
+            .header_fallbacks
+            .then(|| header_text(headers, name))
+            .flatten()
+    };
     let id = text(fields.event_id)
-        .or_else(|| header_text(headers, EVENT_ID))
+        .or_else(|| unsigned(EVENT_ID))
         .or_else(|| request_id.from_sender.then(|| request_id.value.clone()))
         .filter(|s| !s.is_empty())
         .ok_or(ParseError::NoEventId)?;
@@ -186,8 +197,8 @@ pub fn parse(
         return Err(ParseError::IdTooLong);
     }
     let event_type = text(fields.event_type)
-        .or_else(|| header_text(headers, BOTIX_EVENT))
-        .or_else(|| header_text(headers, EVENT_TYPE))
+        .or_else(|| unsigned(BOTIX_EVENT))
+        .or_else(|| unsigned(EVENT_TYPE))
         .unwrap_or_else(|| "unknown".to_owned());
     if event_type.len() > MAX_EVENT_TYPE_BYTES {
         return Err(ParseError::TypeTooLong);
@@ -265,12 +276,20 @@ mod tests {
     }
 
     fn parse_one(body: &str, headers: &[(&'static str, &str)]) -> Result<Event, ParseError> {
+        parse_with(&Fields::default(), body, headers)
+    }
+
+    fn parse_with(
+        fields: &Fields,
+        body: &str,
+        headers: &[(&'static str, &str)],
+    ) -> Result<Event, ParseError> {
         let v = verified(body, headers);
         let mut request_id = RequestId::of(&v.0.headers, Profile::Botix);
         if !request_id.from_sender {
             request_id.value = "gen".into();
         }
-        parse(v, &EventFields::new(&Fields::default()), request_id)
+        parse(v, &EventFields::new(fields), request_id)
     }
 
     #[test]
@@ -289,9 +308,36 @@ mod tests {
     }
 
     #[test]
-    fn id_falls_back_to_headers_then_fails() {
+    fn unsigned_headers_stand_in_only_where_the_route_opted_in() {
+        let headers = [
+            (EVENT_ID, "h1"),
+            (BOTIX_EVENT, "message.status"),
+            (EVENT_TYPE, "other"),
+        ];
+        let e = parse_one("{}", &headers).err();
+        assert_eq!(e, Some(ParseError::NoEventId), "X-Event-Id is not signed");
+        let e = parse_one(r#"{"id":"b1"}"#, &headers).expect("ok");
+        assert_eq!(e.event_type, "unknown", "X-Botix-Event is not signed");
+        let opted_in = Fields {
+            unsigned_header_fallbacks: true,
+            ..Fields::default()
+        };
+        let e = parse_with(&opted_in, "{}", &headers).expect("ok");
+        assert_eq!(
+            (e.id.as_str(), e.event_type.as_str()),
+            ("h1", "message.status")
+        );
+        let e = parse_with(&opted_in, r#"{"id":"b1"}"#, &[(EVENT_TYPE, "t")]).expect("ok");
+        assert_eq!(e.event_type, "t");
+        // The body wins over the headers.
+        let e = parse_with(&opted_in, r#"{"id":"b1","event":"x"}"#, &headers).expect("ok");
+        assert_eq!((e.id.as_str(), e.event_type.as_str()), ("b1", "x"));
+    }
+
+    #[test]
+    fn id_falls_back_to_the_request_id_then_fails() {
         let e = parse_one(r#"{"event":"x"}"#, &[(EVENT_ID, "h1"), (REQUEST_ID, "r")]).expect("ok");
-        assert_eq!(e.id, "h1");
+        assert_eq!(e.id, "r");
         let e = parse_one(r#"{"event":"x"}"#, &[(REQUEST_ID, "r")]).expect("ok");
         assert_eq!(e.id, "r");
         assert_eq!(

@@ -290,3 +290,28 @@ impl StateStore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_sled_guard_lock_is_waited_for_at_most_in_flight_wait() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let config = Config::parse(
+            "listen:\n  addr: 127.0.0.1:0\ndedup:\n  in_flight_wait: 50ms\nroutes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n",
+        )
+        .expect("config");
+        let state = StateStore::open(&BackendChoice::Sled, &config, &store, 0).expect("state");
+        let held = state.lock(b"key").await.expect("first lock");
+        // Bounded by the test, so the old unbounded wait fails instead of hanging.
+        let second = tokio::time::timeout(Duration::from_secs(10), state.lock(b"key"))
+            .await
+            .expect("the wait for a held guard lock is bounded");
+        assert!(second.is_err(), "a held lock was taken twice");
+        assert!(state.lock(b"other").await.is_ok(), "other keys do not wait");
+        state.unlock(held).await;
+        assert!(state.lock(b"key").await.is_ok(), "a released lock is taken");
+    }
+}

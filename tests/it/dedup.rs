@@ -352,3 +352,31 @@ async fn on_a_full_disk_nothing_is_answered_200_before_its_marks_are_on_disk() {
     );
     broker.delete().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_future_dated_event_keeps_its_mark_until_its_own_time_plus_the_ttl() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    cfg.extra = "dedup:\n  ttl: 1h\nmax_clock_skew: 10m\n".into();
+    let app = InProcess::start(&cfg.yaml()).await;
+    let client = client(None);
+    let t0 = app.now();
+    let minute = 60_000;
+    let hour = 60 * minute;
+    // Dated 9 minutes ahead: within the allowed skew, so accepted.
+    let body = serde_json::json!({"id": "evt_future", "event": "contact.created", "timestamp": rfc3339_ms(t0 + 9 * minute), "data": {}}).to_string();
+    let (s, a) = app.post(&client, &body, "req_future_1").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()));
+    // A replay an hour and a minute after receipt: the event itself is 52 minutes old, fresh
+    // for the TTL, so only its mark can stop it; the mark lives until its time plus the TTL.
+    app.set_now(t0 + hour + minute);
+    let (s, a) = app.post(&client, &body, "req_future_2").await;
+    assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
+
+    let sentinel = serde_json::json!({"id": "sentinel", "event": "contact.created", "timestamp": rfc3339_ms(t0 + hour + minute)}).to_string();
+    let (s, _) = app.post(&client, &sentinel, "req_s").await;
+    assert_eq!(s, 200);
+    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_future"]);
+    app.stop().await;
+    broker.delete().await;
+}

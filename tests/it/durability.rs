@@ -8,30 +8,12 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::io::AsyncWriteExt;
 
-use crate::dedup::{ids, outcome, rfc3339_ms, stop, wall_ms};
 use crate::require_broker;
 use crate::util::*;
 
 /// An inbound SMS from one contact to one of our numbers, with `text`, at `ts_ms`.
 fn keyword_at(event_id: &str, text: &str, ts_ms: i64) -> String {
-    serde_json::json!({
-        "id": event_id,
-        "event": "message.received",
-        "timestamp": rfc3339_ms(ts_ms),
-        "data": {"message_id": format!("in_{event_id}"), "from": "+15550001111", "to": "+15550002222", "text": text}
-    })
-    .to_string()
-}
-
-/// A status event whose timestamp is `ts_ms`.
-fn status_at(event_id: &str, message_id: &str, status: &str, ts_ms: i64) -> String {
-    serde_json::json!({
-        "id": event_id,
-        "event": "message.status",
-        "timestamp": rfc3339_ms(ts_ms),
-        "data": {"message_id": message_id, "status": status}
-    })
-    .to_string()
+    keyword_between(event_id, "+15550001111", "+15550002222", text, ts_ms)
 }
 
 async fn started(cfg: &GatewayConfig, client: &reqwest::Client) -> Gateway {

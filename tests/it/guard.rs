@@ -31,17 +31,6 @@ pub(crate) fn dropped_total(metrics: &Exposition, reason: &str) -> f64 {
     )
 }
 
-/// A status event whose timestamp is `ts_ms`.
-fn status_at(event_id: &str, message_id: &str, status: &str, ts_ms: i64) -> String {
-    serde_json::json!({
-        "id": event_id,
-        "event": "message.status",
-        "timestamp": rfc3339_ms(ts_ms),
-        "data": {"message_id": message_id, "status": status}
-    })
-    .to_string()
-}
-
 #[tokio::test]
 async fn every_shared_scenario_through_the_binary() {
     require_broker!();
@@ -333,5 +322,33 @@ async fn drops_go_to_the_dropped_routing_key_and_are_counted() {
         .find(|m| m.message_id.as_deref() == Some("d2"))
         .expect("d2");
     assert_eq!(d2.body, steps[1].1.as_bytes());
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn contacts_and_channels_that_join_to_the_same_text_keep_their_own_opt_out() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    let gw = Gateway::start(&cfg.with_spec_guard()).await;
+    let client = client(None);
+    let base = wall_ms() - 60_000;
+    // Joined with NUL, ("a\0b", "c") and ("a", "b\0c") would be one key.
+    let pairs = [("+1555\u{0}1", "+1666"), ("+1555", "1\u{0}+1666")];
+    for (i, (contact, channel)) in pairs.iter().enumerate() {
+        let id = format!("kw_nul_{i}");
+        let body = keyword_between(&id, contact, channel, "STOP", base + i as i64);
+        let (s, a) = gw.deliver(&client, &body, &format!("req_{id}")).await;
+        assert_eq!(
+            (s, outcome(&a)),
+            (200, "accepted".into()),
+            "{contact:?} -> {channel:?}"
+        );
+    }
+    let sentinel = unique("sentinel");
+    gw.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(
+        ids(&broker.until(&sentinel).await),
+        vec!["kw_nul_0", "kw_nul_1"]
+    );
     broker.delete().await;
 }

@@ -593,3 +593,32 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
     cleanup(&prefix).await;
     broker.delete().await;
 }
+
+#[tokio::test]
+async fn contacts_and_channels_that_join_to_the_same_redis_key_keep_their_own_opt_out() {
+    require_redis!();
+    let broker = Broker::new().await;
+    let (a, _b, prefix, _dirs) = pair(&broker, true).await;
+    let client = client(None);
+    let base = wall_ms() - 60_000;
+    // Redis shows the key separator as ':', so ("a:b", "c") and ("a", "b:c") would meet.
+    let pairs = [("+1555:1", "+1666"), ("+1555", "1:+1666")];
+    for (i, (contact, channel)) in pairs.iter().enumerate() {
+        let id = format!("kw_colon_{i}");
+        let body = keyword_between(&id, contact, channel, "STOP", base + i as i64);
+        let (s, r) = a.deliver(&client, &body, &format!("req_{id}")).await;
+        assert_eq!(
+            (s, outcome(&r).as_str()),
+            (200, "accepted"),
+            "{contact} -> {channel}"
+        );
+    }
+    let sentinel = unique("sentinel");
+    a.deliver(&client, &event_body(&sentinel), "req_s").await;
+    assert_eq!(
+        ids(&broker.until(&sentinel).await),
+        vec!["kw_colon_0", "kw_colon_1"]
+    );
+    cleanup(&prefix).await;
+    broker.delete().await;
+}

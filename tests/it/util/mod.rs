@@ -142,6 +142,34 @@ pub fn rfc3339_from_now(offset_secs: i64) -> String {
         .expect("format")
 }
 
+/// A status event whose timestamp is `ts_ms`.
+pub fn status_at(event_id: &str, message_id: &str, status: &str, ts_ms: i64) -> String {
+    serde_json::json!({
+        "id": event_id,
+        "event": "message.status",
+        "timestamp": rfc3339_ms(ts_ms),
+        "data": {"message_id": message_id, "status": status}
+    })
+    .to_string()
+}
+
+/// An inbound SMS (a keyword event) from `contact` to `channel` with `text`, at `ts_ms`.
+pub fn keyword_between(
+    event_id: &str,
+    contact: &str,
+    channel: &str,
+    text: &str,
+    ts_ms: i64,
+) -> String {
+    serde_json::json!({
+        "id": event_id,
+        "event": "message.received",
+        "timestamp": rfc3339_ms(ts_ms),
+        "data": {"message_id": format!("in_{event_id}"), "from": contact, "to": channel, "text": text}
+    })
+    .to_string()
+}
+
 /// A status event body with a fresh timestamp.
 pub fn status_body(event_id: &str, message_id: &str, status: &str) -> String {
     serde_json::json!({
