@@ -833,6 +833,25 @@ mod tests {
         assert_eq!(j.batches_on_disk(), 1);
     }
 
+    #[tokio::test]
+    async fn a_change_is_durable_once_the_group_commit_flushed_its_batch() {
+        let (_dir, store) = temp_store();
+        let j = open(&store, 0);
+        // Nothing appended: nothing to wait for.
+        let idle = j.sync_point();
+        j.durable(idle, Duration::from_secs(5))
+            .await
+            .expect("nothing pending");
+        j.put(b"a", b"1", 1_000, 0);
+        let point = j.sync_point();
+        assert!(point.0 > idle.0, "a change moves the point");
+        j.durable(point, Duration::from_secs(5))
+            .await
+            .expect("flushed by the writer thread");
+        assert_eq!(j.batches_on_disk(), 1);
+        assert!(j.shared.progress.borrow().durable_below >= point.0);
+    }
+
     #[test]
     fn a_truncated_batch_is_skipped_not_fatal() {
         assert!(decode_batch(&[0; 5]).is_none());
