@@ -41,31 +41,60 @@ async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
         .expect("redis connect")
 }
 
-/// Deletes every key under `prefix`, so test runs leave the shared Redis as they found it.
-async fn cleanup(prefix: &str) {
-    let mut conn = redis_connection(REDIS_URL).await;
-    let keys: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .expect("keys");
-    if !keys.is_empty() {
-        let _: i64 = redis::cmd("DEL")
-            .arg(&keys)
-            .query_async(&mut conn)
-            .await
-            .expect("del");
+/// A fresh key prefix in the shared Redis (`hg-test-<random>:`). Every key under it is
+/// deleted on drop, also when the test fails, so test runs leave Redis as they found it.
+struct KeyPrefix(String);
+
+impl KeyPrefix {
+    fn new() -> Self {
+        Self(unique("hg-test") + ":")
+    }
+}
+
+impl std::ops::Deref for KeyPrefix {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Display for KeyPrefix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Drop for KeyPrefix {
+    /// A blocking connection: drop cannot await.
+    fn drop(&mut self) {
+        let Ok(client) = redis::Client::open(REDIS_URL) else {
+            return;
+        };
+        let Ok(mut conn) = client.get_connection_with_timeout(BROKER_TIMEOUT) else {
+            return;
+        };
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.0))
+            .query(&mut conn)
+            .unwrap_or_default();
+        if !keys.is_empty() {
+            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&keys).query(&mut conn);
+        }
     }
 }
 
 /// Two gateways (each with its own sled store and spool) sharing one fresh Redis prefix:
-/// the gateways, the prefix (for [`cleanup`]) and their store directories (keep them alive).
-async fn pair(broker: &Broker, guard: bool) -> (Gateway, Gateway, String, [tempfile::TempDir; 2]) {
+/// the gateways, the prefix (its keys go when it is dropped) and their store directories
+/// (keep them alive).
+async fn pair(
+    broker: &Broker,
+    guard: bool,
+) -> (Gateway, Gateway, KeyPrefix, [tempfile::TempDir; 2]) {
     let dirs = [
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
     ];
-    let prefix = unique("hg-test") + ":";
+    let prefix = KeyPrefix::new();
     let make = |d: &tempfile::TempDir| {
         let cfg = GatewayConfig::new(d.path(), &broker.exchange);
         let cfg = if guard { cfg.with_spec_guard() } else { cfg };
@@ -85,7 +114,7 @@ async fn pair(broker: &Broker, guard: bool) -> (Gateway, Gateway, String, [tempf
 async fn deliveries_alternated_between_two_instances_publish_each_event_once() {
     require_redis!();
     let broker = Broker::new().await;
-    let (a, b, prefix, _dirs) = pair(&broker, false).await;
+    let (a, b, _prefix, _dirs) = pair(&broker, false).await;
     let client = client(None);
     let mut expected = Vec::new();
     for i in 0..20 {
@@ -102,7 +131,6 @@ async fn deliveries_alternated_between_two_instances_publish_each_event_once() {
     let sentinel = unique("sentinel");
     a.deliver(&client, &event_body(&sentinel), "req_s").await;
     assert_eq!(ids(&broker.until(&sentinel).await), expected);
-    cleanup(&prefix).await;
     broker.delete().await;
 }
 
@@ -110,7 +138,7 @@ async fn deliveries_alternated_between_two_instances_publish_each_event_once() {
 async fn fifty_concurrent_deliveries_spread_over_two_instances_publish_once() {
     require_redis!();
     let broker = Broker::new().await;
-    let (a, b, prefix, _dirs) = pair(&broker, false).await;
+    let (a, b, _prefix, _dirs) = pair(&broker, false).await;
     let client = client(None);
     let body = event_body("evt_fifty");
     let urls = [a.url("/webhooks/botix"), b.url("/webhooks/botix")];
@@ -151,7 +179,6 @@ async fn fifty_concurrent_deliveries_spread_over_two_instances_publish_once() {
     let sentinel = unique("sentinel");
     b.deliver(&client, &event_body(&sentinel), "req_s").await;
     assert_eq!(ids(&broker.until(&sentinel).await), vec!["evt_fifty"]);
-    cleanup(&prefix).await;
     broker.delete().await;
 }
 
@@ -159,7 +186,7 @@ async fn fifty_concurrent_deliveries_spread_over_two_instances_publish_once() {
 async fn a_status_regression_and_a_repeated_stop_are_dropped_across_instances() {
     require_redis!();
     let broker = Broker::new().await;
-    let (a, b, prefix, _dirs) = pair(&broker, true).await;
+    let (a, b, _prefix, _dirs) = pair(&broker, true).await;
     let client = client(None);
     let (_, r) = a
         .deliver(&client, &status_body("e1", "msg_x", "delivered"), "r1")
@@ -181,7 +208,6 @@ async fn a_status_regression_and_a_repeated_stop_are_dropped_across_instances() 
     let sentinel = unique("sentinel");
     a.deliver(&client, &event_body(&sentinel), "req_s").await;
     assert_eq!(ids(&broker.until(&sentinel).await), vec!["e1", "k1"]);
-    cleanup(&prefix).await;
     broker.delete().await;
 }
 
@@ -189,9 +215,8 @@ async fn a_status_regression_and_a_repeated_stop_are_dropped_across_instances() 
 async fn concurrent_statuses_over_two_instances_never_publish_a_lower_rank() {
     require_redis!();
     let broker = Broker::new().await;
-    let (a, b, prefix, _dirs) = pair(&broker, true).await;
+    let (a, b, _prefix, _dirs) = pair(&broker, true).await;
     concurrent_status_rounds(&[std::sync::Arc::new(a), std::sync::Arc::new(b)], &broker).await;
-    cleanup(&prefix).await;
     broker.delete().await;
 }
 
@@ -201,7 +226,7 @@ async fn redis_cut_mid_stream_gives_503s_no_duplicate_and_recovers() {
     let broker = Broker::new().await;
     let dir = tempfile::tempdir().expect("dir");
     let proxy = Proxy::start(([127, 0, 0, 1], 6379).into()).await;
-    let prefix = unique("hg-test") + ":";
+    let prefix = KeyPrefix::new();
     let url = format!("redis://{}/0", proxy.addr);
     let gw = Gateway::start(&on_redis(
         GatewayConfig::new(dir.path(), &broker.exchange),
@@ -276,22 +301,20 @@ async fn redis_cut_mid_stream_gives_503s_no_duplicate_and_recovers() {
         accepted,
         "each event exactly once"
     );
-    cleanup(&prefix).await;
     broker.delete().await;
 }
 
 #[tokio::test]
 async fn the_shared_guard_scenarios_pass_on_the_redis_backend() {
     require_redis!();
-    let run = unique("hg-test");
+    let run = KeyPrefix::new();
     // A fresh prefix per scenario gives each an empty store, as the file asks.
     let counter = std::sync::atomic::AtomicUsize::new(0);
     run_shared_scenarios(|cfg| {
         let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        on_redis(cfg, REDIS_URL, &format!("{run}:{n}:"))
+        on_redis(cfg, REDIS_URL, &format!("{run}{n}:"))
     })
     .await;
-    cleanup(&run).await;
 }
 
 /// A Redis of the test's own on a free port, plain or speaking only TLS (with a
@@ -526,7 +549,7 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
 async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_lease() {
     require_redis!();
     let broker = Broker::new().await;
-    let prefix = unique("hg-test") + ":";
+    let prefix = KeyPrefix::new();
     let dirs = [
         tempfile::tempdir().expect("dir"),
         tempfile::tempdir().expect("dir"),
@@ -590,7 +613,6 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
     );
     b.accept(&client, "sentinel").await;
     assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_orphaned"]);
-    cleanup(&prefix).await;
     broker.delete().await;
 }
 

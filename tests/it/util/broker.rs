@@ -1,6 +1,7 @@
 //! The real RabbitMQ: a random exchange and queue per test, read with basic.get.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use lapin::options::{
@@ -43,12 +44,14 @@ impl Received {
     }
 }
 
-/// A test's own exchange (declared as the gateway declares it) and queue.
+/// A test's own exchange (declared as the gateway declares it) and queue. The exchange is
+/// durable, so a test that fails before [`Broker::delete`] has it deleted on drop.
 pub struct Broker {
     _connection: Connection,
     channel: Channel,
     pub exchange: String,
     pub queue: String,
+    deleted: AtomicBool,
 }
 
 impl Broker {
@@ -127,6 +130,7 @@ impl Broker {
             channel,
             exchange,
             queue,
+            deleted: AtomicBool::new(false),
         }
     }
 
@@ -240,5 +244,46 @@ impl Broker {
             ),
         )
         .await;
+        self.deleted.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Broker {
+    /// A test that panicked never reached [`Broker::delete`]: delete its durable exchange
+    /// here, on a thread with a runtime of its own (drop cannot await, and the test's
+    /// runtime may be the one unwinding).
+    fn drop(&mut self) {
+        if self.deleted.load(Ordering::SeqCst) {
+            return;
+        }
+        let exchange = self.exchange.clone();
+        let cleanup = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let connect = Connection::connect(AMQP_URL, ConnectionProperties::default());
+                let Ok(Ok(connection)) = tokio::time::timeout(BROKER_TIMEOUT, connect).await else {
+                    return;
+                };
+                if let Ok(Ok(channel)) =
+                    tokio::time::timeout(BROKER_TIMEOUT, connection.create_channel()).await
+                {
+                    let _ = tokio::time::timeout(
+                        BROKER_TIMEOUT,
+                        channel.exchange_delete(
+                            ShortString::from(exchange.as_str()),
+                            ExchangeDeleteOptions::default(),
+                        ),
+                    )
+                    .await;
+                }
+                let _ = connection.close(0, "test cleanup".into()).await;
+            });
+        });
+        let _ = cleanup.join();
     }
 }
