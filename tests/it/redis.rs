@@ -620,7 +620,7 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
 async fn contacts_and_channels_that_join_to_the_same_redis_key_keep_their_own_opt_out() {
     require_redis!();
     let broker = Broker::new().await;
-    let (a, _b, prefix, _dirs) = pair(&broker, true).await;
+    let (a, _b, _prefix, _dirs) = pair(&broker, true).await;
     let client = client(None);
     let base = wall_ms() - 60_000;
     // Redis shows the key separator as ':', so ("a:b", "c") and ("a", "b:c") would meet.
@@ -641,6 +641,5 @@ async fn contacts_and_channels_that_join_to_the_same_redis_key_keep_their_own_op
         ids(&broker.until(&sentinel).await),
         vec!["kw_colon_0", "kw_colon_1"]
     );
-    cleanup(&prefix).await;
     broker.delete().await;
 }
