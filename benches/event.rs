@@ -29,6 +29,7 @@ fn verified(scheme: &Scheme, body: &'static str) -> Verified {
     Delivery {
         headers,
         body: Bytes::from_static(body.as_bytes()),
+        query: None,
     }
     .verify(scheme, &[Secret::new(SECRET)], 0)
     .expect("verified")

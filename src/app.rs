@@ -115,10 +115,16 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
                 route: route.name.clone(),
                 source,
             })?;
+        scheme
+            .check_secrets(&secrets.current())
+            .map_err(|reason| AppError::Route {
+                route: route.name.clone(),
+                reason,
+            })?;
         if secrets.has_inline() {
             tracing::warn!(route = %route.name, "inline secret in the config: for development only; use secret_env or secret_file");
         }
-        let mut fields = EventFields::new(&route.fields);
+        let mut fields = EventFields::for_route(route);
         let guard = RouteGuard::new(&route.guard, &mut fields);
         routes.push(RouteRuntime {
             config: route.clone(),

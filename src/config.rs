@@ -319,6 +319,10 @@ pub enum Profile {
     Botix,
     /// Standard Webhooks: `webhook-signature: v1,<base64>` over `id.timestamp.body`.
     StandardWebhooks,
+    /// Twilio: `X-Twilio-Signature`, HMAC-SHA1 over `public_url` and the form parameters.
+    Twilio,
+    /// Telnyx: `telnyx-signature-ed25519` over `timestamp|body`, checked with a public key.
+    Telnyx,
     /// Spelled out in `signature`.
     Custom,
 }
@@ -488,13 +492,17 @@ pub struct Route {
     pub name: String,
     /// Exact request path, e.g. `/webhooks/botix`.
     pub path: String,
-    /// `botix` (default), `standard-webhooks` or `custom`.
+    /// `botix` (default), `standard-webhooks`, `twilio`, `telnyx` or `custom`.
     #[serde(default)]
     pub profile: Profile,
     /// The scheme of a `custom` profile.
     #[serde(default)]
     pub signature: Option<CustomSignature>,
-    /// Accepted age of a `standard-webhooks` timestamp. Default 5m.
+    /// `twilio` only, and required there: the URL the sender requests and signs (scheme,
+    /// host, optional port, path; no query). Behind a proxy it is not the URL hookgate sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    /// Accepted age of a `standard-webhooks` or `telnyx` timestamp. Default 5m.
     #[serde(default = "default_clock_skew", with = "duration")]
     pub timestamp_tolerance: Duration,
     /// Optional token bucket; over it → 429 with Retry-After.
@@ -539,8 +547,11 @@ impl Config {
         // `true`, and `YES` is a default START keyword.
         let mut options = serde_saphyr::Options::default();
         options.strict_booleans = true;
-        let tree: serde_json::Value = serde_saphyr::from_str_with_options(text, options)
+        let mut tree: serde_json::Value = serde_saphyr::from_str_with_options(text, options)
             .map_err(|e| parse_error(e.to_string()))?;
+        // What a route leaves out, its profile fills in (Twilio's and Telnyx's fields and
+        // guard rules); the generic defaults below apply only where no profile has one.
+        crate::profiles::fill_route_defaults(&mut tree).map_err(parse_error)?;
         let config: Config = serde_path_to_error::deserialize(tree).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
@@ -603,10 +614,26 @@ impl Config {
                 (Profile::Custom, None) => {
                     return invalid(format!("{at}.signature: required with profile custom"))
                 }
-                (Profile::Botix | Profile::StandardWebhooks, Some(_)) => {
+                (profile, Some(_)) if profile != Profile::Custom => {
                     return invalid(format!("{at}.signature: only allowed with profile custom"))
                 }
                 _ => {}
+            }
+            match (route.profile, &route.public_url) {
+                (Profile::Twilio, None) => {
+                    return invalid(format!(
+                        "{at}.public_url: required with profile twilio (the URL Twilio signs)"
+                    ))
+                }
+                (Profile::Twilio, Some(url)) => {
+                    if let Err(reason) = crate::profiles::check_public_url(url) {
+                        return invalid(format!("{at}.public_url: {reason}"));
+                    }
+                }
+                (_, Some(_)) => {
+                    return invalid(format!("{at}.public_url: only allowed with profile twilio"))
+                }
+                (_, None) => {}
             }
             for (name, ptr) in [
                 ("fields.event_id", &route.fields.event_id),
@@ -1002,6 +1029,63 @@ routes:
     fn custom_profile_needs_its_scheme() {
         let text = MINIMAL.replace("    secrets:", "    profile: custom\n    secrets:");
         assert!(err(&text).contains("signature"));
+    }
+
+    #[test]
+    fn twilio_needs_a_public_url_and_only_twilio_takes_one() {
+        let twilio = MINIMAL.replace("    secrets:", "    profile: twilio\n    secrets:");
+        assert!(err(&twilio).contains("public_url: required"));
+        let bad = twilio.replace(
+            "    secrets:",
+            "    public_url: https://h.example/t?x=1\n    secrets:",
+        );
+        assert!(err(&bad).contains("public_url"));
+        let ok = twilio.replace(
+            "    secrets:",
+            "    public_url: https://h.example/t\n    secrets:",
+        );
+        let c = Config::parse(&ok).expect("parses");
+        let route = &c.routes[0];
+        assert_eq!(route.profile, Profile::Twilio);
+        let status = route.guard.status.as_ref().expect("Twilio's status rules");
+        assert_eq!(
+            (status.message_id.as_str(), status.status.as_str()),
+            ("/MessageSid", "/MessageStatus")
+        );
+        assert_eq!(status.ranks["sent"], 3);
+        assert_eq!(status.ranks["delivered"], 4);
+        let keywords = route
+            .guard
+            .keywords
+            .as_ref()
+            .expect("Twilio's keyword rules");
+        assert_eq!(keywords.text, "/Body");
+        assert_eq!(keywords.stop, crate::guard::DEFAULT_STOP.to_vec());
+        let elsewhere = MINIMAL.replace(
+            "    secrets:",
+            "    public_url: https://h.example/t\n    secrets:",
+        );
+        assert!(err(&elsewhere).contains("only allowed with profile twilio"));
+    }
+
+    #[test]
+    fn telnyx_routes_read_telnyx_fields_unless_told_otherwise() {
+        let telnyx = MINIMAL.replace("    secrets:", "    profile: telnyx\n    secrets:");
+        let c = Config::parse(&telnyx).expect("parses");
+        let route = &c.routes[0];
+        assert_eq!(route.fields.event_id, "/data/id");
+        assert_eq!(route.fields.timestamp, "/data/occurred_at");
+        let status = route.guard.status.as_ref().expect("status rules");
+        assert_eq!(status.status, "/data/payload/to/0/status");
+        assert_eq!(status.ranks["delivery_failed"], 3);
+        let own = telnyx.replace(
+            "    secrets:",
+            "    fields:\n      event_id: /data/payload/id\n    guard: {}\n    secrets:",
+        );
+        let c = Config::parse(&own).expect("parses");
+        assert_eq!(c.routes[0].fields.event_id, "/data/payload/id");
+        assert_eq!(c.routes[0].fields.event_type, "/data/event_type");
+        assert!(c.routes[0].guard.status.is_none() && c.routes[0].guard.keywords.is_none());
     }
 
     #[test]

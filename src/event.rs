@@ -5,8 +5,9 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::config::{Fields, Profile};
+use crate::config::{Fields, Profile, Route};
 use crate::fields::{Extracted, Field, FieldPlan, Slot};
+use crate::profiles::{TWILIO_RECEIVED_EVENT, TWILIO_STATUS_EVENT};
 use crate::secrets::Secret;
 use crate::signature::{Scheme, SignatureError, WEBHOOK_ID};
 
@@ -20,6 +21,10 @@ pub const DELIVERY_ATTEMPT: &str = "x-delivery-attempt";
 pub const EVENT_ID: &str = "x-event-id";
 /// Optional copy of the body's event type.
 pub const EVENT_TYPE: &str = "x-event-type";
+/// Twilio's id of one webhook delivery, the same on its retries.
+pub const TWILIO_IDEMPOTENCY_TOKEN: &str = "i-twilio-idempotency-token";
+/// The content type of a Twilio form delivery that came without one.
+const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
 
 /// AMQP caps routing keys at 255 bytes; longer event types cannot be routed.
 const MAX_EVENT_TYPE_BYTES: usize = 255;
@@ -33,6 +38,8 @@ pub struct Delivery {
     pub headers: HeaderMap,
     /// The raw body, byte for byte.
     pub body: Bytes,
+    /// The request URL's query (without `?`), for schemes that sign it (Twilio).
+    pub query: Option<String>,
 }
 
 /// A delivery whose signature matched an active secret. Only [`Delivery::verify`] makes one,
@@ -48,7 +55,13 @@ impl Delivery {
         secrets: &[Secret],
         now_secs: i64,
     ) -> Result<Verified, SignatureError> {
-        scheme.verify(&self.headers, &self.body, secrets, now_secs)?;
+        scheme.verify_request(
+            &self.headers,
+            self.query.as_deref(),
+            &self.body,
+            secrets,
+            now_secs,
+        )?;
         Ok(Verified(self))
     }
 }
@@ -91,6 +104,8 @@ pub struct Event {
     pub body: Bytes,
     /// The values of the route's pointers, for the guard.
     pub fields: Extracted,
+    /// The body's content type when it is not JSON (a Twilio form), published with it.
+    pub content_type: Option<String>,
 }
 
 impl Event {
@@ -112,6 +127,16 @@ pub struct EventFields {
     /// Whether `X-Event-Id`, `X-Botix-Event` and `X-Event-Type` stand in for a missing id or
     /// type (config `fields.unsigned_header_fallbacks`).
     header_fallbacks: bool,
+    /// Set for the Twilio profile, whose events are read differently.
+    twilio: Option<TwilioFields>,
+}
+
+/// Where a Twilio delivery's id and kind are: form fields (or top-level JSON members).
+#[derive(Debug, Clone, Copy)]
+struct TwilioFields {
+    message_sid: Slot,
+    sms_sid: Slot,
+    message_status: Slot,
 }
 
 impl EventFields {
@@ -124,7 +149,21 @@ impl EventFields {
             timestamp: plan.add(&fields.timestamp),
             header_fallbacks: fields.unsigned_header_fallbacks,
             plan,
+            twilio: None,
         }
+    }
+
+    /// What a route reads: its `fields`, or for the Twilio profile, Twilio's own fields.
+    pub fn for_route(route: &Route) -> Self {
+        let mut fields = Self::new(&route.fields);
+        if route.profile == Profile::Twilio {
+            fields.twilio = Some(TwilioFields {
+                message_sid: fields.plan.add("/MessageSid"),
+                sms_sid: fields.plan.add("/SmsSid"),
+                message_status: fields.plan.add("/MessageStatus"),
+            });
+        }
+        fields
     }
 
     /// Also reads `pointer`; [`Event::field`] finds its value under the returned slot.
@@ -148,6 +187,9 @@ impl RequestId {
     pub fn of(headers: &HeaderMap, profile: Profile) -> Self {
         let name = match profile {
             Profile::StandardWebhooks => WEBHOOK_ID,
+            Profile::Twilio => TWILIO_IDEMPOTENCY_TOKEN,
+            // Telnyx sends no id of the delivery apart from the event's own.
+            Profile::Telnyx => return Self::generated(),
             Profile::Botix | Profile::Custom => REQUEST_ID,
         };
         match header_text(headers, name).filter(|v| v.len() <= MAX_ID_BYTES) {
@@ -174,6 +216,9 @@ pub fn parse(
     fields: &EventFields,
     request_id: RequestId,
 ) -> Result<Event, ParseError> {
+    if let Some(twilio) = fields.twilio {
+        return parse_twilio(verified, fields, twilio, request_id);
+    }
     let Verified(delivery) = verified;
     let found = fields
         .plan
@@ -217,6 +262,68 @@ pub fn parse(
         attempt,
         body: delivery.body,
         fields: found,
+        content_type: None,
+    })
+}
+
+/// Reads a Twilio delivery: form fields, or top-level members of a JSON body. A status
+/// callback has no event id of its own, so its id is the message and the status it
+/// reports (`SM…:delivered`); an inbound message's id is its message SID.
+fn parse_twilio(
+    verified: Verified,
+    fields: &EventFields,
+    twilio: TwilioFields,
+    request_id: RequestId,
+) -> Result<Event, ParseError> {
+    let Verified(delivery) = verified;
+    let content_type = header_text(&delivery.headers, http::header::CONTENT_TYPE.as_str());
+    let json = content_type
+        .as_deref()
+        .is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
+    let found = if json {
+        fields
+            .plan
+            .extract(&delivery.body)
+            .map_err(|_| ParseError::NotAnObject)?
+    } else {
+        fields.plan.extract_form(&delivery.body)
+    };
+    let text = |slot| {
+        found
+            .get(slot)
+            .and_then(Field::text)
+            .map(Cow::into_owned)
+            .filter(|s| !s.is_empty())
+    };
+    let status = text(twilio.message_status);
+    let sid = text(twilio.message_sid).or_else(|| text(twilio.sms_sid));
+    let id = match (sid, &status) {
+        (Some(sid), Some(status)) => format!("{sid}:{status}"),
+        (Some(sid), None) => sid,
+        (None, _) if request_id.from_sender => request_id.value.clone(),
+        (None, _) => return Err(ParseError::NoEventId),
+    };
+    if id.len() > MAX_ID_BYTES {
+        return Err(ParseError::IdTooLong);
+    }
+    let event_type = match status {
+        Some(_) => TWILIO_STATUS_EVENT,
+        None => TWILIO_RECEIVED_EVENT,
+    };
+    // A content type is an AMQP short string; one that cannot be one is replaced.
+    let content_type = content_type
+        .filter(|t| t.len() <= 255 && t.is_ascii())
+        .unwrap_or_else(|| FORM_CONTENT_TYPE.to_owned());
+    Ok(Event {
+        id,
+        event_type: event_type.to_owned(),
+        timestamp_ms: None,
+        request_id: request_id.value,
+        request_id_from_sender: request_id.from_sender,
+        attempt: None,
+        body: delivery.body,
+        fields: found,
+        content_type: Some(content_type),
     })
 }
 
@@ -272,6 +379,7 @@ mod tests {
         Verified(Delivery {
             headers: h,
             body: Bytes::copy_from_slice(body.as_bytes()),
+            query: None,
         })
     }
 
@@ -290,6 +398,79 @@ mod tests {
             request_id.value = "gen".into();
         }
         parse(v, &EventFields::new(fields), request_id)
+    }
+
+    fn twilio_fields() -> EventFields {
+        let yaml = "listen:\n  addr: 127.0.0.1:0\nroutes:\n  - name: t\n    path: /t\n    profile: twilio\n    public_url: https://h.example/t\n    secrets: [{secret: x}]\n";
+        let config = crate::config::Config::parse(yaml).expect("config");
+        EventFields::for_route(&config.routes[0])
+    }
+
+    fn parse_twilio_body(
+        body: &str,
+        headers: &[(&'static str, &str)],
+    ) -> Result<Event, ParseError> {
+        let v = verified(body, headers);
+        let request_id = RequestId::of(&v.0.headers, Profile::Twilio);
+        parse(v, &twilio_fields(), request_id)
+    }
+
+    #[test]
+    fn twilio_status_callbacks_are_keyed_by_message_and_status() {
+        let body = "SmsSid=SM1&SmsStatus=delivered&MessageStatus=delivered&To=%2B1555&MessageSid=SM1&From=%2B1666";
+        let e = parse_twilio_body(
+            body,
+            &[(
+                "content-type",
+                "application/x-www-form-urlencoded; charset=utf-8",
+            )],
+        )
+        .expect("parses");
+        assert_eq!(e.id, "SM1:delivered");
+        assert_eq!(e.event_type, "message.status");
+        assert_eq!(e.timestamp_ms, None);
+        assert!(!e.request_id_from_sender);
+        assert_eq!(e.body.as_ref(), body.as_bytes(), "the raw form, untouched");
+        assert_eq!(
+            e.content_type.as_deref(),
+            Some("application/x-www-form-urlencoded; charset=utf-8")
+        );
+        let e = parse_twilio_body(
+            "MessageSid=SM2&Body=STOP&From=%2B1666&To=%2B1555",
+            &[(TWILIO_IDEMPOTENCY_TOKEN, "tok-1")],
+        )
+        .expect("inbound");
+        assert_eq!(
+            (e.id.as_str(), e.event_type.as_str()),
+            ("SM2", "message.received")
+        );
+        assert_eq!(e.request_id, "tok-1");
+        assert!(
+            e.request_id_from_sender,
+            "the idempotency token is a dedup key"
+        );
+        assert_eq!(
+            e.content_type.as_deref(),
+            Some("application/x-www-form-urlencoded"),
+            "a form without a content type"
+        );
+        let e = parse_twilio_body("SmsSid=SM3&MessageStatus=sent", &[]).expect("SmsSid");
+        assert_eq!(e.id, "SM3:sent");
+        assert_eq!(
+            parse_twilio_body("Body=hello", &[]).err(),
+            Some(ParseError::NoEventId)
+        );
+        let e = parse_twilio_body(
+            r#"{"MessageSid":"SM4","MessageStatus":"read"}"#,
+            &[("content-type", "application/json")],
+        )
+        .expect("json");
+        assert_eq!(e.id, "SM4:read");
+        assert_eq!(e.content_type.as_deref(), Some("application/json"));
+        assert_eq!(
+            parse_twilio_body("[1]", &[("content-type", "application/json")]).err(),
+            Some(ParseError::NotAnObject)
+        );
     }
 
     #[test]

@@ -1,4 +1,6 @@
-//! Reading the configured fields (JSON Pointers, RFC 6901) out of an event body in one pass.
+//! Reading the configured fields (JSON Pointers, RFC 6901) out of an event body in one pass;
+//! a form-encoded body (Twilio's) is read with the same pointers, `/Body` naming the field
+//! `Body`.
 //!
 //! A route's pointers (event id, type and time, and the guard's) are merged into a tree when
 //! the config is loaded. A body is then read once: members on a pointer's path are followed,
@@ -125,6 +127,22 @@ impl FieldPlan {
         .and_then(|()| de.end())
         .map_err(|_| NotAnObject)?;
         Ok(out)
+    }
+}
+
+impl FieldPlan {
+    /// Reads a form-encoded body (`a=1&b=2`). A form is flat: a pointer of one token names
+    /// a field, and gets its value as text (the last one if the field repeats); the whole
+    /// document and deeper pointers find nothing. Any bytes are a form, so this cannot fail.
+    pub fn extract_form(&self, body: &[u8]) -> Extracted {
+        let mut out = Extracted(vec![None; self.slots]);
+        for (name, value) in form_urlencoded::parse(body) {
+            let child = self.root.children.iter().find(|c| c.token == name);
+            if let Some(slot) = child.and_then(|c| c.node.slot) {
+                out.0[slot] = Some(Field::Text(value.into_owned()));
+            }
+        }
+        out
     }
 }
 
@@ -404,6 +422,46 @@ mod tests {
         ] {
             assert_finds_what_value_finds(&["/data/status", "/data/to", "/data"], body);
         }
+    }
+
+    #[test]
+    fn form_fields_are_read_by_one_token_pointers() {
+        let mut plan = FieldPlan::default();
+        let pointers = [
+            "/MessageSid",
+            "/Body",
+            "/From",
+            "/To",
+            "/Missing",
+            "",
+            "/Body/x",
+        ];
+        let slots: Vec<Slot> = pointers.iter().map(|p| plan.add(p)).collect();
+        let body = b"MessageSid=SM1&Body=Stop%21+now&From=%2B14155550100&To=%2B1&To=%2B2&Other=x";
+        let got = plan.extract_form(body);
+        let text = |i: usize| got.get(slots[i]).and_then(Field::text).map(Cow::into_owned);
+        assert_eq!(text(0).as_deref(), Some("SM1"));
+        assert_eq!(
+            text(1).as_deref(),
+            Some("Stop! now"),
+            "+ is a space, %21 a !"
+        );
+        assert_eq!(text(2).as_deref(), Some("+14155550100"));
+        assert_eq!(
+            text(3).as_deref(),
+            Some("+2"),
+            "the last of a repeated field"
+        );
+        for i in 4..7 {
+            assert_eq!(got.get(slots[i]), None, "{}", pointers[i]);
+        }
+        // Bytes that are not UTF-8 are replaced, never an error.
+        let odd = plan.extract_form(b"Body=%FF%FE&MessageSid");
+        assert_eq!(
+            odd.get(slots[1]).and_then(Field::text).as_deref(),
+            Some("\u{FFFD}\u{FFFD}")
+        );
+        assert_eq!(odd.get(slots[0]).and_then(Field::text).as_deref(), Some(""));
     }
 
     #[test]

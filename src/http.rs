@@ -283,6 +283,7 @@ async fn handle_webhook(service: &WebhookService, req: Request<Incoming>) -> Ans
     let delivery = Delivery {
         headers: parts.headers,
         body,
+        query: parts.uri.query().map(str::to_owned),
     };
     // In a task of its own: the delivery runs to the end even if the client goes away.
     let (outcome, request_id) = match pipeline.spawn_handle(index, delivery).await {

@@ -10,10 +10,11 @@
 //! - [`http`]: accept loops, connection limits, timeouts, and outcome → HTTP answer.
 //!   The only hyper importer.
 //! - [`tls`]: PEM loading and certificate reload. The only rustls importer.
-//! - [`signature`]: HMAC schemes and the constant-time check; pure.
+//! - [`signature`]: the sender profiles' signature schemes (HMAC, ed25519) and the
+//!   constant-time check; pure. [`profiles`]: the fields and guard rules each profile brings.
 //! - [`secrets`]: secrets from environment or files, swapped on reload.
 //! - [`event`]: the delivery, its verified form, and the event read from it;
-//!   [`fields`] reads the configured JSON Pointers out of a body in one pass.
+//!   [`fields`] reads the configured JSON Pointers (or form fields) out of a body in one pass.
 //! - [`pipeline`]: verify → parse → freshness → dedup → guard → publish or spool.
 //! - [`dedup`]: claim / in-flight / done marks.
 //! - [`journal`]: the sled backend's marks and guard state: in memory, journaled to sled.
@@ -42,6 +43,7 @@ pub mod http;
 pub mod journal;
 pub mod metrics;
 pub mod pipeline;
+pub mod profiles;
 pub mod publish;
 pub mod ratelimit;
 pub mod redis_store;

@@ -507,6 +507,7 @@ impl Pipeline {
             received_at: rfc3339(now_ms),
             order_key: None,
             body: event.body.clone(),
+            content_type: event.content_type.as_deref().map(Cow::Borrowed),
         }
     }
 

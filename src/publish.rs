@@ -66,6 +66,9 @@ pub struct Message<'a> {
     /// The raw request body, byte for byte.
     #[serde(skip)]
     pub body: Bytes,
+    /// `content_type` when the body is not JSON (a Twilio form); `application/json` if unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_type: Option<Cow<'a, str>>,
 }
 
 /// Why the broker did not take a message. Every kind is retried later (spool or 503).
@@ -345,7 +348,12 @@ fn properties(msg: &Message<'_>) -> Result<BasicProperties, PublishError> {
     };
     Ok(BasicProperties::default()
         .with_delivery_mode(2)
-        .with_content_type(short_constant("application/json"))
+        .with_content_type(
+            msg.content_type
+                .as_deref()
+                .and_then(short)
+                .unwrap_or_else(|| short_constant("application/json")),
+        )
         .with_message_id(message_id)
         .with_timestamp(msg.timestamp_secs)
         .with_app_id(short_constant("hookgate"))
@@ -493,6 +501,7 @@ mod tests {
             received_at: String::new(),
             order_key: None,
             body: Bytes::new(),
+            content_type: None,
         }
     }
 

@@ -1,14 +1,19 @@
 //! Signature schemes and their constant-time check; pure functions over headers and bytes.
 
+use std::borrow::Cow;
+
+use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
 use http::HeaderMap;
-use sha2::Sha256;
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::config::{Encoding, Profile, Route};
 use crate::secrets::Secret;
 
 type HmacSha256 = Hmac<Sha256>;
+type HmacSha1 = Hmac<Sha1>;
 
 /// Header of the botix profile.
 pub const BOTIX_SIGNATURE: &str = "x-botix-signature";
@@ -18,6 +23,16 @@ pub const WEBHOOK_ID: &str = "webhook-id";
 pub const WEBHOOK_TIMESTAMP: &str = "webhook-timestamp";
 /// Space-separated `v1,<base64>` signatures.
 pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
+/// Standard Webhooks secrets are this prefix and the base64 of the key.
+pub const WEBHOOK_SECRET_PREFIX: &str = "whsec_";
+/// Header of the Twilio profile: base64 HMAC-SHA1 of the URL and the sorted form fields.
+pub const TWILIO_SIGNATURE: &str = "x-twilio-signature";
+/// Query parameter of a Twilio JSON delivery: the hex SHA-256 of the body.
+pub const TWILIO_BODY_SHA256: &str = "bodySHA256";
+/// Header of the Telnyx profile: base64 ed25519 signature of `timestamp|body`.
+pub const TELNYX_SIGNATURE: &str = "telnyx-signature-ed25519";
+/// Seconds since the epoch, signed together with the body.
+pub const TELNYX_TIMESTAMP: &str = "telnyx-timestamp";
 
 /// Why a signature was refused. Only logged at debug level; the sender always sees one
 /// answer (`invalid_signature`), so it cannot learn which part was wrong.
@@ -44,6 +59,14 @@ pub enum Scheme {
     },
     /// Standard Webhooks (`v1,<base64>` over `id.timestamp.body`).
     StandardWebhooks { tolerance_secs: i64 },
+    /// Twilio: HMAC-SHA1 over the public URL (with the request's query) and the form
+    /// fields sorted by name, or over the URL alone with a `bodySHA256` query parameter.
+    Twilio {
+        /// The forms of the route's `public_url` a sender may have signed.
+        urls: Vec<String>,
+    },
+    /// Telnyx: ed25519 over `timestamp|body`; the route's secrets are public keys.
+    Telnyx { tolerance_secs: i64 },
 }
 
 impl Scheme {
@@ -56,6 +79,18 @@ impl Scheme {
                 encoding: Encoding::Hex,
             }),
             Profile::StandardWebhooks => Ok(Scheme::StandardWebhooks {
+                tolerance_secs: route.timestamp_tolerance.as_secs() as i64,
+            }),
+            Profile::Twilio => {
+                let url = route
+                    .public_url
+                    .as_deref()
+                    .ok_or_else(|| "profile twilio needs public_url".to_owned())?;
+                Ok(Scheme::Twilio {
+                    urls: crate::profiles::public_url_forms(url),
+                })
+            }
+            Profile::Telnyx => Ok(Scheme::Telnyx {
                 tolerance_secs: route.timestamp_tolerance.as_secs() as i64,
             }),
             Profile::Custom => {
@@ -74,11 +109,48 @@ impl Scheme {
         }
     }
 
+    /// Whether every secret is usable by this scheme: a Telnyx public key must be the
+    /// base64 of a valid ed25519 key, a `whsec_` secret must be base64. Checked at start,
+    /// so a pasted key with a typo is a config error rather than a 401 for every delivery.
+    pub fn check_secrets(&self, secrets: &[Secret]) -> Result<(), String> {
+        for (i, secret) in secrets.iter().enumerate() {
+            let problem = match self {
+                Scheme::Telnyx { .. } => telnyx_key(secret.expose())
+                    .is_none()
+                    .then_some("is not the base64 of a 32-byte ed25519 public key"),
+                Scheme::StandardWebhooks { .. } => secret
+                    .expose()
+                    .starts_with(WEBHOOK_SECRET_PREFIX.as_bytes())
+                    .then(|| standard_webhooks_key(secret.expose()))
+                    .is_some_and(|keys| keys.is_empty())
+                    .then_some("starts with whsec_ but the rest is not base64 of a key"),
+                _ => None,
+            };
+            if let Some(problem) = problem {
+                return Err(format!("secrets[{i}] {problem}"));
+            }
+        }
+        Ok(())
+    }
+
     /// Checks the request against every secret. `now_secs` is only used by schemes that
     /// sign a timestamp.
     pub fn verify(
         &self,
         headers: &HeaderMap,
+        body: &[u8],
+        secrets: &[Secret],
+        now_secs: i64,
+    ) -> Result<(), SignatureError> {
+        self.verify_request(headers, None, body, secrets, now_secs)
+    }
+
+    /// [`Scheme::verify`] for a request whose URL query (`a=1&b=2`, without `?`) is part
+    /// of what the sender signed (Twilio).
+    pub fn verify_request(
+        &self,
+        headers: &HeaderMap,
+        query: Option<&str>,
         body: &[u8],
         secrets: &[Secret],
         now_secs: i64,
@@ -117,14 +189,42 @@ impl Scheme {
                 }
                 let mut ok = Choice::from(0);
                 for secret in secrets {
-                    let key = standard_webhooks_key(secret.expose());
-                    let expected =
-                        hmac_parts(&key, &[id.as_bytes(), b".", ts_text.as_bytes(), b".", body]);
-                    for c in &candidates {
-                        ok |= expected.as_slice().ct_eq(c.as_slice());
+                    for key in standard_webhooks_key(secret.expose()) {
+                        let expected = hmac_parts(
+                            &key,
+                            &[id.as_bytes(), b".", ts_text.as_bytes(), b".", body],
+                        );
+                        for c in &candidates {
+                            ok |= expected.as_slice().ct_eq(c.as_slice());
+                        }
                     }
                 }
-                if bool::from(ok) {
+                matched(ok)
+            }
+            Scheme::Twilio { urls } => verify_twilio(urls, headers, query, body, secrets),
+            Scheme::Telnyx { tolerance_secs } => {
+                let signature = header_str(headers, TELNYX_SIGNATURE)?;
+                let signature = base64::engine::general_purpose::STANDARD
+                    .decode(signature.trim())
+                    .ok()
+                    .and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok())
+                    .ok_or(SignatureError::Malformed)?;
+                let ts_text = header_str(headers, TELNYX_TIMESTAMP)?.trim();
+                let ts: i64 = ts_text.parse().map_err(|_| SignatureError::Malformed)?;
+                if (now_secs - ts).abs() > *tolerance_secs {
+                    return Err(SignatureError::Stale);
+                }
+                let mut message = Vec::with_capacity(ts_text.len() + 1 + body.len());
+                message.extend_from_slice(ts_text.as_bytes());
+                message.push(b'|');
+                message.extend_from_slice(body);
+                // Public keys and signatures are not secret: stopping at the first match
+                // tells an observer nothing it could not compute itself.
+                let any = secrets.iter().any(|secret| {
+                    telnyx_key(secret.expose())
+                        .is_some_and(|key| key.verify_strict(&message, &signature).is_ok())
+                });
+                if any {
                     Ok(())
                 } else {
                     Err(SignatureError::Mismatch)
@@ -132,6 +232,156 @@ impl Scheme {
             }
         }
     }
+}
+
+fn matched(ok: Choice) -> Result<(), SignatureError> {
+    if bool::from(ok) {
+        Ok(())
+    } else {
+        Err(SignatureError::Mismatch)
+    }
+}
+
+/// Twilio: the signature covers the URL the sender requested (the route's `public_url`
+/// with the request's query) followed by every form field, sorted by name (then value),
+/// each name followed by its value. A JSON delivery instead carries the body's SHA-256 in
+/// the `bodySHA256` query parameter, and the URL alone is signed.
+fn verify_twilio(
+    urls: &[String],
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: &[u8],
+    secrets: &[Secret],
+) -> Result<(), SignatureError> {
+    let given = base64::engine::general_purpose::STANDARD
+        .decode(header_str(headers, TWILIO_SIGNATURE)?.trim())
+        .map_err(|_| SignatureError::Malformed)?;
+    // A SHA-1 MAC is 20 bytes.
+    if given.len() != 20 {
+        return Err(SignatureError::Malformed);
+    }
+    let query = query.filter(|q| !q.is_empty());
+    let body_sha256 = query.and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(name, _)| name == TWILIO_BODY_SHA256)
+            .map(|(_, value)| value.to_ascii_lowercase())
+    });
+    let fields = match &body_sha256 {
+        Some(expected) => {
+            let actual = hex::encode(Sha256::digest(body));
+            if !bool::from(actual.as_bytes().ct_eq(expected.as_bytes())) {
+                return Err(SignatureError::Mismatch);
+            }
+            Vec::new()
+        }
+        None => twilio_form_text(body),
+    };
+    let mut ok = Choice::from(0);
+    for url in urls {
+        let parts: [&[u8]; 4] = match query {
+            Some(q) => [url.as_bytes(), b"?", q.as_bytes(), &fields],
+            None => [url.as_bytes(), b"", b"", &fields],
+        };
+        for secret in secrets {
+            ok |= hmac_sha1_parts(secret.expose(), &parts)
+                .as_slice()
+                .ct_eq(&given);
+        }
+    }
+    matched(ok)
+}
+
+/// The form fields of a body as Twilio signs them: sorted by name and then value, each
+/// name followed by its value, decoded from the form encoding.
+fn twilio_form_text(body: &[u8]) -> Vec<u8> {
+    let mut pairs: Vec<(Cow<'_, str>, Cow<'_, str>)> = form_urlencoded::parse(body).collect();
+    pairs.sort_unstable();
+    let mut text = Vec::with_capacity(body.len());
+    for (name, value) in &pairs {
+        text.extend_from_slice(name.as_bytes());
+        text.extend_from_slice(value.as_bytes());
+    }
+    text
+}
+
+/// HMAC-SHA1 of the concatenated parts (Twilio).
+fn hmac_sha1_parts(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
+    let Ok(mut mac) = <HmacSha1 as KeyInit>::new_from_slice(key) else {
+        return Vec::new();
+    };
+    for p in parts {
+        mac.update(p);
+    }
+    mac.finalize().into_bytes().as_slice().to_vec()
+}
+
+/// The `X-Twilio-Signature` value for a delivery to `url` (with its query, as the sender
+/// requests it) with `body`: form fields, or a JSON body when `url` has `bodySHA256`.
+pub fn twilio_signature(auth_token: &[u8], url: &str, body: &[u8]) -> String {
+    let has_body_hash = url.split_once('?').is_some_and(|(_, q)| {
+        form_urlencoded::parse(q.as_bytes()).any(|(name, _)| name == TWILIO_BODY_SHA256)
+    });
+    let fields = if has_body_hash {
+        Vec::new()
+    } else {
+        twilio_form_text(body)
+    };
+    base64::engine::general_purpose::STANDARD
+        .encode(hmac_sha1_parts(auth_token, &[url.as_bytes(), &fields]))
+}
+
+/// The `webhook-signature` value (`v1,<base64>`) for a Standard Webhooks delivery.
+/// `secret` is a `whsec_` secret (or its base64 alone); `None` if it is not base64.
+pub fn standard_webhooks_signature(
+    secret: &[u8],
+    id: &str,
+    timestamp: i64,
+    body: &[u8],
+) -> Option<String> {
+    let key = standard_webhooks_key(secret).into_iter().next()?;
+    let ts = timestamp.to_string();
+    let mac = hmac_parts(&key, &[id.as_bytes(), b".", ts.as_bytes(), b".", body]);
+    Some(format!(
+        "v1,{}",
+        base64::engine::general_purpose::STANDARD.encode(mac)
+    ))
+}
+
+/// A Telnyx-style signature (base64) of `timestamp|body` with an ed25519 signing key given
+/// as the base64 of its 32-byte seed (or of the 64-byte seed and public key), and the
+/// base64 public key a route must be configured with. `None` if the key is not that.
+pub fn telnyx_signature(
+    signing_key: &[u8],
+    timestamp: i64,
+    body: &[u8],
+) -> Option<(String, String)> {
+    use ed25519_dalek::Signer;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let bytes = engine
+        .decode(std::str::from_utf8(signing_key).ok()?.trim())
+        .ok()?;
+    let seed: [u8; 32] = bytes.get(..32)?.try_into().ok()?;
+    if bytes.len() != 32 && bytes.len() != 64 {
+        return None;
+    }
+    let key = ed25519_dalek::SigningKey::from_bytes(&seed);
+    let mut message = timestamp.to_string().into_bytes();
+    message.push(b'|');
+    message.extend_from_slice(body);
+    Some((
+        engine.encode(key.sign(&message).to_bytes()),
+        engine.encode(key.verifying_key().to_bytes()),
+    ))
+}
+
+/// A Telnyx public key from its base64 text.
+fn telnyx_key(secret: &[u8]) -> Option<ed25519_dalek::VerifyingKey> {
+    let text = std::str::from_utf8(secret).ok()?.trim();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(text)
+        .ok()?;
+    let bytes: [u8; 32] = bytes.as_slice().try_into().ok()?;
+    ed25519_dalek::VerifyingKey::from_bytes(&bytes).ok()
 }
 
 /// HMAC-SHA256 of the concatenated parts, as bytes.
@@ -169,13 +419,27 @@ fn match_any(
     }
 }
 
-fn standard_webhooks_key(secret: &[u8]) -> Vec<u8> {
-    // Standard Webhooks secrets are `whsec_<base64>`; the key is the decoded part.
-    std::str::from_utf8(secret)
+/// The keys a configured Standard Webhooks secret may stand for. A `whsec_` secret is the
+/// base64 of the key, of any length (senders make 24 or 32 random bytes); a secret that
+/// does not parse as such has no key. The reference libraries also take the base64 without
+/// the prefix, so a secret without it is tried both decoded and as its raw bytes.
+fn standard_webhooks_key(secret: &[u8]) -> Vec<Vec<u8>> {
+    let text = std::str::from_utf8(secret).ok();
+    if let Some(b64) = text.and_then(|s| s.strip_prefix(WEBHOOK_SECRET_PREFIX)) {
+        return secret_base64(b64).into_iter().collect();
+    }
+    let mut keys: Vec<Vec<u8>> = text.and_then(secret_base64).into_iter().collect();
+    keys.push(secret.to_vec());
+    keys
+}
+
+/// A base64 key, with or without padding; empty is no key.
+fn secret_base64(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim().trim_end_matches('=');
+    base64::engine::general_purpose::STANDARD_NO_PAD
+        .decode(text)
         .ok()
-        .and_then(|s| s.strip_prefix("whsec_"))
-        .and_then(|b| decode(b, Encoding::Base64).ok())
-        .unwrap_or_else(|| secret.to_vec())
+        .filter(|key| !key.is_empty())
 }
 
 fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, SignatureError> {
@@ -184,7 +448,6 @@ fn header_str<'a>(headers: &'a HeaderMap, name: &str) -> Result<&'a str, Signatu
 }
 
 fn decode(text: &str, encoding: Encoding) -> Result<Vec<u8>, SignatureError> {
-    use base64::Engine;
     let bytes = match encoding {
         Encoding::Hex => hex::decode(text).map_err(|_| SignatureError::Malformed)?,
         Encoding::Base64 => base64::engine::general_purpose::STANDARD
@@ -349,6 +612,334 @@ mod tests {
         assert_eq!(scheme.verify(&h, body, &[Secret::new(b"s3")], 0), Ok(()));
         assert_eq!(
             scheme.verify(&h, b"payload2", &[Secret::new(b"s3")], 0),
+            Err(SignatureError::Mismatch)
+        );
+    }
+
+    /// The vector of the Standard Webhooks specification's own repository
+    /// (tests/data/providers/standard_webhooks.json names the files).
+    #[derive(serde::Deserialize)]
+    struct SpecVector {
+        secret: String,
+        secret_without_prefix: String,
+        msg_id: String,
+        timestamp: String,
+        payload: String,
+        signature: String,
+        other_signatures: Vec<String>,
+        wrong_signature: String,
+        tolerance_secs: i64,
+    }
+
+    fn spec_vector() -> SpecVector {
+        let text = include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/providers/standard_webhooks.json"
+        ));
+        serde_json::from_str(text).expect("vector parses")
+    }
+
+    fn webhook_headers(id: &str, ts: &str, signature: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(WEBHOOK_ID, HeaderValue::from_str(id).expect("id"));
+        h.insert(WEBHOOK_TIMESTAMP, HeaderValue::from_str(ts).expect("ts"));
+        h.insert(
+            WEBHOOK_SIGNATURE,
+            HeaderValue::from_str(signature).expect("signature"),
+        );
+        h
+    }
+
+    #[test]
+    fn standard_webhooks_specification_vector_with_its_24_byte_secret() {
+        let v = spec_vector();
+        let scheme = Scheme::StandardWebhooks {
+            tolerance_secs: v.tolerance_secs,
+        };
+        let ts: i64 = v.timestamp.parse().expect("timestamp");
+        let body = v.payload.as_bytes();
+        let verify = |signature: &str, secret: &str, now: i64| {
+            scheme.verify(
+                &webhook_headers(&v.msg_id, &v.timestamp, signature),
+                body,
+                &[Secret::new(secret.as_bytes())],
+                now,
+            )
+        };
+        assert_eq!(verify(&v.signature, &v.secret, ts), Ok(()));
+        // The reference libraries also take the base64 key without its prefix.
+        assert_eq!(verify(&v.signature, &v.secret_without_prefix, ts), Ok(()));
+        // Several signatures, one of them valid, in any position.
+        let mut several = v.other_signatures.clone();
+        several.insert(1, v.signature.clone());
+        assert_eq!(verify(&several.join(" "), &v.secret, ts), Ok(()));
+        assert_eq!(
+            verify(&v.other_signatures.join(" "), &v.secret, ts),
+            Err(SignatureError::Mismatch)
+        );
+        assert_eq!(
+            verify(&v.wrong_signature, &v.secret, ts),
+            Err(SignatureError::Mismatch)
+        );
+        // The tolerance window, both ways, inclusive at its edge.
+        let tol = v.tolerance_secs;
+        assert_eq!(verify(&v.signature, &v.secret, ts + tol), Ok(()));
+        assert_eq!(verify(&v.signature, &v.secret, ts - tol), Ok(()));
+        assert_eq!(
+            verify(&v.signature, &v.secret, ts + tol + 1),
+            Err(SignatureError::Stale)
+        );
+        assert_eq!(
+            verify(&v.signature, &v.secret, ts - tol - 1),
+            Err(SignatureError::Stale)
+        );
+    }
+
+    fn provider_vectors(name: &str) -> serde_json::Value {
+        let path = format!("{}/tests/data/providers/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("provider vectors");
+        serde_json::from_str(&text).expect("vectors parse")
+    }
+
+    fn text(v: &serde_json::Value) -> &str {
+        v.as_str().expect("text")
+    }
+
+    /// A form body of the vector's parameters, in the order given (Twilio sorts them).
+    fn form_body(params: &serde_json::Value) -> String {
+        let mut form = form_urlencoded::Serializer::new(String::new());
+        for pair in params.as_array().expect("params") {
+            form.append_pair(text(&pair[0]), text(&pair[1]));
+        }
+        form.finish()
+    }
+
+    fn twilio_scheme(public_url: &str) -> Scheme {
+        Scheme::Twilio {
+            urls: crate::profiles::public_url_forms(public_url),
+        }
+    }
+
+    #[test]
+    fn twilio_published_examples_verify() {
+        let v = provider_vectors("twilio.json");
+        let token = [Secret::new(text(&v["auth_token"]).as_bytes())];
+        let (base, query) = text(&v["url"]).split_once('?').expect("query");
+        let scheme = twilio_scheme(base);
+        let check = |body: &str, query: &str, signature: &str| {
+            scheme.verify_request(
+                &headers(TWILIO_SIGNATURE, signature),
+                Some(query),
+                body.as_bytes(),
+                &token,
+                0,
+            )
+        };
+        for case in ["form", "repeated_params"] {
+            let body = form_body(&v[case]["params"]);
+            let signature = text(&v[case]["signature"]);
+            assert_eq!(
+                twilio_signature(b"12345", text(&v["url"]), body.as_bytes()),
+                signature,
+                "{case}"
+            );
+            assert_eq!(check(&body, query, signature), Ok(()), "{case}");
+            // Another parameter value, another query, another token: no match.
+            let changed = body.replacen("1234", "1235", 1);
+            assert_eq!(
+                check(&changed, query, signature),
+                Err(SignatureError::Mismatch)
+            );
+            assert_eq!(
+                check(&body, "foo=1", signature),
+                Err(SignatureError::Mismatch)
+            );
+            assert_eq!(
+                scheme.verify_request(
+                    &headers(TWILIO_SIGNATURE, signature),
+                    Some(query),
+                    body.as_bytes(),
+                    &[Secret::new(b"54321")],
+                    0
+                ),
+                Err(SignatureError::Mismatch)
+            );
+        }
+        // Signed over the URL with :443 written: accepted for the URL without it.
+        let body = form_body(&v["form"]["params"]);
+        assert_eq!(
+            check(&body, query, text(&v["port_443"]["signature"])),
+            Ok(())
+        );
+        // A JSON body: the query's bodySHA256 is the body's hash, the URL alone is signed.
+        let json = &v["json"];
+        let (_, json_query) = text(&json["url"]).split_once('?').expect("query");
+        let signature = text(&json["signature"]);
+        let body = text(&json["body"]);
+        assert_eq!(
+            hex::encode(Sha256::digest(body)),
+            text(&json["body_sha256"])
+        );
+        assert_eq!(
+            twilio_signature(b"12345", text(&json["url"]), body.as_bytes()),
+            signature
+        );
+        assert_eq!(check(body, json_query, signature), Ok(()));
+        assert_eq!(
+            check(&body.replace("true", "false"), json_query, signature),
+            Err(SignatureError::Mismatch),
+            "a body that does not match its hash"
+        );
+    }
+
+    #[test]
+    fn twilio_missing_and_malformed_signatures() {
+        let scheme = twilio_scheme("https://h.example/t");
+        let token = [Secret::new(b"t")];
+        assert_eq!(
+            scheme.verify_request(&HeaderMap::new(), None, b"a=1", &token, 0),
+            Err(SignatureError::Missing)
+        );
+        for bad in ["", "not base64!", "AAAA", &"A".repeat(44)] {
+            assert_eq!(
+                scheme.verify_request(&headers(TWILIO_SIGNATURE, bad), None, b"a=1", &token, 0),
+                Err(SignatureError::Malformed),
+                "{bad:?}"
+            );
+        }
+        // The public URL is what counts, not where the request arrived.
+        let body = b"MessageSid=SM1&MessageStatus=sent";
+        let sig = twilio_signature(b"t", "https://h.example/t", body);
+        assert_eq!(
+            scheme.verify_request(&headers(TWILIO_SIGNATURE, &sig), None, body, &token, 0),
+            Ok(())
+        );
+        let other = twilio_signature(b"t", "http://10.0.0.5:8080/t", body);
+        assert_eq!(
+            scheme.verify_request(&headers(TWILIO_SIGNATURE, &other), None, body, &token, 0),
+            Err(SignatureError::Mismatch)
+        );
+    }
+
+    #[test]
+    fn telnyx_vectors_of_an_independent_ed25519_implementation() {
+        let v = provider_vectors("telnyx.json");
+        let key = [Secret::new(text(&v["public_key"]).as_bytes())];
+        let scheme = Scheme::Telnyx {
+            tolerance_secs: 300,
+        };
+        assert_eq!(scheme.check_secrets(&key), Ok(()));
+        for d in v["deliveries"].as_array().expect("deliveries") {
+            let name = text(&d["name"]);
+            let ts_text = text(&d["telnyx-timestamp"]);
+            let ts: i64 = ts_text.parse().expect("timestamp");
+            let body = text(&d["body"]).as_bytes();
+            let signature = text(&d["telnyx-signature-ed25519"]);
+            let mut h = headers(TELNYX_SIGNATURE, signature);
+            h.insert(
+                TELNYX_TIMESTAMP,
+                HeaderValue::from_str(ts_text).expect("ts"),
+            );
+            assert_eq!(scheme.verify(&h, body, &key, ts + 300), Ok(()), "{name}");
+            assert_eq!(scheme.verify(&h, body, &key, ts - 300), Ok(()), "{name}");
+            assert_eq!(
+                scheme.verify(&h, body, &key, ts + 301),
+                Err(SignatureError::Stale),
+                "{name}"
+            );
+            let mut tampered = body.to_vec();
+            tampered[10] ^= 1;
+            assert_eq!(
+                scheme.verify(&h, &tampered, &key, ts),
+                Err(SignatureError::Mismatch),
+                "{name}"
+            );
+            // The timestamp is signed too.
+            h.insert(TELNYX_TIMESTAMP, HeaderValue::from(ts + 1));
+            assert_eq!(
+                scheme.verify(&h, body, &key, ts),
+                Err(SignatureError::Mismatch),
+                "{name}"
+            );
+            // Signing with the vector's seed gives the same signature and public key.
+            let (ours, public) =
+                telnyx_signature(text(&v["seed"]).as_bytes(), ts, body).expect("seed");
+            assert_eq!(
+                (ours.as_str(), public.as_str()),
+                (signature, text(&v["public_key"]))
+            );
+        }
+    }
+
+    #[test]
+    fn telnyx_keys_and_headers_that_cannot_be_used() {
+        let scheme = Scheme::Telnyx {
+            tolerance_secs: 300,
+        };
+        for bad in ["", "not base64", "AAAA", "whsec_abc"] {
+            assert!(
+                scheme
+                    .check_secrets(&[Secret::new(bad.as_bytes())])
+                    .is_err(),
+                "{bad}"
+            );
+        }
+        let v = provider_vectors("telnyx.json");
+        let key = [Secret::new(text(&v["public_key"]).as_bytes())];
+        assert_eq!(
+            scheme.verify(&HeaderMap::new(), b"{}", &key, 0),
+            Err(SignatureError::Missing)
+        );
+        let mut h = headers(TELNYX_SIGNATURE, "AAAA");
+        h.insert(TELNYX_TIMESTAMP, HeaderValue::from_static("0"));
+        assert_eq!(
+            scheme.verify(&h, b"{}", &key, 0),
+            Err(SignatureError::Malformed)
+        );
+        let (sig, _) = telnyx_signature(text(&v["seed"]).as_bytes(), 0, b"{}").expect("sig");
+        let mut h = headers(TELNYX_SIGNATURE, &sig);
+        h.insert(TELNYX_TIMESTAMP, HeaderValue::from_static("soon"));
+        assert_eq!(
+            scheme.verify(&h, b"{}", &key, 0),
+            Err(SignatureError::Malformed)
+        );
+    }
+
+    #[test]
+    fn standard_webhooks_secrets_in_every_form_senders_use() {
+        let scheme = Scheme::StandardWebhooks {
+            tolerance_secs: 300,
+        };
+        let engine = base64::engine::general_purpose::STANDARD;
+        for len in [16, 24, 32, 64] {
+            let key: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37)).collect();
+            let b64 = engine.encode(&key);
+            let sig = standard_webhooks_signature(format!("whsec_{b64}").as_bytes(), "m", 5, b"{}")
+                .expect("signs");
+            for secret in [
+                format!("whsec_{b64}"),
+                format!("whsec_{}", b64.trim_end_matches('=')),
+                b64.clone(),
+            ] {
+                let secrets = [Secret::new(secret.as_bytes())];
+                assert_eq!(scheme.check_secrets(&secrets), Ok(()), "{secret}");
+                let h = webhook_headers("m", "5", &sig);
+                assert_eq!(
+                    scheme.verify(&h, b"{}", &secrets, 5),
+                    Ok(()),
+                    "{len} {secret}"
+                );
+            }
+        }
+        // A raw secret without the prefix is still used as it is.
+        let raw = [Secret::new(b"plain secret")];
+        let mac = hmac_parts(b"plain secret", &[b"m.5.{}"]);
+        let h = webhook_headers("m", "5", &format!("v1,{}", engine.encode(mac)));
+        assert_eq!(scheme.verify(&h, b"{}", &raw, 5), Ok(()));
+        let broken = [Secret::new(b"whsec_not base64!")];
+        assert!(scheme.check_secrets(&broken).is_err());
+        assert_eq!(
+            scheme.verify(&h, b"{}", &broken, 5),
             Err(SignatureError::Mismatch)
         );
     }

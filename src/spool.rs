@@ -1150,6 +1150,7 @@ mod tests {
             received_at: "2026-11-29T10:00:00Z".into(),
             order_key: None,
             body: bytes::Bytes::copy_from_slice(body.as_bytes()),
+            content_type: None,
         }
     }
 

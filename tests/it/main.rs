@@ -10,5 +10,6 @@ mod durability;
 mod guard;
 mod lifecycle;
 mod ops;
+mod providers;
 mod redis;
 mod spool;
