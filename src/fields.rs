@@ -83,17 +83,20 @@ struct Child {
 impl FieldPlan {
     /// Adds a pointer: empty (the whole document) or `/`-separated tokens, `~1` standing for
     /// `/` and `~0` for `~`. Text that is not a pointer (config validation refuses it) gets a
-    /// slot that stays empty, as `Value::pointer` finds nothing for it.
+    /// slot that stays empty, as `Value::pointer` finds nothing for it. A pointer added
+    /// again shares the first one's slot (a Twilio route's guard reads `/MessageSid` too).
     pub fn add(&mut self, pointer: &str) -> Slot {
         let slot = Slot(self.slots);
-        self.slots += 1;
         let tokens: Vec<String> = match pointer.strip_prefix('/') {
             _ if pointer.is_empty() => Vec::new(),
             Some(rest) => rest
                 .split('/')
                 .map(|t| t.replace("~1", "/").replace("~0", "~"))
                 .collect(),
-            None => return slot,
+            None => {
+                self.slots += 1;
+                return slot;
+            }
         };
         let mut node = &mut self.root;
         for token in tokens {
@@ -110,6 +113,10 @@ impl FieldPlan {
             };
             node = &mut node.children[at].node;
         }
+        if let Some(existing) = node.slot {
+            return Slot(existing);
+        }
+        self.slots += 1;
         node.slot = Some(slot.0);
         slot
     }
@@ -410,6 +417,22 @@ mod tests {
         let body = r#"{"id":"e1","data":{"status":"sent","items":[10,11,{"x":true}]},
             "a/b":1,"m~n":2,"":3,"01":4,"n":null,"f":-1.5e3,"t":true,"esc":"a\"b\u00e9"}"#;
         assert_finds_what_value_finds(POINTERS, body);
+    }
+
+    #[test]
+    fn a_pointer_added_twice_finds_its_value_under_both_slots() {
+        let mut plan = FieldPlan::default();
+        let first = plan.add("/data/status");
+        let other = plan.add("/id");
+        let again = plan.add("/data/status");
+        let got = plan.extract(br#"{"id":"e","data":{"status":"sent"}}"#).expect("object");
+        for slot in [first, again] {
+            assert_eq!(got.get(slot), Some(&Field::Text("sent".into())));
+        }
+        assert_eq!(got.get(other), Some(&Field::Text("e".into())));
+        let form = plan.extract_form(b"id=f");
+        assert_eq!(form.get(other), Some(&Field::Text("f".into())));
+        assert_eq!(form.get(again), None);
     }
 
     #[test]

@@ -61,3 +61,265 @@ async fn a_delivery_signed_by_the_reference_library_with_a_24_byte_secret_is_acc
     let (status, answer) = gw.post(&client, &tampered, &headers).await;
     assert_eq!(status, 401, "{answer}");
 }
+
+const TWILIO_VECTORS: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/providers/twilio.json"
+));
+const TELNYX_VECTORS: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/data/providers/telnyx.json"
+));
+
+/// The URL a Twilio route's sender signs; hookgate itself is reached on 127.0.0.1.
+const TWILIO_PUBLIC_URL: &str = "https://hooks.example.com/webhooks/twilio";
+const TWILIO_TOKEN: &str = "9f86d081884c7d659a2feaa0c55ad015";
+const FORM: &str = "application/x-www-form-urlencoded";
+
+fn twilio_route(cfg: &mut GatewayConfig, public_url: &str, token: &str) {
+    cfg.secrets = format!("      - secret: \"{token}\"\n");
+    cfg.route_extra = format!("    profile: twilio\n    public_url: {public_url}\n");
+}
+
+/// A Twilio status callback for `sid` as Twilio posts it, signed for the public URL.
+fn twilio_status(sid: &str, status: &str, token: &str) -> (String, Vec<(&'static str, String)>) {
+    let body = format!(
+        "SmsSid={sid}&SmsStatus={status}&MessageStatus={status}&To=%2B14155550100\
+         &MessagingServiceSid=MG0123&MessageSid={sid}&AccountSid=AC0123&From=%2B14155550111\
+         &ApiVersion=2010-04-01"
+    );
+    let signature = hookgate::signature::twilio_signature(
+        TWILIO_TOKEN.as_bytes(),
+        TWILIO_PUBLIC_URL,
+        body.as_bytes(),
+    );
+    let headers = vec![
+        ("x-twilio-signature", signature),
+        ("content-type", format!("{FORM}; charset=utf-8")),
+        ("i-twilio-idempotency-token", token.to_owned()),
+    ];
+    (body, headers)
+}
+
+#[tokio::test]
+async fn twilio_published_example_arrives_byte_for_byte_with_its_content_type() {
+    require_broker!();
+    let v: serde_json::Value = serde_json::from_str(TWILIO_VECTORS).expect("vectors");
+    let (base, query) = v["url"]
+        .as_str()
+        .expect("url")
+        .split_once('?')
+        .expect("query");
+    let mut form = String::new();
+    for pair in v["form"]["params"].as_array().expect("params") {
+        if !form.is_empty() {
+            form.push('&');
+        }
+        let (name, value) = (
+            pair[0].as_str().expect("name"),
+            pair[1].as_str().expect("v"),
+        );
+        form.push_str(&format!("{name}={}", value.replace('+', "%2B")));
+    }
+    let (_dir, broker, mut cfg) = fixture().await;
+    twilio_route(&mut cfg, base, v["auth_token"].as_str().expect("token"));
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    let headers = [
+        (
+            "x-twilio-signature",
+            v["form"]["signature"]
+                .as_str()
+                .expect("signature")
+                .to_owned(),
+        ),
+        ("content-type", FORM.to_owned()),
+        ("i-twilio-idempotency-token", unique("tok")),
+    ];
+    // The query is Twilio's; the path is where hookgate listens, not the public URL's.
+    let path = format!("/webhooks/botix?{query}");
+    let (status, answer) = gw.post_to(&client, &path, &form, &headers).await;
+    assert_eq!(status, 200, "{answer}");
+    let msg = broker.next(BROKER_TIMEOUT).await.expect("published");
+    assert_eq!(msg.body, form.as_bytes(), "the raw form, byte for byte");
+    assert_eq!(msg.content_type.as_deref(), Some(FORM));
+    assert_eq!(msg.header("x-request-id"), Some(headers[2].1.clone()));
+
+    // Without Twilio's query the signed URL differs: refused.
+    let (status, answer) = gw
+        .post_to(&client, "/webhooks/botix", &form, &headers)
+        .await;
+    assert_eq!(status, 401, "{answer}");
+}
+
+/// Posts a Twilio status callback; its outcome, the answer and the body.
+async fn send(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    sid: &str,
+    status: &str,
+    token: String,
+) -> (String, serde_json::Value, String) {
+    let (body, headers) = twilio_status(sid, status, &token);
+    let (code, answer) = gw.post(client, &body, &headers).await;
+    assert_eq!(code, 200, "{status}: {answer}");
+    (crate::dedup::outcome(&answer), answer, body)
+}
+
+#[tokio::test]
+async fn a_reordered_twilio_status_chain_goes_through_the_guard() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    twilio_route(&mut cfg, TWILIO_PUBLIC_URL, TWILIO_TOKEN);
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    let sid = format!("SM{}", uuid::Uuid::new_v4().simple());
+    let (outcome, answer, queued) = send(&gw, &client, &sid, "queued", unique("tok")).await;
+    assert_eq!(outcome, "accepted");
+    assert_eq!(answer["event_id"], format!("{sid}:queued"));
+    let delivered_token = unique("tok");
+    let (outcome, _, delivered) =
+        send(&gw, &client, &sid, "delivered", delivered_token.clone()).await;
+    assert_eq!(outcome, "accepted");
+    // Twilio's late `sent`, after `delivered`: a lower rank, dropped.
+    let (outcome, _, _) = send(&gw, &client, &sid, "sent", unique("tok")).await;
+    assert_eq!(outcome, "dropped:stale_status");
+    // Twilio's retry of the `delivered` callback (same token), and the same status sent
+    // again under another token: both duplicates.
+    let (outcome, _, _) = send(&gw, &client, &sid, "delivered", delivered_token).await;
+    assert_eq!(outcome, "duplicate");
+    let (outcome, _, _) = send(&gw, &client, &sid, "delivered", unique("tok")).await;
+    assert_eq!(outcome, "duplicate");
+    // `read` ranks above `delivered`.
+    let (outcome, _, read) = send(&gw, &client, &sid, "read", unique("tok")).await;
+    assert_eq!(outcome, "accepted");
+
+    // An inbound message is the sentinel: everything before it has been published.
+    let sentinel = format!("SM{}", uuid::Uuid::new_v4().simple());
+    let inbound = format!("MessageSid={sentinel}&Body=hello&From=%2B14155550111&To=%2B14155550100");
+    let signature = hookgate::signature::twilio_signature(
+        TWILIO_TOKEN.as_bytes(),
+        TWILIO_PUBLIC_URL,
+        inbound.as_bytes(),
+    );
+    let (code, answer) = gw
+        .post(&client, &inbound, &[("x-twilio-signature", signature)])
+        .await;
+    assert_eq!(code, 200, "{answer}");
+    let published = broker.until(&sentinel).await;
+    let bodies: Vec<&[u8]> = published.iter().map(|m| m.body.as_slice()).collect();
+    assert_eq!(
+        bodies,
+        [queued.as_bytes(), delivered.as_bytes(), read.as_bytes()]
+    );
+    for m in &published {
+        assert_eq!(m.routing_key, "message.status");
+        assert_eq!(
+            m.content_type.as_deref(),
+            Some("application/x-www-form-urlencoded; charset=utf-8")
+        );
+    }
+    let metrics = scrape(&client, &gw).await;
+    assert_eq!(crate::guard::dropped_total(&metrics, "stale_status"), 1.0);
+}
+
+/// A Telnyx delivery from the vector file, with fresh ids and time, signed with the
+/// vector's key now (the vector's own signatures are checked in the unit tests).
+fn telnyx_delivery(
+    v: &serde_json::Value,
+    index: usize,
+    payload_id: &str,
+    status: Option<&str>,
+) -> (String, String, Vec<(&'static str, String)>) {
+    let mut body: serde_json::Value =
+        serde_json::from_str(v["deliveries"][index]["body"].as_str().expect("body")).expect("json");
+    let event_id = uuid::Uuid::new_v4().to_string();
+    body["data"]["id"] = event_id.clone().into();
+    body["data"]["occurred_at"] = rfc3339_from_now(0).into();
+    body["data"]["payload"]["id"] = payload_id.into();
+    if let Some(status) = status {
+        body["data"]["payload"]["to"][0]["status"] = status.into();
+    }
+    let body = body.to_string();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let (signature, public) = hookgate::signature::telnyx_signature(
+        v["seed"].as_str().expect("seed").as_bytes(),
+        now,
+        body.as_bytes(),
+    )
+    .expect("signs");
+    assert_eq!(public, v["public_key"].as_str().expect("public key"));
+    let headers = vec![
+        ("telnyx-signature-ed25519", signature),
+        ("telnyx-timestamp", now.to_string()),
+        ("content-type", "application/json".to_owned()),
+    ];
+    (event_id, body, headers)
+}
+
+#[tokio::test]
+async fn telnyx_deliveries_verify_publish_and_are_guarded() {
+    require_broker!();
+    let v: serde_json::Value = serde_json::from_str(TELNYX_VECTORS).expect("vectors");
+    let (_dir, broker, mut cfg) = fixture().await;
+    cfg.secrets = format!(
+        "      - secret: \"{}\"\n",
+        v["public_key"].as_str().expect("public key")
+    );
+    cfg.route_extra = "    profile: telnyx\n".into();
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    let message = uuid::Uuid::new_v4().to_string();
+    let (id, body, headers) = telnyx_delivery(&v, 0, &message, Some("delivered"));
+    let (status, answer) = gw.post(&client, &body, &headers).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        serde_json::json!({"status": "accepted", "event_id": id})
+    );
+    let msg = broker.next(BROKER_TIMEOUT).await.expect("published");
+    assert_eq!(msg.body, body.as_bytes());
+    assert_eq!(msg.routing_key, "message.finalized");
+    assert_eq!(msg.message_id.as_deref(), Some(id.as_str()));
+    assert_eq!(msg.content_type.as_deref(), Some("application/json"));
+
+    // The same delivery again is a duplicate; a late `sent` for the message is stale.
+    let (_, answer) = gw.post(&client, &body, &headers).await;
+    assert_eq!(crate::dedup::outcome(&answer), "duplicate");
+    let (_, late, late_headers) = telnyx_delivery(&v, 0, &message, Some("sent"));
+    let (_, answer) = gw.post(&client, &late, &late_headers).await;
+    assert_eq!(crate::dedup::outcome(&answer), "dropped:stale_status");
+
+    // Inbound STOP, then STOP again under a new event id: the second is a repeat.
+    let inbound = uuid::Uuid::new_v4().to_string();
+    let (_, stop, stop_headers) = telnyx_delivery(&v, 1, &inbound, None);
+    let (_, answer) = gw.post(&client, &stop, &stop_headers).await;
+    assert_eq!(crate::dedup::outcome(&answer), "accepted");
+    let (_, again, again_headers) = telnyx_delivery(&v, 1, &inbound, None);
+    let (_, answer) = gw.post(&client, &again, &again_headers).await;
+    assert_eq!(crate::dedup::outcome(&answer), "dropped:repeated_stop");
+
+    // A body changed after signing, or signed by another key: refused.
+    let (_, answer) = gw
+        .post(
+            &client,
+            &body.replace("delivered", "delivery_failed"),
+            &headers,
+        )
+        .await;
+    assert_eq!(answer, serde_json::json!({"error": "invalid_signature"}));
+    let mut other = headers.clone();
+    other[0].1 = hookgate::signature::telnyx_signature(
+        b"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=",
+        other[1].1.parse().expect("ts"),
+        body.as_bytes(),
+    )
+    .expect("signs")
+    .0;
+    let (status, _) = gw.post(&client, &body, &other).await;
+    assert_eq!(status, 401);
+}

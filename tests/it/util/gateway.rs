@@ -271,9 +271,18 @@ impl Gateway {
         body: &str,
         headers: &[(&str, String)],
     ) -> (u16, serde_json::Value) {
-        let mut req = client
-            .post(self.url("/webhooks/botix"))
-            .body(body.to_owned());
+        self.post_to(client, "/webhooks/botix", body, headers).await
+    }
+
+    /// POSTs `body` to `path` (which may carry a query) with these headers.
+    pub async fn post_to(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        body: &str,
+        headers: &[(&str, String)],
+    ) -> (u16, serde_json::Value) {
+        let mut req = client.post(self.url(path)).body(body.to_owned());
         for (k, v) in headers {
             req = req.header(*k, v);
         }
