@@ -425,7 +425,9 @@ mod tests {
         let first = plan.add("/data/status");
         let other = plan.add("/id");
         let again = plan.add("/data/status");
-        let got = plan.extract(br#"{"id":"e","data":{"status":"sent"}}"#).expect("object");
+        let got = plan
+            .extract(br#"{"id":"e","data":{"status":"sent"}}"#)
+            .expect("object");
         for slot in [first, again] {
             assert_eq!(got.get(slot), Some(&Field::Text("sent".into())));
         }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use hookgate::config::Config;
+use hookgate::config::{Config, Encoding, Profile};
 
 // malloc and free were a fifth of the CPU of an accepted event with glibc's allocator
 // (BENCHMARKS.md, "Profile"); mimalloc spends less per call and keeps per-thread heaps.
@@ -53,11 +53,27 @@ enum Command {
     Run,
     /// Validate the config and print it with secrets redacted.
     CheckConfig,
-    /// Print the X-Botix-Signature header value for a body read from FILE or stdin.
+    /// Sign a body read from FILE or stdin as a sender of a profile would: botix prints the
+    /// X-Botix-Signature value; every other profile prints `Name: value` header lines.
     Sign {
-        /// Environment variable holding the secret.
+        /// Environment variable holding the secret (Telnyx: the base64 ed25519 private key).
         #[arg(long)]
         secret_env: String,
+        /// The sender profile; ignored with --route.
+        #[arg(long, value_enum, default_value_t = SignProfile::Botix)]
+        profile: SignProfile,
+        /// Sign for this route of the config: its profile, public_url and custom scheme.
+        #[arg(long)]
+        route: Option<String>,
+        /// Twilio: the URL the sender requests, with its query (default: the route's public_url).
+        #[arg(long)]
+        url: Option<String>,
+        /// Standard Webhooks: the webhook-id (default: a new msg_<uuid>).
+        #[arg(long)]
+        id: Option<String>,
+        /// Standard Webhooks, Telnyx: the signed Unix time in seconds (default: now).
+        #[arg(long)]
+        timestamp: Option<i64>,
         /// Body file; stdin when absent.
         file: Option<PathBuf>,
     },
@@ -66,6 +82,15 @@ enum Command {
         #[command(subcommand)]
         command: SpoolCommand,
     },
+}
+
+/// The profiles `sign` knows without a config (`custom` needs its route's scheme: --route).
+#[derive(Clone, Copy, ValueEnum)]
+enum SignProfile {
+    Botix,
+    StandardWebhooks,
+    Twilio,
+    Telnyx,
 }
 
 #[derive(Subcommand)]
@@ -110,7 +135,27 @@ fn main() -> ExitCode {
         }
     };
     match cli.command.as_ref().unwrap_or(&Command::Run) {
-        Command::Sign { secret_env, file } => finish(sign(secret_env, file.as_deref()), EXIT_USAGE),
+        Command::Sign {
+            secret_env,
+            profile,
+            route,
+            url,
+            id,
+            timestamp,
+            file,
+        } => {
+            let request = SignRequest {
+                profile: *profile,
+                route: route.as_deref(),
+                url: url.as_deref(),
+                id: id.as_deref(),
+                timestamp: *timestamp,
+            };
+            finish(
+                sign(&cli.config, secret_env, &request, file.as_deref()),
+                EXIT_USAGE,
+            )
+        }
         Command::CheckConfig => match Config::load(&cli.config) {
             Ok(config) => {
                 print!("{}", config.redacted_yaml());
@@ -243,11 +288,44 @@ fn init_logging(format: LogFormat, level: &str) {
     }
 }
 
-fn sign(secret_env: &str, file: Option<&Path>) -> anyhow::Result<()> {
+/// What `sign` was asked for, apart from the secret and the body.
+struct SignRequest<'a> {
+    profile: SignProfile,
+    route: Option<&'a str>,
+    url: Option<&'a str>,
+    id: Option<&'a str>,
+    timestamp: Option<i64>,
+}
+
+fn sign(
+    config_path: &Path,
+    secret_env: &str,
+    request: &SignRequest<'_>,
+    file: Option<&Path>,
+) -> anyhow::Result<()> {
     let secret = std::env::var(secret_env)
         .ok()
         .filter(|s| !s.is_empty())
         .with_context(|| format!("environment variable {secret_env} is not set or empty"))?;
+    let route = match request.route {
+        Some(name) => {
+            let config = Config::load(config_path)?;
+            let route = config
+                .routes
+                .into_iter()
+                .find(|r| r.name == name)
+                .with_context(|| format!("no route named {name} in {}", config_path.display()))?;
+            Some(route)
+        }
+        None => None,
+    };
+    let profile = match (&route, request.profile) {
+        (Some(route), _) => route.profile,
+        (None, SignProfile::Botix) => Profile::Botix,
+        (None, SignProfile::StandardWebhooks) => Profile::StandardWebhooks,
+        (None, SignProfile::Twilio) => Profile::Twilio,
+        (None, SignProfile::Telnyx) => Profile::Telnyx,
+    };
     let mut body = Vec::new();
     match file {
         Some(path) => {
@@ -260,10 +338,58 @@ fn sign(secret_env: &str, file: Option<&Path>) -> anyhow::Result<()> {
                 .context("cannot read stdin")?;
         }
     }
-    println!(
-        "{}",
-        hookgate::signature::botix_header(secret.as_bytes(), &body)
-    );
+    let secret = secret.as_bytes();
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64)
+    };
+    use hookgate::signature as sig;
+    match profile {
+        Profile::Botix => println!("{}", sig::botix_header(secret, &body)),
+        Profile::StandardWebhooks => {
+            let id = request.id.map_or_else(
+                || format!("msg_{}", uuid::Uuid::new_v4().simple()),
+                str::to_owned,
+            );
+            let ts = request.timestamp.unwrap_or_else(now);
+            let signature = sig::standard_webhooks_signature(secret, &id, ts, &body)
+                .context("the secret is not whsec_ followed by base64")?;
+            println!("webhook-id: {id}\nwebhook-timestamp: {ts}\nwebhook-signature: {signature}");
+        }
+        Profile::Twilio => {
+            let url = request
+                .url
+                .or_else(|| route.as_ref().and_then(|r| r.public_url.as_deref()))
+                .context("profile twilio signs a URL: give --url (with the query Twilio sends)")?;
+            println!(
+                "X-Twilio-Signature: {}",
+                sig::twilio_signature(secret, url, &body)
+            );
+        }
+        Profile::Telnyx => {
+            let ts = request.timestamp.unwrap_or_else(now);
+            let (signature, public) = sig::telnyx_signature(secret, ts, &body)
+                .context("the key is not the base64 of a 32-byte ed25519 private key (seed)")?;
+            println!("telnyx-timestamp: {ts}\ntelnyx-signature-ed25519: {signature}");
+            eprintln!("public key (the route's secret): {public}");
+        }
+        Profile::Custom => {
+            let scheme = route.as_ref().and_then(|r| r.signature.as_ref()).context(
+                "profile custom: give --route, whose signature section says how to sign",
+            )?;
+            let mac = sig::hmac_parts(secret, &[&body]);
+            let encoded = match scheme.encoding {
+                Encoding::Hex => hex::encode(mac),
+                Encoding::Base64 => {
+                    use base64::Engine;
+                    base64::engine::general_purpose::STANDARD.encode(mac)
+                }
+            };
+            let prefix = scheme.prefix.as_deref().unwrap_or_default();
+            println!("{}: {prefix}{encoded}", scheme.header);
+        }
+    }
     Ok(())
 }
 

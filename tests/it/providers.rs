@@ -323,3 +323,110 @@ async fn telnyx_deliveries_verify_publish_and_are_guarded() {
     let (status, _) = gw.post(&client, &body, &other).await;
     assert_eq!(status, 401);
 }
+
+/// Runs `hookgate sign --route botix` against a gateway's own config, with the secret in
+/// `SIGN_SECRET`, and returns the header lines it printed.
+fn signed_headers(gw: &Gateway, secret: &str, body: &str) -> Vec<(String, String)> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
+        .args([
+            "sign",
+            "--route",
+            "botix",
+            "--secret-env",
+            "SIGN_SECRET",
+            "--config",
+        ])
+        .arg(&gw.config_path)
+        .env("SIGN_SECRET", secret)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn hookgate sign");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(body.as_bytes())
+        .expect("write body");
+    let out = child.wait_with_output().expect("hookgate sign");
+    assert!(
+        out.status.success(),
+        "sign failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("utf-8")
+        .lines()
+        .map(|l| {
+            let (name, value) = l.split_once(": ").expect("a header line");
+            (name.to_owned(), value.to_owned())
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn hookgate_sign_makes_a_delivery_every_profile_accepts() {
+    require_broker!();
+    use base64::Engine;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let seed: [u8; 32] = rand::random();
+    let seed = b64(&seed);
+    let (_, telnyx_public) =
+        hookgate::signature::telnyx_signature(seed.as_bytes(), 0, b"").expect("key");
+    let whsec = format!("whsec_{}", b64(&rand::random::<[u8; 24]>()));
+    let json = |id: &str| format!(r#"{{"id":"{id}","event":"contact.created"}}"#);
+    let telnyx_body = |id: &str| {
+        format!(r#"{{"data":{{"id":"{id}","event_type":"message.sent","payload":{{"id":"m"}}}}}}"#)
+    };
+    // (route keys, the secret the route holds, the secret `sign` gets, a body).
+    let cases: Vec<(String, String, String, String)> = vec![
+        (
+            "    profile: standard-webhooks\n".into(),
+            whsec.clone(),
+            whsec,
+            json("evt_sw"),
+        ),
+        (
+            format!("    profile: twilio\n    public_url: {TWILIO_PUBLIC_URL}\n"),
+            TWILIO_TOKEN.into(),
+            TWILIO_TOKEN.into(),
+            "MessageSid=SMsign&MessageStatus=sent&Body=hi%21".into(),
+        ),
+        (
+            "    profile: telnyx\n".into(),
+            telnyx_public,
+            seed,
+            telnyx_body("evt_tx"),
+        ),
+        (
+            "    profile: custom\n    signature: {header: x-sig, prefix: \"v=\", encoding: base64}\n"
+                .into(),
+            "custom-secret".into(),
+            "custom-secret".into(),
+            json("evt_custom"),
+        ),
+    ];
+    let client = client(None);
+    for (route, route_secret, sign_secret, body) in cases {
+        let (_dir, broker, mut cfg) = fixture().await;
+        cfg.secrets = format!("      - secret: \"{route_secret}\"\n");
+        cfg.route_extra = route.clone();
+        let gw = Gateway::start(&cfg).await;
+        wait_broker_connected(&client, &gw).await;
+        let headers = signed_headers(&gw, &sign_secret, &body);
+        let headers: Vec<(&str, String)> = headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let (status, answer) = gw.post(&client, &body, &headers).await;
+        assert_eq!(status, 200, "{route}: {answer}");
+        assert_eq!(crate::dedup::outcome(&answer), "accepted", "{route}");
+        let msg = broker.next(BROKER_TIMEOUT).await.expect("published");
+        assert_eq!(msg.body, body.as_bytes(), "{route}");
+        // Signed for another body: refused.
+        let (status, _) = gw.post(&client, &format!("{body} "), &headers).await;
+        assert_eq!(status, 401, "{route}");
+    }
+}
