@@ -510,9 +510,10 @@ pub struct Route {
     pub rate_limit: Option<RateLimit>,
     /// Active secrets; a delivery signed with any of them is accepted (rotation).
     pub secrets: Vec<SecretSource>,
-    /// Where the event id, type and timestamp are in the body.
-    #[serde(default)]
-    pub fields: Fields,
+    /// Where the event id, type and timestamp are in the body. Filled in when parsing for
+    /// every profile but `twilio`, which reads its own fields and has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Fields>,
     /// Out-of-order guard rules.
     #[serde(default)]
     pub guard: Guard,
@@ -635,12 +636,14 @@ impl Config {
                 }
                 (_, None) => {}
             }
-            for (name, ptr) in [
-                ("fields.event_id", &route.fields.event_id),
-                ("fields.event_type", &route.fields.event_type),
-                ("fields.timestamp", &route.fields.timestamp),
-            ] {
-                check_pointer(&format!("{at}.{name}"), ptr)?;
+            if let Some(fields) = &route.fields {
+                for (name, ptr) in [
+                    ("fields.event_id", &fields.event_id),
+                    ("fields.event_type", &fields.event_type),
+                    ("fields.timestamp", &fields.timestamp),
+                ] {
+                    check_pointer(&format!("{at}.{name}"), ptr)?;
+                }
             }
             if let Some(rl) = &route.rate_limit {
                 if rl.per_second == 0 || rl.burst == 0 {
@@ -947,7 +950,7 @@ routes:
         assert_eq!(c.shutdown_grace, Duration::from_secs(25));
         assert_eq!(c.reload_poll, Duration::from_secs(2));
         assert_eq!(c.spool.max_bytes, 1 << 30);
-        assert_eq!(c.routes[0].fields.event_id, "/id");
+        assert_eq!(c.routes[0].fields.as_ref().expect("fields").event_id, "/id");
         assert_eq!(c.routes[0].profile, Profile::Botix);
     }
 
@@ -1047,6 +1050,12 @@ routes:
         let c = Config::parse(&ok).expect("parses");
         let route = &c.routes[0];
         assert_eq!(route.profile, Profile::Twilio);
+        assert!(route.fields.is_none(), "Twilio reads its own fields");
+        assert!(
+            !c.redacted_yaml().contains("fields"),
+            "{}",
+            c.redacted_yaml()
+        );
         let status = route.guard.status.as_ref().expect("Twilio's status rules");
         assert_eq!(
             (status.message_id.as_str(), status.status.as_str()),
@@ -1073,8 +1082,9 @@ routes:
         let telnyx = MINIMAL.replace("    secrets:", "    profile: telnyx\n    secrets:");
         let c = Config::parse(&telnyx).expect("parses");
         let route = &c.routes[0];
-        assert_eq!(route.fields.event_id, "/data/id");
-        assert_eq!(route.fields.timestamp, "/data/occurred_at");
+        let fields = route.fields.as_ref().expect("fields");
+        assert_eq!(fields.event_id, "/data/id");
+        assert_eq!(fields.timestamp, "/data/occurred_at");
         let status = route.guard.status.as_ref().expect("status rules");
         assert_eq!(status.status, "/data/payload/to/0/status");
         assert_eq!(status.ranks["delivery_failed"], 3);
@@ -1083,8 +1093,9 @@ routes:
             "    fields:\n      event_id: /data/payload/id\n    guard: {}\n    secrets:",
         );
         let c = Config::parse(&own).expect("parses");
-        assert_eq!(c.routes[0].fields.event_id, "/data/payload/id");
-        assert_eq!(c.routes[0].fields.event_type, "/data/event_type");
+        let fields = c.routes[0].fields.as_ref().expect("fields");
+        assert_eq!(fields.event_id, "/data/payload/id");
+        assert_eq!(fields.event_type, "/data/event_type");
         assert!(c.routes[0].guard.status.is_none() && c.routes[0].guard.keywords.is_none());
     }
 

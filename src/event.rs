@@ -155,7 +155,7 @@ impl EventFields {
 
     /// What a route reads: its `fields`, or for the Twilio profile, Twilio's own fields.
     pub fn for_route(route: &Route) -> Self {
-        let mut fields = Self::new(&route.fields);
+        let mut fields = Self::new(route.fields.as_ref().unwrap_or(&Fields::default()));
         if route.profile == Profile::Twilio {
             fields.twilio = Some(TwilioFields {
                 message_sid: fields.plan.add("/MessageSid"),

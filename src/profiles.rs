@@ -51,15 +51,18 @@ fn ranks(table: &[(&str, u32)]) -> Value {
     )
 }
 
-/// The `fields` a profile reads its events with, if it has its own.
+/// The `fields` a profile reads its events with (the schema's for the others); none for Twilio,
+/// whose event id and type are made of several form fields.
 fn fields(profile: &str) -> Option<Value> {
     match profile {
+        "twilio" => None,
         "telnyx" => Some(json!({
             "event_id": "/data/id",
             "event_type": "/data/event_type",
             "timestamp": "/data/occurred_at",
         })),
-        _ => None,
+        // An empty section: the schema's defaults (`/id`, `/event`, `/timestamp`) fill it.
+        _ => Some(json!({})),
     }
 }
 
@@ -283,7 +286,12 @@ mod tests {
         );
         assert_eq!(r[1]["guard"]["keywords"]["text"], "/Body");
         assert_eq!(r[2]["guard"], json!({}));
-        assert!(r[3].get("guard").is_none() && r[3].get("fields").is_none());
+        assert!(
+            r[3].get("guard").is_none(),
+            "botix has no guard unless configured"
+        );
+        assert_eq!(r[3]["fields"], json!({}), "the schema's defaults fill it");
+        assert!(r[1].get("fields").is_none());
         let mut twilio_fields = json!({"routes": [{"profile": "twilio", "fields": {}}]});
         assert!(fill_route_defaults(&mut twilio_fields)
             .expect_err("refused")
