@@ -164,7 +164,7 @@ async fn send(
     let (body, headers) = twilio_status(sid, status, &token);
     let (code, answer) = gw.post(client, &body, &headers).await;
     assert_eq!(code, 200, "{status}: {answer}");
-    (crate::dedup::outcome(&answer), answer, body)
+    (outcome(&answer), answer, body)
 }
 
 #[tokio::test]
@@ -289,19 +289,19 @@ async fn telnyx_deliveries_verify_publish_and_are_guarded() {
 
     // The same delivery again is a duplicate; a late `sent` for the message is stale.
     let (_, answer) = gw.post(&client, &body, &headers).await;
-    assert_eq!(crate::dedup::outcome(&answer), "duplicate");
+    assert_eq!(outcome(&answer), "duplicate");
     let (_, late, late_headers) = telnyx_delivery(&v, 0, &message, Some("sent"));
     let (_, answer) = gw.post(&client, &late, &late_headers).await;
-    assert_eq!(crate::dedup::outcome(&answer), "dropped:stale_status");
+    assert_eq!(outcome(&answer), "dropped:stale_status");
 
     // Inbound STOP, then STOP again under a new event id: the second is a repeat.
     let inbound = uuid::Uuid::new_v4().to_string();
     let (_, stop, stop_headers) = telnyx_delivery(&v, 1, &inbound, None);
     let (_, answer) = gw.post(&client, &stop, &stop_headers).await;
-    assert_eq!(crate::dedup::outcome(&answer), "accepted");
+    assert_eq!(outcome(&answer), "accepted");
     let (_, again, again_headers) = telnyx_delivery(&v, 1, &inbound, None);
     let (_, answer) = gw.post(&client, &again, &again_headers).await;
-    assert_eq!(crate::dedup::outcome(&answer), "dropped:repeated_stop");
+    assert_eq!(outcome(&answer), "dropped:repeated_stop");
 
     // A body changed after signing, or signed by another key: refused.
     let (_, answer) = gw
@@ -422,7 +422,7 @@ async fn hookgate_sign_makes_a_delivery_every_profile_accepts() {
             .collect();
         let (status, answer) = gw.post(&client, &body, &headers).await;
         assert_eq!(status, 200, "{route}: {answer}");
-        assert_eq!(crate::dedup::outcome(&answer), "accepted", "{route}");
+        assert_eq!(outcome(&answer), "accepted", "{route}");
         let msg = broker.next(BROKER_TIMEOUT).await.expect("published");
         assert_eq!(msg.body, body.as_bytes(), "{route}");
         // Signed for another body: refused.
