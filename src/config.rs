@@ -1019,13 +1019,25 @@ routes:
     #[test]
     fn unsigned_header_fallbacks_are_opt_in() {
         let c = Config::parse(MINIMAL).expect("parses");
-        assert!(!c.routes[0].fields.unsigned_header_fallbacks);
+        assert!(
+            !c.routes[0]
+                .fields
+                .as_ref()
+                .expect("fields")
+                .unsigned_header_fallbacks
+        );
         let text = MINIMAL.replace(
             "    secrets:",
             "    fields:\n      unsigned_header_fallbacks: true\n    secrets:",
         );
         let c = Config::parse(&text).expect("parses");
-        assert!(c.routes[0].fields.unsigned_header_fallbacks);
+        assert!(
+            c.routes[0]
+                .fields
+                .as_ref()
+                .expect("fields")
+                .unsigned_header_fallbacks
+        );
     }
 
     #[test]
