@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -124,6 +124,9 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
         if secrets.has_inline() {
             tracing::warn!(route = %route.name, "inline secret in the config: for development only; use secret_env or secret_file");
         }
+        for source in secrets.short() {
+            tracing::warn!(route = %route.name, %source, min_bytes = crate::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
+        }
         let mut fields = EventFields::for_route(route);
         let guard = RouteGuard::new(&route.guard, &mut fields);
         routes.push(RouteRuntime {
@@ -132,10 +135,8 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
             scheme,
             secrets,
             guard,
-            limiter: route
-                .rate_limit
-                .as_ref()
-                .map(|r| TokenBucket::new(r.per_second, r.burst, Instant::now())),
+            // Built in `serve`, on the clock of the options.
+            limiter: None,
         });
     }
     let tls = config
@@ -184,9 +185,16 @@ pub async fn serve(
         config,
         backend,
         store,
-        routes,
+        mut routes,
         tls,
     } = prepared;
+    for route in &mut routes {
+        route.limiter = route
+            .config
+            .rate_limit
+            .as_ref()
+            .map(|r| TokenBucket::new(r.per_second, r.burst, options.clock.clone()));
+    }
     let metrics = Arc::new(Metrics::new());
     let stop_background = CancellationToken::new();
     let publisher = Publisher::start(
@@ -248,10 +256,11 @@ pub async fn serve(
     };
     let webhook_addr = addr_text(&listeners.webhooks);
     let admin_addr = addr_text(&listeners.admin);
-    let service = Arc::new(WebhookService {
-        pipeline: pipeline.clone(),
-        limits: config.limits.clone(),
-    });
+    let service = Arc::new(WebhookService::new(
+        pipeline.clone(),
+        config.limits.clone(),
+        options.clock.clone(),
+    ));
     // One token: the listener stops accepting at the moment readiness turns 503.
     let webhooks = tokio::spawn(serve_webhooks(
         listeners.webhooks,
@@ -371,11 +380,25 @@ async fn reload_loop(
             if !by_signal && route.secrets.files().next().is_none() {
                 continue;
             }
+            let name = &route.config.name;
             match route.secrets.reload() {
-                Ok(true) => tracing::info!(route = %route.config.name, "secrets reloaded"),
+                Ok(true) => {
+                    tracing::info!(route = %name, "secrets reloaded");
+                    for source in route.secrets.short() {
+                        tracing::warn!(route = %name, %source, min_bytes = crate::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
+                    }
+                }
                 Ok(false) => {}
                 Err(error) => {
-                    tracing::warn!(route = %route.config.name, %error, "secret reload failed; keeping the previous secrets")
+                    // An operator must act: the rotation they made is not in force.
+                    pipeline
+                        .metrics()
+                        .secret_reload_failures
+                        .get_or_create(&crate::metrics::RouteLabel {
+                            route: name.clone(),
+                        })
+                        .inc();
+                    tracing::error!(route = %name, %error, "secret reload refused; keeping the previous secrets")
                 }
             }
         }

@@ -279,6 +279,31 @@ pub struct Limits {
     /// Time allowed to send the body. Default 30s.
     #[serde(default = "default_body_timeout", with = "duration")]
     pub body_read_timeout: Duration,
+    /// A kept-alive HTTP/1 connection, or an HTTP/2 connection with no open stream, is
+    /// closed after this long without a request. Default 60s.
+    #[serde(default = "default_idle_timeout", with = "duration")]
+    pub idle_timeout: Duration,
+    /// A connection is asked to close after this long (HTTP/2 GOAWAY, HTTP/1
+    /// `Connection: close`); requests in flight finish. Default 10m.
+    #[serde(default = "default_max_connection_age", with = "duration")]
+    pub max_connection_age: Duration,
+    /// Concurrent HTTP/2 streams per connection. Default 16.
+    #[serde(default = "default_h2_streams")]
+    pub h2_max_concurrent_streams: u32,
+    /// Bytes of request bodies held before their signature is checked, over all
+    /// connections; beyond it reading waits (flow control) until bytes are freed or the
+    /// body read times out. Default 32MiB.
+    #[serde(default = "default_unverified_budget", with = "size")]
+    pub max_unverified_body_bytes: u64,
+    /// Requests that fail verification, per peer address: a peer over it is answered 429
+    /// before its body is read. Default 5 per second, burst 20.
+    #[serde(default = "default_failed_per_peer")]
+    pub failed_verification_per_peer: RateLimit,
+    /// Header holding the client address set by a trusted proxy in front (its last
+    /// comma-separated entry is used, as in `X-Forwarded-For`). Default unset: the TCP
+    /// peer address; never trusted unless configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_address_header: Option<String>,
 }
 
 impl Default for Limits {
@@ -289,6 +314,12 @@ impl Default for Limits {
             max_header_bytes: default_max_header(),
             header_read_timeout: default_header_timeout(),
             body_read_timeout: default_body_timeout(),
+            idle_timeout: default_idle_timeout(),
+            max_connection_age: default_max_connection_age(),
+            h2_max_concurrent_streams: default_h2_streams(),
+            max_unverified_body_bytes: default_unverified_budget(),
+            failed_verification_per_peer: default_failed_per_peer(),
+            peer_address_header: None,
         }
     }
 }
@@ -597,6 +628,12 @@ impl Config {
                 return invalid(format!("{at}.secrets: at least one secret is required"));
             }
             for (j, s) in route.secrets.iter().enumerate() {
+                if s.secret.as_deref() == Some("") {
+                    return invalid(format!(
+                        "{at}.secrets[{j}].secret: route {}: an empty secret lets anyone sign",
+                        route.name
+                    ));
+                }
                 let set = [
                     s.secret_env.is_some(),
                     s.secret_file.is_some(),
@@ -671,6 +708,7 @@ impl Config {
         if self.limits.max_header_bytes < 1024 {
             return invalid("limits.max_header_bytes: must be at least 1KiB".into());
         }
+        self.validate_hardening()?;
         if self.dedup.in_flight_lease <= self.amqp.confirm_timeout {
             return invalid(
                 "dedup.in_flight_lease: must be longer than amqp.confirm_timeout, or a slow publish could be taken over".into(),
@@ -696,6 +734,39 @@ impl Config {
             && !(self.redis.url.starts_with("redis://") || self.redis.url.starts_with("rediss://"))
         {
             return invalid("redis.url: must start with redis:// or rediss://".into());
+        }
+        Ok(())
+    }
+
+    /// Limits that keep unauthenticated clients small (SPEC §9).
+    fn validate_hardening(&self) -> Result<(), ConfigError> {
+        let l = &self.limits;
+        let invalid = |m: &str| Err(ConfigError::Invalid(m.to_owned()));
+        if l.h2_max_concurrent_streams == 0 {
+            return invalid("limits.h2_max_concurrent_streams: must be positive");
+        }
+        if l.max_unverified_body_bytes < l.max_body_bytes {
+            return invalid(
+                "limits.max_unverified_body_bytes: must hold at least one body of limits.max_body_bytes",
+            );
+        }
+        if l.header_read_timeout.is_zero()
+            || l.body_read_timeout.is_zero()
+            || l.idle_timeout.is_zero()
+            || l.max_connection_age.is_zero()
+        {
+            return invalid("limits: timeouts and max_connection_age must be positive");
+        }
+        let peer = &l.failed_verification_per_peer;
+        if peer.per_second == 0 || peer.burst == 0 {
+            return invalid(
+                "limits.failed_verification_per_peer: per_second and burst must be positive",
+            );
+        }
+        if let Some(h) = &l.peer_address_header {
+            if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                return invalid("limits.peer_address_header: not a valid header name");
+            }
         }
         Ok(())
     }
@@ -856,6 +927,24 @@ fn default_header_timeout() -> Duration {
 }
 fn default_body_timeout() -> Duration {
     Duration::from_secs(30)
+}
+fn default_idle_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_max_connection_age() -> Duration {
+    Duration::from_secs(600)
+}
+fn default_h2_streams() -> u32 {
+    16
+}
+fn default_unverified_budget() -> u64 {
+    32 << 20
+}
+fn default_failed_per_peer() -> RateLimit {
+    RateLimit {
+        per_second: 5,
+        burst: 20,
+    }
 }
 fn default_clock_skew() -> Duration {
     Duration::from_secs(300)

@@ -28,11 +28,14 @@
 //!   [`redis_store`] (the only redis importer) for several replicas.
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/spool`.
 //! - [`metrics`]: the Prometheus registry.
-//! - [`ratelimit`]: the per-route token bucket.
+//! - [`ratelimit`]: the per-route token bucket for verified deliveries, and the per-peer
+//!   bucket for failed verifications.
+//! - [`budget`]: the shared budget of body bytes held before verification.
 //! - [`shutdown`]: SIGTERM / SIGINT as one future.
 
 pub mod admin;
 pub mod app;
+pub mod budget;
 pub mod config;
 pub mod dedup;
 pub mod event;

@@ -39,6 +39,39 @@ pub struct RouteLabel {
     pub route: String,
 }
 
+/// Labels with just a reason.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    /// Why.
+    pub reason: String,
+}
+
+/// Why a webhook connection was closed by hookgate (label of
+/// `hookgate_connections_closed_total`).
+pub const CLOSE_REASONS: [&str; 5] = [
+    // No complete request head within `header_read_timeout` of the accept (TLS handshake,
+    // protocol detection and the HTTP/2 preface included).
+    "setup_timeout",
+    // The TLS handshake failed.
+    "tls_error",
+    // No request for `idle_timeout` (kept-alive HTTP/1, or HTTP/2 with no open stream).
+    "idle",
+    // Older than `max_connection_age`: asked to close (GOAWAY), then closed.
+    "max_age",
+    // Accepted while `max_connections` were open: closed at once.
+    "over_capacity",
+];
+
+/// Why a request was refused before its signature was checked (label of
+/// `hookgate_refusals_total`).
+pub const REFUSAL_REASONS: [&str; 2] = [
+    // The peer address spent its `failed_verification_per_peer`: 429 before the body.
+    "peer_failures",
+    // The body could not be read within `body_read_timeout` while waiting for the
+    // unverified body budget: 408.
+    "body_budget",
+];
+
 /// Labels of the build info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
@@ -74,6 +107,25 @@ impl RouteOutcome {
 fn count_labelled(family: &Family<RouteOutcome, Counter>, route: &str, outcome: &str) {
     family
         .get_or_create(&RouteOutcome::new(route, outcome))
+        .inc();
+}
+
+/// A family with a series for each reason, so each is scraped (at zero) before it happens.
+fn reason_family(reasons: &[&str]) -> Family<ReasonLabel, Counter> {
+    let family = Family::<ReasonLabel, Counter>::default();
+    for reason in reasons {
+        let _ = family.get_or_create(&ReasonLabel {
+            reason: (*reason).to_owned(),
+        });
+    }
+    family
+}
+
+fn count_reason(family: &Family<ReasonLabel, Counter>, reason: &str) {
+    family
+        .get_or_create(&ReasonLabel {
+            reason: reason.to_owned(),
+        })
         .inc();
 }
 
@@ -134,6 +186,16 @@ pub struct Metrics {
     pub store_errors: Counter,
     /// Dedup marks and guard states held by the sled backend (set when scraped).
     pub state_entries: Gauge,
+    /// Webhook connections closed by hookgate, by [`CLOSE_REASONS`].
+    pub connections_closed: Family<ReasonLabel, Counter>,
+    /// Requests refused before verification, by [`REFUSAL_REASONS`].
+    pub refusals: Family<ReasonLabel, Counter>,
+    /// Body bytes held before their signature was checked.
+    pub unverified_body_bytes: Gauge,
+    /// Body reads that waited for the unverified body budget.
+    pub body_budget_waits: Counter,
+    /// Secret reloads refused (the previous secrets stay in force).
+    pub secret_reload_failures: Family<RouteLabel, Counter>,
 }
 
 impl Metrics {
@@ -236,6 +298,36 @@ impl Metrics {
             "Dedup marks and guard states held in memory (sled backend)",
             state_entries.clone(),
         );
+        let connections_closed = reason_family(&CLOSE_REASONS);
+        registry.register(
+            "connections_closed",
+            "Webhook connections closed by hookgate, by reason",
+            connections_closed.clone(),
+        );
+        let refusals = reason_family(&REFUSAL_REASONS);
+        registry.register(
+            "refusals",
+            "Requests refused before their signature was checked, by reason",
+            refusals.clone(),
+        );
+        let unverified_body_bytes = Gauge::default();
+        registry.register(
+            "unverified_body_bytes",
+            "Request body bytes held before their signature was checked",
+            unverified_body_bytes.clone(),
+        );
+        let body_budget_waits = Counter::default();
+        registry.register(
+            "body_budget_waits",
+            "Body reads that waited for the unverified body budget",
+            body_budget_waits.clone(),
+        );
+        let secret_reload_failures = Family::<RouteLabel, Counter>::default();
+        registry.register(
+            "secret_reload_failures",
+            "Secret reloads refused; the previous secrets stay in force",
+            secret_reload_failures.clone(),
+        );
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -261,7 +353,22 @@ impl Metrics {
             spool_drainer_stalled,
             store_errors,
             state_entries,
+            connections_closed,
+            refusals,
+            unverified_body_bytes,
+            body_budget_waits,
+            secret_reload_failures,
         }
+    }
+
+    /// Counts a connection closed for `reason` (one of [`CLOSE_REASONS`]).
+    pub fn connection_closed(&self, reason: &str) {
+        count_reason(&self.connections_closed, reason);
+    }
+
+    /// Counts a request refused for `reason` (one of [`REFUSAL_REASONS`]).
+    pub fn refused(&self, reason: &str) {
+        count_reason(&self.refusals, reason);
     }
 
     /// The request counters of `route`, one for each of [`REQUEST_OUTCOMES`]. Created at

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio_util::task::TaskTracker;
 
+use crate::budget::Charge;
 use crate::config::{Config, Route};
 use crate::dedup::{event_key, request_key, Claim, KeyState};
 use crate::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
@@ -86,7 +87,7 @@ pub struct RouteRuntime {
     pub secrets: RouteSecrets,
     /// Its guard rules.
     pub guard: RouteGuard,
-    /// Its rate limit, if configured.
+    /// Its rate limit for verified deliveries, if configured.
     pub limiter: Option<TokenBucket>,
 }
 
@@ -169,10 +170,11 @@ impl Pipeline {
         self: &Arc<Self>,
         index: usize,
         delivery: Delivery,
+        charge: Charge,
     ) -> tokio::task::JoinHandle<(Outcome, String)> {
         let pipeline = self.clone();
         self.tasks
-            .spawn(async move { pipeline.handle(index, delivery).await })
+            .spawn(async move { pipeline.handle(index, delivery, charge).await })
     }
 
     /// Waits, at most `grace`, for the deliveries still running in their own tasks (their
@@ -195,9 +197,15 @@ impl Pipeline {
         (self.clock)()
     }
 
-    /// Handles one delivery on route `index`. Returns the outcome and the request id to
-    /// echo in `X-Request-Id`.
-    pub async fn handle(&self, index: usize, delivery: Delivery) -> (Outcome, String) {
+    /// Handles one delivery on route `index`. `charge` holds the body's bytes in the
+    /// unverified body budget and is given back once the signature is checked. Returns the
+    /// outcome and the request id to echo in `X-Request-Id`.
+    pub async fn handle(
+        &self,
+        index: usize,
+        delivery: Delivery,
+        charge: Charge,
+    ) -> (Outcome, String) {
         let Some(route) = self.routes.get(index) else {
             return (
                 Outcome::Unavailable {
@@ -212,7 +220,7 @@ impl Pipeline {
         let echoed = request_id.value.clone();
         // Boxed: the state machine of a whole delivery is kilobytes, and every future that
         // wraps it (hyper's, the panic guard's, the handler's) would copy it as it moves.
-        let outcome = Box::pin(self.run(route, delivery, request_id, now_ms)).await;
+        let outcome = Box::pin(self.run(route, delivery, charge, request_id, now_ms)).await;
         match &outcome {
             Outcome::Duplicate { .. } => {
                 self.metrics
@@ -245,17 +253,15 @@ impl Pipeline {
         &self,
         route: &RouteRuntime,
         delivery: Delivery,
+        charge: Charge,
         request_id: RequestId,
         now_ms: i64,
     ) -> Outcome {
         let name = route.config.name.as_str();
-        if let Some(limiter) = &route.limiter {
-            if let Err(retry_after) = limiter.try_take(Instant::now()) {
-                return Outcome::RateLimited { retry_after };
-            }
-        }
         let secrets = route.secrets.current();
-        let verified = match delivery.verify(&route.scheme, &secrets, now_ms / 1000) {
+        let verified = delivery.verify(&route.scheme, &secrets, now_ms / 1000);
+        drop(charge);
+        let verified = match verified {
             Ok(v) => v,
             Err(reason) => {
                 // The reason is for the operator at debug level; the sender learns nothing.
@@ -263,6 +269,13 @@ impl Pipeline {
                 return Outcome::InvalidSignature;
             }
         };
+        // Only a verified delivery spends the route's bucket: forgeries must not use up
+        // the sender's share.
+        if let Some(limiter) = &route.limiter {
+            if let Err(retry_after) = limiter.try_take() {
+                return Outcome::RateLimited { retry_after };
+            }
+        }
         let event = match event::parse(verified, &route.fields, request_id) {
             Ok(e) => e,
             Err(e) => return Outcome::BadRequest(e),

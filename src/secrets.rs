@@ -39,14 +39,34 @@ pub enum SecretError {
     },
     #[error("secret file {0} is empty")]
     EmptyFile(PathBuf),
+    #[error("inline secret secrets[{0}] is empty")]
+    EmptyInline(usize),
 }
 
-/// Reads every source of one route, in order.
+/// Secrets shorter than this are accepted with a warning: HMAC keys should have at least
+/// 128 bits.
+pub const MIN_SECRET_BYTES: usize = 16;
+
+/// Reads every source of one route, in order. An empty secret from any source is an error:
+/// anyone could sign with it.
 pub fn load(sources: &[SecretSource]) -> Result<Vec<Secret>, SecretError> {
-    sources.iter().map(load_one).collect()
+    sources
+        .iter()
+        .enumerate()
+        .map(|(i, s)| load_one(i, s))
+        .collect()
 }
 
-fn load_one(source: &SecretSource) -> Result<Secret, SecretError> {
+/// Names a source for logs and errors, never its value.
+pub fn describe(index: usize, source: &SecretSource) -> String {
+    match (&source.secret_env, &source.secret_file) {
+        (Some(var), _) => format!("secret_env {var}"),
+        (None, Some(path)) => format!("secret_file {}", path.display()),
+        (None, None) => format!("inline secret secrets[{index}]"),
+    }
+}
+
+fn load_one(index: usize, source: &SecretSource) -> Result<Secret, SecretError> {
     if let Some(var) = &source.secret_env {
         return match std::env::var(var) {
             Ok(v) if !v.is_empty() => Ok(Secret::new(v.as_bytes())),
@@ -65,9 +85,10 @@ fn load_one(source: &SecretSource) -> Result<Secret, SecretError> {
         }
         return Ok(Secret::new(trimmed));
     }
-    Ok(Secret::new(
-        source.secret.as_deref().unwrap_or_default().as_bytes(),
-    ))
+    match source.secret.as_deref() {
+        Some(inline) if !inline.is_empty() => Ok(Secret::new(inline.as_bytes())),
+        _ => Err(SecretError::EmptyInline(index)),
+    }
 }
 
 fn trim_trailing_newlines(bytes: &[u8]) -> &[u8] {
@@ -116,6 +137,19 @@ impl RouteSecrets {
         Ok(changed)
     }
 
+    /// The sources whose secret is shorter than [`MIN_SECRET_BYTES`], described for a
+    /// warning.
+    pub fn short(&self) -> Vec<String> {
+        let current = self.current();
+        self.sources
+            .iter()
+            .zip(current.iter())
+            .enumerate()
+            .filter(|(_, (_, secret))| secret.expose().len() < MIN_SECRET_BYTES)
+            .map(|(i, (source, _))| describe(i, source))
+            .collect()
+    }
+
     /// Files among the sources, to watch for in-place rotation.
     pub fn files(&self) -> impl Iterator<Item = &PathBuf> {
         self.sources.iter().filter_map(|s| s.secret_file.as_ref())
@@ -152,6 +186,32 @@ mod tests {
             b"second",
             "old secret stays on failure"
         );
+    }
+
+    #[test]
+    fn an_empty_secret_from_any_source_is_refused_and_reload_keeps_the_old_set() {
+        let inline = load(&[SecretSource {
+            secret: Some(String::new()),
+            ..Default::default()
+        }])
+        .expect_err("empty inline");
+        assert!(inline.to_string().contains("secrets[0]"), "{inline}");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("s");
+        std::fs::write(&path, "a-long-enough-secret-value\n").expect("write");
+        let rs = RouteSecrets::new(vec![SecretSource {
+            secret_file: Some(path.clone()),
+            ..Default::default()
+        }])
+        .expect("loads");
+        assert!(rs.short().is_empty());
+        std::fs::write(&path, "\n").expect("write");
+        let e = rs.reload().expect_err("an emptied file is refused");
+        assert!(e.to_string().contains("is empty"), "{e}");
+        assert_eq!(rs.current()[0].expose(), b"a-long-enough-secret-value");
+        std::fs::write(&path, "short").expect("write");
+        assert!(rs.reload().expect("a short secret loads"));
+        assert_eq!(rs.short(), vec![format!("secret_file {}", path.display())]);
     }
 
     #[test]

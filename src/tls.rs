@@ -121,6 +121,11 @@ impl TlsReloader {
     }
 }
 
+/// Whether the client chose HTTP/2 by ALPN.
+pub fn negotiated_h2(stream: &TlsStream<TcpStream>) -> bool {
+    stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice())
+}
+
 /// The files' bytes: small, and comparing content (not mtime) survives the symlink swap
 /// Kubernetes uses to rotate mounted secrets.
 fn fingerprint(files: &Tls) -> Vec<u8> {

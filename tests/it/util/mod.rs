@@ -240,6 +240,29 @@ pub fn client(cert: Option<&TestCert>) -> reqwest::Client {
     builder.build().expect("client")
 }
 
+/// A TCP connection to `addr` from the loopback address `from` (127.0.0.0/8 is all this
+/// machine), so a test can play a second peer.
+pub async fn connect_from(
+    from: std::net::IpAddr,
+    addr: std::net::SocketAddr,
+) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind((from, 0).into())
+        .expect("bind the client address");
+    socket.connect(addr).await.expect("connect")
+}
+
+/// A plain-HTTP client whose connections come from the loopback address `from`.
+pub fn client_from(from: std::net::IpAddr) -> reqwest::Client {
+    hookgate::tls::install_crypto_provider();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .local_address(from)
+        .build()
+        .expect("client")
+}
+
 /// Polls `check` every 20 ms until it returns true or `timeout` passes.
 pub async fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
     let deadline = tokio::time::Instant::now() + timeout;
