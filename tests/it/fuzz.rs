@@ -140,6 +140,9 @@ proptest! {
         pointers in proptest::collection::vec("(/(a|b|c|0|1|x~1y|~0))(/(a|b|c|0|1|x~1y|~0)){0,3}", 1..6),
     ) {
         let body = serde_json::to_vec(&value).expect("json");
+        // Compared with the document as serde_json reads the same text back (its float
+        // parsing may differ from the generated value in the last digit).
+        let value: serde_json::Value = serde_json::from_slice(&body).expect("json");
         let mut plan = FieldPlan::default();
         let slots: Vec<_> = pointers.iter().map(|p| plan.add(p)).collect();
         let got = plan.extract(&body).expect("a JSON object is read");
