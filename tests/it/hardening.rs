@@ -541,3 +541,33 @@ async fn unverified_bodies_beyond_the_budget_wait_and_a_signed_delivery_gets_thr
     drop(conns);
     broker.delete().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// A neighbour on localhost.
+
+#[tokio::test]
+async fn admin_endpoints_refuse_changes_and_show_no_secret() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = GatewayConfig::new(dir.path(), "unused");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    for path in ["/readyz", "/spool", "/metrics", "/healthz"] {
+        for method in [
+            reqwest::Method::POST,
+            reqwest::Method::PUT,
+            reqwest::Method::DELETE,
+        ] {
+            let resp = client
+                .request(method.clone(), gw.admin_url(path))
+                .send()
+                .await
+                .expect("admin");
+            assert_eq!(resp.status(), 405, "{method} {path}");
+        }
+        let (_, body) = gw.admin_get(&client, path).await;
+        assert!(
+            !body.contains(SECRET) && !body.contains(PREVIOUS_SECRET),
+            "{path} shows a secret"
+        );
+    }
+}
