@@ -1106,6 +1106,49 @@ routes:
     }
 
     #[test]
+    fn hardening_limits_have_defaults_and_are_checked() {
+        let c = Config::parse(MINIMAL).expect("parses");
+        let l = &c.limits;
+        assert_eq!(l.idle_timeout, Duration::from_secs(60));
+        assert_eq!(l.max_connection_age, Duration::from_secs(600));
+        assert_eq!(l.h2_max_concurrent_streams, 16);
+        assert_eq!(l.max_unverified_body_bytes, 32 << 20);
+        assert_eq!(
+            (
+                l.failed_verification_per_peer.per_second,
+                l.failed_verification_per_peer.burst
+            ),
+            (5, 20)
+        );
+        assert_eq!(
+            l.peer_address_header, None,
+            "no proxy is trusted by default"
+        );
+        for (extra, named) in [
+            (
+                "  max_unverified_body_bytes: 1KiB\n",
+                "max_unverified_body_bytes",
+            ),
+            (
+                "  h2_max_concurrent_streams: 0\n",
+                "h2_max_concurrent_streams",
+            ),
+            ("  idle_timeout: 0s\n", "timeouts"),
+            (
+                "  peer_address_header: \"bad header\"\n",
+                "peer_address_header",
+            ),
+            (
+                "  failed_verification_per_peer: {per_second: 0, burst: 1}\n",
+                "failed_verification_per_peer",
+            ),
+        ] {
+            let e = err(&format!("{MINIMAL}limits:\n{extra}"));
+            assert!(e.contains(named), "{e}");
+        }
+    }
+
+    #[test]
     fn unsigned_header_fallbacks_are_opt_in() {
         let c = Config::parse(MINIMAL).expect("parses");
         assert!(
@@ -1126,6 +1169,19 @@ routes:
                 .as_ref()
                 .expect("fields")
                 .unsigned_header_fallbacks
+        );
+    }
+
+    #[test]
+    fn an_empty_inline_secret_is_refused_naming_route_and_source() {
+        let text = MINIMAL.replace(
+            "- secret_env: BOTIX_WEBHOOK_SECRET",
+            "- secret: long-enough-secret-1234\n      - secret: \"\"",
+        );
+        let e = err(&text);
+        assert!(
+            e.contains("routes[0].secrets[1].secret") && e.contains("route botix"),
+            "{e}"
         );
     }
 

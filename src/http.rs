@@ -311,6 +311,8 @@ where
                     closing = Some(far_future());
                 }
                 _ = tokio::time::sleep_until(deadline) => match reason {
+                    // A request started or ended as the deadline passed: pick again.
+                    Some(_) if activity.due(limits).0.min(age_deadline) > TokioInstant::now() => {}
                     None => {
                         tracing::debug!("connection did not close after being asked; dropped");
                         return;
@@ -379,8 +381,10 @@ struct InFlight(Arc<Activity>);
 
 impl InFlight {
     fn start(activity: Arc<Activity>) -> Self {
-        activity.requests.fetch_add(1, Ordering::AcqRel);
+        // In flight first: a watcher that sees the request counted also sees it in flight,
+        // and never takes a starting request for an idle connection.
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
+        activity.requests.fetch_add(1, Ordering::AcqRel);
         activity.changed.notify_one();
         Self(activity)
     }
