@@ -543,19 +543,27 @@ async fn connections_beyond_max_connections_are_refused() {
     broker.delete().await;
 }
 
+/// In this process, on a clock the test moves: however slow the machine, real time cannot
+/// refill the bucket, and a refill is shown by moving the clock, not by sleeping.
 #[tokio::test]
-async fn the_third_quick_request_is_rate_limited_with_retry_after() {
+async fn the_third_quick_request_is_rate_limited_with_retry_after_and_a_second_refills_one() {
     require_broker!();
     let (_dir, broker, mut cfg) = fixture().await;
     cfg.route_extra = "    rate_limit:\n      per_second: 1\n      burst: 2\n".into();
-    let gw = Gateway::start(&cfg).await;
+    let gw = InProcess::start(&cfg.yaml()).await;
     let client = client(None);
+    let deliver = || async {
+        gw.post(&client, &event_body(&unique("evt")), &unique("req"))
+            .await
+    };
 
-    deliver_ok(&client, &gw, "first of the burst").await;
-    deliver_ok(&client, &gw, "second of the burst").await;
+    for what in ["first of the burst", "second of the burst"] {
+        let (status, answer) = deliver().await;
+        assert_eq!(status, 200, "{what}: {answer}");
+    }
     let body = event_body("evt_limited");
     let resp = client
-        .post(gw.url("/webhooks/botix"))
+        .post(format!("http://{}/webhooks/botix", gw.addr))
         .header("x-botix-signature", sign(SECRET, body.as_bytes()))
         .body(body)
         .send()
@@ -570,6 +578,13 @@ async fn the_third_quick_request_is_rate_limited_with_retry_after() {
     assert!(retry_after >= 1);
     let answer: serde_json::Value = resp.json().await.expect("json");
     assert_eq!(answer["error"], "rate_limited");
+
+    gw.set_now(gw.now() + 1000);
+    let (status, answer) = deliver().await;
+    assert_eq!(status, 200, "a second later one token is back: {answer}");
+    let (status, answer) = deliver().await;
+    assert_eq!(status, 429, "and only one: {answer}");
+    gw.stop().await;
     broker.delete().await;
 }
 
