@@ -290,10 +290,15 @@ impl Default for KeywordLists {
 /// and a ligature or a circled letter reads as the plain letters it stands for.
 pub fn normalise_keyword_text(text: &str) -> String {
     let folded: String = text.nfkc().collect();
+    // Composed again after upper-casing: the capital of a composed lower-case letter can
+    // come out decomposed ("ῢ" → "Ϋ̀"), and would then differ from the same capital typed
+    // composed ("Ϋ̀").
     folded
         .trim_start()
         .trim_end_matches(|c: char| c.is_whitespace() || is_punctuation(c))
         .to_uppercase()
+        .nfkc()
+        .collect()
 }
 
 /// Punctuation a texter may put after a keyword. std has no Unicode general-category
@@ -436,6 +441,18 @@ pub fn decide_keyword(
 
 #[cfg(test)]
 mod tests {
+    /// Found by the keyword normalisation property test: upper-casing after NFKC left
+    /// "ῢ" decomposed, so it did not match its own capital typed composed.
+    #[test]
+    fn a_lower_case_letter_and_its_composed_capital_normalise_alike() {
+        assert_eq!(
+            super::normalise_keyword_text("ῢ"),
+            super::normalise_keyword_text("Ϋ̀")
+        );
+        let once = super::normalise_keyword_text("ῢ");
+        assert_eq!(super::normalise_keyword_text(&once), once);
+    }
+
     use super::*;
     use proptest::prelude::*;
     use serde_json::Value;
