@@ -7,7 +7,7 @@
 # if there were none), and prints idle RSS, peak RSS and the bytes the flood declared.
 #
 # Env (defaults in brackets): CONNECTIONS [256] STREAMS [16] HOLD [20s] BUDGET [32MiB]
-#   OUT [target/bench-rss]
+#   OUT [target/bench-rss] NO_BUILD [empty; 1 = use the release binaries already built]
 # Needs nothing else: nothing is verified, so no broker is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +19,7 @@ BUDGET=${BUDGET:-32MiB}
 OUT=${OUT:-target/bench-rss}
 BODY=65535 # max_body_bytes (64 KiB) - 1
 
-cargo build --release --bin hookgate --example unverified_flood
+[ -n "${NO_BUILD:-}" ] || cargo build --release --bin hookgate --example unverified_flood
 mkdir -p "$OUT"
 
 rss_kib() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
