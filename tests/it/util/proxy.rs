@@ -1,6 +1,7 @@
 //! A TCP proxy owned by a test, between the gateway and RabbitMQ, that can fail the link on
 //! demand: cut it (close every connection, refuse new ones), black-hole it (keep the
-//! connections open but drop every byte silently, as a dead network path does), and restore.
+//! connections open but drop every byte silently, as a dead network path does), and restore;
+//! or black-hole its connections at an exact point of the AMQP stream: after N publishes.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,7 +29,30 @@ pub struct Proxy {
     pub addr: SocketAddr,
     mode: watch::Sender<Mode>,
     accepted: Arc<AtomicUsize>,
+    publishes: Arc<PublishBudget>,
     task: JoinHandle<()>,
+}
+
+/// How many more `basic.publish` frames the proxy forwards before it black-holes the
+/// connection that sends the next one.
+pub struct PublishBudget {
+    /// `usize::MAX`: no limit.
+    left: AtomicUsize,
+    /// Set once a connection was black-holed for going over the budget.
+    tripped: std::sync::atomic::AtomicBool,
+}
+
+impl PublishBudget {
+    /// Takes one publish from the budget; false when none is left.
+    fn take(&self) -> bool {
+        self.left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| match n {
+                usize::MAX => Some(n),
+                0 => None,
+                n => Some(n - 1),
+            })
+            .is_ok()
+    }
 }
 
 impl Proxy {
@@ -39,6 +63,11 @@ impl Proxy {
         let (mode, rx) = watch::channel(Mode::Open);
         let accepted = Arc::new(AtomicUsize::new(0));
         let count = accepted.clone();
+        let publishes = Arc::new(PublishBudget {
+            left: AtomicUsize::new(usize::MAX),
+            tripped: std::sync::atomic::AtomicBool::new(false),
+        });
+        let budget = publishes.clone();
         let task = tokio::spawn(async move {
             loop {
                 let Ok((client, _)) = listener.accept().await else {
@@ -49,13 +78,14 @@ impl Proxy {
                     drop(client);
                     continue;
                 }
-                tokio::spawn(pipe(client, rx.clone(), upstream));
+                tokio::spawn(pipe(client, rx.clone(), upstream, budget.clone()));
             }
         });
         Self {
             addr,
             mode,
             accepted,
+            publishes,
             task,
         }
     }
@@ -96,6 +126,17 @@ impl Proxy {
         *self.mode.borrow()
     }
 
+    /// Forwards `n` more `basic.publish` frames, then black-holes the connection that sends
+    /// the next one, right before that frame: a fault at an exact point of a stream.
+    pub fn black_hole_after_publishes(&self, n: usize) {
+        self.publishes.left.store(n, Ordering::SeqCst);
+    }
+
+    /// Whether a connection was black-holed for going over the publish budget.
+    pub fn tripped(&self) -> bool {
+        self.publishes.tripped.load(Ordering::SeqCst)
+    }
+
     /// Connections accepted so far (including refused ones).
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
@@ -110,7 +151,13 @@ impl Drop for Proxy {
     }
 }
 
-async fn pipe(mut client: TcpStream, mut mode: watch::Receiver<Mode>, upstream: SocketAddr) {
+async fn pipe(
+    mut client: TcpStream,
+    mut mode: watch::Receiver<Mode>,
+    upstream: SocketAddr,
+    budget: Arc<PublishBudget>,
+) {
+    let mut frames = FrameScanner::default();
     // `None` upstream: black-holed for good.
     let initial = *mode.borrow_and_update();
     let mut up = match initial {
@@ -147,10 +194,24 @@ async fn pipe(mut client: TcpStream, mut mode: watch::Receiver<Mode>, upstream: 
                 if now == Mode::BlackHole {
                     up = None;
                 }
+                let mut forward = n;
+                if up.is_some() {
+                    if let Some(at) = frames
+                        .publishes(&from_client[..n])
+                        .into_iter()
+                        .find(|_| !budget.take())
+                    {
+                        forward = at;
+                    }
+                }
                 if let Some(u) = up.as_mut() {
-                    if u.write_all(&from_client[..n]).await.is_err() {
+                    if u.write_all(&from_client[..forward]).await.is_err() {
                         return;
                     }
+                }
+                if forward < n {
+                    up = None;
+                    budget.tripped.store(true, Ordering::SeqCst);
                 }
             }
             n = async {
@@ -173,5 +234,103 @@ async fn pipe(mut client: TcpStream, mut mode: watch::Receiver<Mode>, upstream: 
                 }
             }
         }
+    }
+}
+
+/// Finds where `basic.publish` method frames start in the client's AMQP 0-9-1 stream: an
+/// 8-byte protocol header, then frames of type (1 byte), channel (2), payload size (4),
+/// payload, and an end byte; a method frame's payload starts with class and method ids.
+#[derive(Default)]
+struct FrameScanner {
+    /// Whether the protocol header has been passed.
+    past_preamble: usize,
+    /// Bytes of the current frame still to pass over.
+    skip: usize,
+    /// The first bytes of the next frame, up to its class and method ids.
+    head: Vec<u8>,
+}
+
+impl FrameScanner {
+    const PREAMBLE: usize = 8;
+    const HEADER: usize = 7;
+    /// Frame type 1 (method), class 60 (basic), method 40 (publish).
+    const PUBLISH: (u8, u16, u16) = (1, 60, 40);
+
+    /// Offsets in `chunk` at which a publish frame starts (0 for one that began in an
+    /// earlier chunk and is decided in this one).
+    fn publishes(&mut self, chunk: &[u8]) -> Vec<usize> {
+        let mut found = Vec::new();
+        let mut start_in_chunk = 0;
+        for (i, &byte) in chunk.iter().enumerate() {
+            if self.past_preamble < Self::PREAMBLE {
+                self.past_preamble += 1;
+                continue;
+            }
+            if self.skip > 0 {
+                self.skip -= 1;
+                continue;
+            }
+            if self.head.is_empty() {
+                start_in_chunk = i;
+            }
+            self.head.push(byte);
+            if self.head.len() < Self::HEADER {
+                continue;
+            }
+            let size = u32::from_be_bytes([self.head[3], self.head[4], self.head[5], self.head[6]]);
+            let total = Self::HEADER + size as usize + 1;
+            let frame_type = self.head[0];
+            if frame_type == Self::PUBLISH.0 && size >= 4 && self.head.len() < Self::HEADER + 4 {
+                continue;
+            }
+            if frame_type == Self::PUBLISH.0 && size >= 4 {
+                let class = u16::from_be_bytes([self.head[7], self.head[8]]);
+                let method = u16::from_be_bytes([self.head[9], self.head[10]]);
+                if (class, method) == (Self::PUBLISH.1, Self::PUBLISH.2) {
+                    found.push(start_in_chunk);
+                }
+            }
+            self.skip = total - self.head.len();
+            self.head.clear();
+        }
+        found
+    }
+}
+
+#[test]
+fn the_frame_scanner_finds_publishes_across_chunk_boundaries() {
+    fn frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+        let mut f = vec![kind, 0, 1];
+        f.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+        f.extend_from_slice(payload);
+        f.push(0xCE);
+        f
+    }
+    let publish = frame(1, &[0, 60, 0, 40, 0, 0]);
+    let ack = frame(1, &[0, 60, 0, 80, 0]);
+    let mut stream = b"AMQP\x00\x00\x09\x01".to_vec();
+    stream.extend(frame(8, &[])); // heartbeat
+    let first = stream.len();
+    stream.extend(&publish);
+    stream.extend(frame(2, &[0u8; 14])); // content header
+    stream.extend(frame(3, b"{}")); // body
+    stream.extend(&ack);
+    let second = stream.len();
+    stream.extend(&publish);
+    // Whole, then split at every point: the same two publishes, at their offsets.
+    assert_eq!(
+        FrameScanner::default().publishes(&stream),
+        vec![first, second]
+    );
+    for cut in 1..stream.len() {
+        let mut scanner = FrameScanner::default();
+        let (a, b) = stream.split_at(cut);
+        let mut found: Vec<usize> = scanner.publishes(a);
+        found.extend(scanner.publishes(b).into_iter().map(|at| at + cut));
+        let expected: Vec<usize> = [first, second]
+            .into_iter()
+            .map(|at| if at < cut && at + 11 > cut { cut } else { at })
+            .collect();
+        assert_eq!(found, expected, "split at {cut}");
     }
 }
