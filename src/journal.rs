@@ -731,6 +731,14 @@ mod tests {
         Journal::open(store.tree("state").expect("tree"), now_ms, DAY).expect("open")
     }
 
+    /// Runs `puts` with the writer thread held off, so that their records form one batch:
+    /// the writer takes whatever is open as soon as it wakes, which would split them at
+    /// random.
+    fn in_one_batch(j: &Journal, puts: impl FnOnce()) {
+        let _writing = lock(&j.shared.writes);
+        puts();
+    }
+
     #[test]
     fn values_survive_a_reopen_and_expired_ones_do_not() {
         let (_dir, store) = temp_store();
@@ -786,9 +794,11 @@ mod tests {
         {
             let j = open(&store, 0);
             // Batch 0: k (soon superseded) and pin (long-lived, keeps batch 0 alive).
-            j.put(b"k", b"old", 9_000, 0);
-            j.put(b"pin", b"p", 9_000, 0);
-            j.put(b"filler", b"f", 9_000, 0);
+            in_one_batch(&j, || {
+                j.put(b"k", b"old", 9_000, 0);
+                j.put(b"pin", b"p", 9_000, 0);
+                j.put(b"filler", b"f", 9_000, 0);
+            });
             j.write_now().expect("write");
             // Batch 1: k's new value, expiring sooner.
             j.put(b"k", b"new", 500, 1);
@@ -807,9 +817,11 @@ mod tests {
         let (_dir, store) = temp_store();
         {
             let j = open(&store, 0);
-            for i in 0..10u8 {
-                j.put(&[i], b"v", if i == 0 { 9_000 } else { 100 }, 0);
-            }
+            in_one_batch(&j, || {
+                for i in 0..10u8 {
+                    j.put(&[i], b"v", if i == 0 { 9_000 } else { 100 }, 0);
+                }
+            });
             j.write_now().expect("write");
             j.sweep(200).expect("sweep");
             assert_eq!(j.len(), 1);
