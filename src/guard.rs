@@ -460,7 +460,7 @@ mod tests {
 
     const SCENARIOS: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../shared/testdata/guard_scenarios.json"
+        "/tests/data/guard_scenarios.json"
     );
     /// SPEC §7 default `help_window`.
     const HELP_WINDOW_MS: i64 = 60_000;

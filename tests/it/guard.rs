@@ -10,7 +10,7 @@ use crate::util::*;
 
 const SCENARIOS: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
-    "/../shared/testdata/guard_scenarios.json"
+    "/tests/data/guard_scenarios.json"
 ));
 
 use hookgate::guard::DEFAULT_RANKS as RANKS;
@@ -37,8 +37,8 @@ async fn every_shared_scenario_through_the_binary() {
     run_shared_scenarios(|cfg| cfg).await;
 }
 
-/// Runs every scenario of the shared file, each on an empty store: `configure` adapts the
-/// gateway config (e.g. to the Redis backend with a fresh key prefix).
+/// Runs every scenario of `tests/data/guard_scenarios.json`, each on an empty store:
+/// `configure` adapts the gateway config (e.g. to the Redis backend with a fresh key prefix).
 pub(crate) async fn run_shared_scenarios(configure: impl Fn(GatewayConfig) -> GatewayConfig) {
     let file: serde_json::Value = serde_json::from_str(SCENARIOS).expect("scenario file");
     let scenarios = file["scenarios"].as_array().expect("scenarios");
