@@ -31,7 +31,8 @@ use tracing::Instrument;
 use crate::admin::{Admin, AdminRequest};
 use crate::budget::{BodyBudget, Charge};
 use crate::config::Limits;
-use crate::event::Delivery;
+use crate::config::Profile;
+use crate::event::{Delivery, RequestId};
 use crate::metrics::ReasonLabel;
 use crate::pipeline::{Clock, Outcome, Pipeline};
 use crate::ratelimit::PeerLimiter;
@@ -49,6 +50,8 @@ const H2_MAX_LOCAL_RESETS: usize = 256;
 /// Bytes taken from the unverified body budget before each chunk is pulled off the
 /// connection: an HTTP/2 DATA frame is at most 16 KiB (the default frame size).
 const BODY_CHUNK_RESERVE: u64 = 16 * 1024;
+/// The answer header that carries the delivery's request id, on every webhook answer.
+const X_REQUEST_ID: &str = "x-request-id";
 
 type Answer = Response<Full<Bytes>>;
 
@@ -461,10 +464,13 @@ async fn guarded(fut: impl Future<Output = Answer>) -> Answer {
         Ok(answer) => answer,
         Err(_) => {
             tracing::error!("request handler panicked; answered 500");
-            json(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                r#"{"error":"internal"}"#.into(),
-                None,
+            with_request_id(
+                json(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    r#"{"error":"internal"}"#.into(),
+                    None,
+                ),
+                &RequestId::generated().value,
             )
         }
     }
@@ -480,12 +486,15 @@ async fn handle_webhook(
     let path = req.uri().path();
     let Some(index) = pipeline.routes.iter().position(|r| r.config.path == path) else {
         pipeline.metrics().count_request(UNMATCHED, "not_found");
-        return json(
+        let resp = json(
             StatusCode::NOT_FOUND,
             r#"{"error":"not_found"}"#.into(),
             None,
         );
+        return with_request_id(resp, &unrouted_request_id(req.headers()));
     };
+    // Answers given before the pipeline runs echo the same id the pipeline would.
+    let profile = pipeline.routes[index].config.profile;
     if req.method() != Method::POST {
         pipeline.count_request(index, "method_not_allowed");
         let mut resp = json(
@@ -495,7 +504,7 @@ async fn handle_webhook(
         );
         resp.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return resp;
+        return with_request_id(resp, &RequestId::of(req.headers(), profile).value);
     }
     let peer = peer_ip(
         tcp_peer,
@@ -507,19 +516,24 @@ async fn handle_webhook(
         // only an address that keeps failing verification meets it.
         pipeline.metrics().refused("peer_failures");
         pipeline.count_request(index, "rate_limited");
-        return close(json(
+        let resp = close(json(
             StatusCode::TOO_MANY_REQUESTS,
             r#"{"error":"rate_limited"}"#.into(),
             Some(retry_after),
         ));
+        return with_request_id(resp, &RequestId::of(req.headers(), profile).value);
     }
     let (parts, body) = req.into_parts();
+    let early = |resp: Answer| {
+        let id = RequestId::of(&parts.headers, profile).value;
+        with_request_id(close(resp), &id)
+    };
     let mut charge = service.budget.charge();
     let body = match read_body(body, &service.limits, &mut charge, pipeline.metrics()).await {
         Ok(b) => b,
         Err(BodyError::TooLarge) => {
             pipeline.count_request(index, "too_large");
-            return close(json(
+            return early(json(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 r#"{"error":"payload_too_large"}"#.into(),
                 None,
@@ -527,7 +541,7 @@ async fn handle_webhook(
         }
         Err(BodyError::Timeout) => {
             pipeline.count_request(index, "timeout");
-            return close(json(
+            return early(json(
                 StatusCode::REQUEST_TIMEOUT,
                 r#"{"error":"body_read_timeout"}"#.into(),
                 None,
@@ -535,7 +549,7 @@ async fn handle_webhook(
         }
         Err(BodyError::Aborted) => {
             pipeline.count_request(index, "aborted");
-            return close(json(
+            return early(json(
                 StatusCode::BAD_REQUEST,
                 r#"{"error":"body_incomplete"}"#.into(),
                 None,
@@ -553,11 +567,12 @@ async fn handle_webhook(
         // Raised again here, where `guarded` turns it into a 500.
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
         Err(_) => {
-            return json(
+            let resp = json(
                 StatusCode::SERVICE_UNAVAILABLE,
                 r#"{"error":"unavailable"}"#.into(),
                 Some(crate::pipeline::RETRY_AFTER_UNAVAILABLE),
-            )
+            );
+            return with_request_id(resp, &RequestId::generated().value);
         }
     };
     if outcome == Outcome::InvalidSignature {
@@ -693,11 +708,29 @@ fn answer(outcome: &Outcome, request_id: &str) -> Answer {
             Some(*retry_after),
         ),
     };
-    let mut resp = json(status, body, retry_after);
-    if let Ok(v) = HeaderValue::from_str(request_id) {
-        resp.headers_mut().insert("x-request-id", v);
+    with_request_id(json(status, body, retry_after), request_id)
+}
+
+/// Sets `X-Request-Id`. Ids from a sender are checked to be header-safe text when read, so
+/// the fallback to a generated id only guards against a value this process never makes.
+fn with_request_id(mut resp: Answer, request_id: &str) -> Answer {
+    let value = HeaderValue::from_str(request_id)
+        .or_else(|_| HeaderValue::from_str(&RequestId::generated().value));
+    if let Ok(v) = value {
+        resp.headers_mut().insert(X_REQUEST_ID, v);
     }
     resp
+}
+
+/// The request id of a request on no route: whichever request id header a built-in
+/// profile knows, else a generated one, so a sender posting to a wrong path can still
+/// find the answer in its logs.
+fn unrouted_request_id(headers: &http::HeaderMap) -> String {
+    let botix = RequestId::of(headers, Profile::Botix);
+    if botix.from_sender {
+        return botix.value;
+    }
+    RequestId::of(headers, Profile::StandardWebhooks).value
 }
 
 /// The body of a 200. A struct of borrowed fields, not a `json!` map: one allocation for

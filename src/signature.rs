@@ -484,10 +484,7 @@ mod tests {
     }
 
     fn vectors() -> Vectors {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/data/deliveries.json"
-        );
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/deliveries.json");
         let text = std::fs::read_to_string(path).expect("test vectors in tests/data");
         serde_json::from_str(&text).expect("vectors parse")
     }
