@@ -36,6 +36,8 @@ pub enum AppError {
     Route { route: String, reason: String },
     #[error("url_env: environment variable {0} is not set or empty")]
     UrlEnv(String),
+    #[error("{key}: {reason}")]
+    Url { key: &'static str, reason: String },
     #[error("{0}")]
     Backend(String),
     #[error(transparent)]
@@ -93,9 +95,71 @@ impl Prepared {
     }
 }
 
-/// Loads secrets, TLS material and the store.
-pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
+/// What [`check`] may read besides the config itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lookups {
+    /// Environment variables, secret files and TLS files, exactly as `run` reads them.
+    Resolve,
+    /// None of them: for checking a config in CI, where the Secrets it names do not exist.
+    /// Everything that needs no look-up is still checked.
+    Offline,
+}
+
+/// Checks everything `run` checks before it opens the store and binds its ports: with
+/// [`Lookups::Resolve`], every secret source resolves to a non-empty secret, the TLS files
+/// load, and the URLs (after `url_env`) parse. Returns the effective config (URLs taken
+/// from the environment). The errors, and so the exit codes, are the ones `run` gives.
+pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
     crate::tls::install_crypto_provider();
+    match lookups {
+        Lookups::Resolve => resolve(config).map(|r| r.config),
+        Lookups::Offline => {
+            for route in &config.routes {
+                Scheme::for_route(route).map_err(|reason| AppError::Route {
+                    route: route.name.clone(),
+                    reason,
+                })?;
+            }
+            // A URL named by `url_env` is only known where the gateway runs.
+            if config.amqp.url_env.is_none() {
+                check_amqp_url(&config.amqp.url)?;
+            }
+            if config.redis.url_env.is_none() {
+                BackendChoice::from_config(&config).map_err(AppError::Backend)?;
+            }
+            Ok(config)
+        }
+    }
+}
+
+/// Loads secrets, TLS material and the store.
+pub fn prepare(config: Config) -> Result<Prepared, AppError> {
+    crate::tls::install_crypto_provider();
+    let Resolved {
+        config,
+        backend,
+        routes,
+        tls,
+    } = resolve(config)?;
+    let store = Store::open(&config.store.path)?;
+    Ok(Prepared {
+        config,
+        backend,
+        store,
+        routes,
+        tls,
+    })
+}
+
+/// The config with everything it names loaded, short of the store.
+struct Resolved {
+    config: Config,
+    backend: BackendChoice,
+    routes: Vec<RouteRuntime>,
+    tls: Option<Arc<TlsReloader>>,
+}
+
+fn resolve(mut config: Config) -> Result<Resolved, AppError> {
     // URLs with passwords may come from the environment (a Kubernetes Secret) rather than
     // the config file (a ConfigMap).
     if let Some(var) = &config.amqp.url_env {
@@ -104,6 +168,7 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
     if let Some(var) = &config.redis.url_env {
         config.redis.url = url_from_env(var)?;
     }
+    check_amqp_url(&config.amqp.url)?;
     let mut routes = Vec::with_capacity(config.routes.len());
     for route in &config.routes {
         let scheme = Scheme::for_route(route).map_err(|reason| AppError::Route {
@@ -147,13 +212,18 @@ pub fn prepare(mut config: Config) -> Result<Prepared, AppError> {
         .transpose()?
         .map(Arc::new);
     let backend = BackendChoice::from_config(&config).map_err(AppError::Backend)?;
-    let store = Store::open(&config.store.path)?;
-    Ok(Prepared {
+    Ok(Resolved {
         config,
         backend,
-        store,
         routes,
         tls,
+    })
+}
+
+fn check_amqp_url(url: &str) -> Result<(), AppError> {
+    crate::publish::check_url(url).map_err(|reason| AppError::Url {
+        key: "amqp.url",
+        reason,
     })
 }
 

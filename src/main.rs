@@ -51,8 +51,13 @@ enum LogFormat {
 enum Command {
     /// Run the gateway (the default).
     Run,
-    /// Validate the config and print it with secrets redacted.
-    CheckConfig,
+    /// Check the config as `run` does, short of opening the store and binding ports, and
+    /// print it with secrets redacted. Exit codes as `run`.
+    CheckConfig {
+        /// Read no environment variable, secret file or TLS file (for CI on manifests).
+        #[arg(long)]
+        offline: bool,
+    },
     /// Sign a body read from FILE or stdin as a sender of a profile would: botix prints the
     /// X-Botix-Signature value; every other profile prints `Name: value` header lines.
     Sign {
@@ -156,17 +161,7 @@ fn main() -> ExitCode {
                 EXIT_USAGE,
             )
         }
-        Command::CheckConfig => match Config::load(&cli.config) {
-            Ok(config) => {
-                print!("{}", config.redacted_yaml());
-                eprintln!("config {} is valid", cli.config.display());
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(EXIT_USAGE)
-            }
-        },
+        Command::CheckConfig { offline } => check_config(&cli.config, *offline),
         Command::Spool { command } => {
             if let SpoolCommand::Delete { yes: false, .. } = command {
                 eprintln!("error: deleting parked entries loses their events for good; add --yes to do it");
@@ -182,6 +177,39 @@ fn main() -> ExitCode {
             finish(spool_command(&config, command), 1)
         }
         Command::Run => run(&cli),
+    }
+}
+
+fn check_config(path: &Path, offline: bool) -> ExitCode {
+    let config = match Config::load(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let lookups = if offline {
+        hookgate::app::Lookups::Offline
+    } else {
+        hookgate::app::Lookups::Resolve
+    };
+    match hookgate::app::check(config, lookups) {
+        Ok(effective) => {
+            print!("{}", effective.redacted_yaml());
+            if offline {
+                eprintln!(
+                    "config {} is valid (offline: environment variables, secret files and TLS files not read)",
+                    path.display()
+                );
+            } else {
+                eprintln!("config {} is valid", path.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(if e.is_config() { EXIT_USAGE } else { 1 })
+        }
     }
 }
 

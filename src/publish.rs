@@ -485,6 +485,14 @@ async fn connect(config: &Amqp) -> Result<Live, lapin::Error> {
     })
 }
 
+/// Checks that `url` is an AMQP URL a connection can be made from, without connecting.
+/// The reason never holds the password.
+pub fn check_url(url: &str) -> Result<(), String> {
+    url.parse::<lapin::uri::AMQPUri>()
+        .map(|_| ())
+        .map_err(|reason| reason.replace(url, &redact_url(url)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

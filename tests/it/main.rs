@@ -3,6 +3,7 @@
 mod util;
 
 mod accept;
+mod check_config;
 mod claims;
 mod client_errors;
 mod dedup;
@@ -14,4 +15,5 @@ mod lifecycle;
 mod ops;
 mod providers;
 mod redis;
+mod request_id;
 mod spool;

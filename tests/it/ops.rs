@@ -1,7 +1,6 @@
 //! Operations (SPEC §8, §9): metrics, graceful shutdown, certificate and secret rotation,
 //! slow and hostile clients, connection and rate limits, and the CLI's config checks.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -590,32 +589,6 @@ async fn the_third_quick_request_is_rate_limited_with_retry_after_and_a_second_r
 
 // ---------------------------------------------------------------------------------------
 // CLI config checks.
-
-fn hookgate() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Runs to completion, killing the process if it outlives `timeout`.
-async fn run_bounded(mut cmd: Command, timeout: Duration) -> std::process::Output {
-    let child = cmd.spawn().expect("spawn hookgate");
-    let pid = child.id();
-    let waited = tokio::time::timeout(
-        timeout,
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await;
-    match waited {
-        Ok(out) => out.expect("join").expect("output"),
-        Err(_) => {
-            send_signal(pid, "KILL");
-            panic!("hookgate did not exit within {timeout:?}");
-        }
-    }
-}
 
 #[tokio::test]
 async fn check_config_validates_without_printing_secrets() {

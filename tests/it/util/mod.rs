@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod broker;
+pub mod cli;
 pub mod disk;
 pub mod gateway;
 pub mod inprocess;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 pub use broker::Broker;
+pub use cli::{hookgate, run_bounded};
 pub use disk::fixture_on_small_disk;
 pub use gateway::{Gateway, GatewayConfig};
 pub use inprocess::InProcess;

@@ -1,0 +1,133 @@
+//! `hookgate check-config` refuses what `run` refuses (secrets, TLS files, URLs), with the
+//! same exit code and message, and `--offline` checks a manifest's config without them.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use crate::util::*;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+/// The environment variables `config/production.yaml` names.
+const AMQP_URL_ENV: &str = "HOOKGATE_AMQP_URL";
+const SECRET_ENV: &str = "BOTIX_WEBHOOK_SECRET";
+
+fn production_yaml() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/production.yaml")
+}
+
+/// Runs `hookgate <command> --config <config>` with exactly `env` of the variables above.
+async fn hookgate_with(command: &[&str], config: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = hookgate();
+    cmd.args(command)
+        .arg("--config")
+        .arg(config)
+        .arg("--log-format")
+        .arg("text")
+        .env_remove(AMQP_URL_ENV)
+        .env_remove(SECRET_ENV);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    run_bounded(cmd, DEADLINE).await
+}
+
+/// The `error: …` line hookgate printed.
+fn error_line(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr)
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[tokio::test]
+async fn check_config_refuses_what_run_refuses_with_the_same_exit_code() {
+    let production = production_yaml();
+    let url = "amqp://hookgate:pw@127.0.0.1:5672/%2f";
+    // Each case fixes the previous one's fault and meets the next one: the AMQP URL's
+    // variable, the signing secret's variable, the previous secret's file, a URL that is
+    // no AMQP URL.
+    let cases: [(&[(&str, &str)], &str); 4] = [
+        (&[], AMQP_URL_ENV),
+        (&[(AMQP_URL_ENV, url)], SECRET_ENV),
+        (
+            &[(AMQP_URL_ENV, url), (SECRET_ENV, "s")],
+            "/etc/hookgate/secrets/botix-previous",
+        ),
+        (
+            &[(AMQP_URL_ENV, "http://hookgate:pw@x/"), (SECRET_ENV, "s")],
+            "amqp.url",
+        ),
+    ];
+    for (env, named) in cases {
+        let check = hookgate_with(&["check-config"], &production, env).await;
+        let line = error_line(&check);
+        assert_eq!(check.status.code(), Some(64), "{env:?}: {line}");
+        assert!(line.contains(named), "{env:?}: names {named}: {line}");
+        assert!(!line.contains(":pw@"), "a password was printed: {line}");
+        // `run` stops at the same fault, before it opens the store or binds a port.
+        let run = hookgate_with(&["run"], &production, env).await;
+        assert_eq!(run.status.code(), Some(64), "{env:?}: run");
+        assert_eq!(
+            error_line(&run),
+            line,
+            "{env:?}: run and check-config disagree"
+        );
+    }
+}
+
+#[tokio::test]
+async fn check_config_loads_tls_files_and_passes_a_config_run_would_start_with() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cert = TestCert::generate(dir.path());
+    let mut cfg = GatewayConfig::new(dir.path(), "x");
+    cfg.secrets = format!("      - secret_env: {SECRET_ENV}\n");
+    cfg.tls = Some((cert.cert_path.clone(), cert.key_path.clone()));
+    let path = dir.path().join("hookgate.yaml");
+    std::fs::write(&path, cfg.yaml()).expect("write");
+
+    let ok = hookgate_with(&["check-config"], &path, &[(SECRET_ENV, "s")]).await;
+    let stderr = String::from_utf8_lossy(&ok.stderr);
+    assert_eq!(ok.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("is valid"), "{stderr}");
+
+    // A key file that is not a key: refused, naming the file.
+    std::fs::write(&cert.key_path, "not a key\n").expect("write");
+    let bad = hookgate_with(&["check-config"], &path, &[(SECRET_ENV, "s")]).await;
+    let line = error_line(&bad);
+    assert_eq!(bad.status.code(), Some(64), "{line}");
+    assert!(line.contains("tls.key"), "{line}");
+    // No store was opened: a running gateway holds it, and check-config must not need it.
+    assert!(!cfg.store.exists(), "check-config opened the store");
+}
+
+#[tokio::test]
+async fn offline_check_reads_no_environment_and_prints_durations_as_written() {
+    let out = hookgate_with(&["check-config", "--offline"], &production_yaml(), &[]).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("offline"), "{stderr}");
+    for written in [
+        "ttl: 72h",
+        "retention: 7d",
+        "help_window: 60s",
+        "shutdown_grace: 25s",
+    ] {
+        assert!(stdout.contains(written), "{written} missing:\n{stdout}");
+    }
+    assert!(!stdout.contains("days"), "{stdout}");
+
+    // Offline still checks what needs no look-up: a URL written in the file.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), "x");
+    cfg.amqp_url = "amqp://guest:guest@[::1:5672/%2f".into();
+    let path = dir.path().join("bad-url.yaml");
+    std::fs::write(&path, cfg.yaml()).expect("write");
+    let bad = hookgate_with(&["check-config", "--offline"], &path, &[]).await;
+    let line = error_line(&bad);
+    assert_eq!(bad.status.code(), Some(64), "{line}");
+    assert!(line.contains("amqp.url"), "{line}");
+    assert!(!line.contains("guest:guest"), "{line}");
+}
