@@ -68,6 +68,9 @@ pub struct Config {
     pub log: Log,
     /// The webhook routes; at least one.
     pub routes: Vec<Route>,
+    /// How each duration was written in the file, so `check-config` prints `72h` as `72h`.
+    #[serde(skip)]
+    written: duration::Written,
 }
 
 /// Where the webhook listener binds, and its TLS material.
@@ -584,7 +587,8 @@ impl Config {
         // What a route leaves out, its profile fills in (Twilio's and Telnyx's fields and
         // guard rules); the generic defaults below apply only where no profile has one.
         crate::profiles::fill_route_defaults(&mut tree).map_err(parse_error)?;
-        let config: Config = serde_path_to_error::deserialize(tree).map_err(|e| {
+        let written = duration::Written::from_tree(&tree);
+        let mut config: Config = serde_path_to_error::deserialize(tree).map_err(|e| {
             let path = e.path().to_string();
             let inner = e.into_inner().to_string();
             parse_error(if path.is_empty() || path == "." {
@@ -593,6 +597,7 @@ impl Config {
                 format!("{path}: {inner}")
             })
         })?;
+        config.written = written;
         config.validate()?;
         Ok(config)
     }
@@ -646,6 +651,9 @@ impl Config {
                     return invalid(format!(
                         "{at}.secrets[{j}]: exactly one of secret_env, secret_file, secret is required"
                     ));
+                }
+                if s.secret.as_deref() == Some("") {
+                    return invalid(format!("{at}.secrets[{j}].secret: must not be empty"));
                 }
             }
             match (route.profile, &route.signature) {
@@ -771,12 +779,22 @@ impl Config {
         Ok(())
     }
 
-    /// The effective config as YAML with every secret and URL password redacted.
+    /// The effective config as YAML with every secret and URL password redacted. Durations
+    /// appear as the file wrote them, defaults as the README's table writes them.
     pub fn redacted_yaml(&self) -> String {
         let mut copy = self.clone();
         copy.amqp.url = redact_url(&copy.amqp.url);
         copy.redis.url = redact_url(&copy.redis.url);
-        serde_saphyr::to_string(&copy).unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+        self.written
+            .while_serializing(|| serde_saphyr::to_string(&copy))
+            .unwrap_or_else(|e| format!("# cannot render config: {e}\n"))
+    }
+
+    /// The effective config as a JSON tree (durations as in [`Config::redacted_yaml`], sizes
+    /// in bytes), secrets included: for comparing the config with its documentation.
+    pub fn to_tree(&self) -> Result<serde_json::Value, serde_json::Error> {
+        self.written
+            .while_serializing(|| serde_json::to_value(self))
     }
 }
 
@@ -824,14 +842,97 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .map_err(|e| format!("invalid size {text:?}: {e}"))
 }
 
+/// Durations in and out of the file. Out, a duration prints as the file wrote it (`72h`
+/// stays `72h`, where a canonical form would say `3days`); a default prints as the README's
+/// table writes it; anything else in the largest unit that keeps it whole.
 mod duration {
     use super::*;
+    use std::cell::RefCell;
+
+    /// How the defaults are written in the README's table and `config/`.
+    const DEFAULT_TEXTS: [&str; 8] = ["5s", "30s", "10s", "25s", "60s", "5m", "72h", "7d"];
+
+    thread_local! {
+        /// The written forms in force while one config serializes on this thread. serde
+        /// hands a `with` function only the value, so this is how the texts reach it.
+        static IN_FORCE: RefCell<BTreeMap<Duration, String>> = const { RefCell::new(BTreeMap::new()) };
+    }
+
+    /// Each duration value of a file with the text it was first written as.
+    #[derive(Debug, Clone, Default)]
+    pub struct Written(BTreeMap<Duration, String>);
+
+    impl Written {
+        /// Collects every string of the parsed file that reads as a duration.
+        pub fn from_tree(tree: &serde_json::Value) -> Self {
+            let mut texts = BTreeMap::new();
+            for text in DEFAULT_TEXTS {
+                if let Ok(d) = parse_duration(text) {
+                    texts.insert(d, text.to_owned());
+                }
+            }
+            let mut written = BTreeMap::new();
+            collect(tree, &mut written);
+            // What the file wrote wins over how the README writes a default of equal value.
+            texts.extend(written);
+            Self(texts)
+        }
+
+        /// Runs `render` with these texts in force for [`serialize`].
+        pub fn while_serializing<T>(&self, render: impl FnOnce() -> T) -> T {
+            let texts = if self.0.is_empty() {
+                Self::from_tree(&serde_json::Value::Null).0
+            } else {
+                self.0.clone()
+            };
+            let previous = IN_FORCE.with(|m| std::mem::replace(&mut *m.borrow_mut(), texts));
+            let out = render();
+            IN_FORCE.with(|m| *m.borrow_mut() = previous);
+            out
+        }
+    }
+
+    fn collect(tree: &serde_json::Value, into: &mut BTreeMap<Duration, String>) {
+        match tree {
+            serde_json::Value::String(text) => {
+                if let Ok(d) = parse_duration(text) {
+                    into.entry(d).or_insert_with(|| text.trim().to_owned());
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|v| collect(v, into)),
+            serde_json::Value::Object(map) => map.values().for_each(|v| collect(v, into)),
+            _ => {}
+        }
+    }
+
+    /// The text of `d`: as written, else in the largest unit that keeps it whole.
+    pub fn text(d: Duration) -> String {
+        if let Some(t) = IN_FORCE.with(|m| m.borrow().get(&d).cloned()) {
+            return t;
+        }
+        if !d.subsec_nanos().is_multiple_of(1_000_000) {
+            return humantime::format_duration(d).to_string();
+        }
+        let ms = d.as_millis();
+        for (unit, per) in [
+            ("d", 86_400_000),
+            ("h", 3_600_000),
+            ("m", 60_000),
+            ("s", 1000),
+        ] {
+            if ms > 0 && ms.is_multiple_of(per) {
+                return format!("{}{unit}", ms / per);
+            }
+        }
+        format!("{ms}ms")
+    }
+
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
         let s = String::deserialize(d)?;
         parse_duration(&s).map_err(de::Error::custom)
     }
     pub fn serialize<S: serde::Serializer>(v: &Duration, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&humantime::format_duration(*v).to_string())
+        s.serialize_str(&text(*v))
     }
 }
 
@@ -844,7 +945,7 @@ mod opt_duration {
     }
     pub fn serialize<S: serde::Serializer>(v: &Option<Duration>, s: S) -> Result<S::Ok, S::Error> {
         match v {
-            Some(v) => s.serialize_str(&humantime::format_duration(*v).to_string()),
+            Some(v) => s.serialize_str(&duration::text(*v)),
             None => s.serialize_none(),
         }
     }
@@ -1287,6 +1388,191 @@ routes:
         assert!(!out.contains("topsecretvalue"), "{out}");
         assert!(!out.contains("guest:guest"), "{out}");
         assert!(out.contains("[redacted]"), "{out}");
+    }
+
+    #[test]
+    fn durations_print_as_written_and_defaults_as_documented() {
+        let text =
+            format!("{MINIMAL}dedup:\n  ttl: 72h\n  in_flight_lease: 1m\nmax_clock_skew: 90s\n");
+        let out = Config::parse(&text).expect("parses").redacted_yaml();
+        for line in [
+            "ttl: 72h",
+            "in_flight_lease: 1m",
+            "max_clock_skew: 90s",
+            "shutdown_grace: 25s",
+            "confirm_timeout: 5s",
+        ] {
+            assert!(out.contains(line), "{line} missing in:\n{out}");
+        }
+        assert!(!out.contains("days"), "{out}");
+        assert_eq!(duration::text(Duration::from_millis(1500)), "1500ms");
+        assert_eq!(duration::text(Duration::from_secs(2 * 86400)), "2d");
+    }
+
+    #[test]
+    fn an_empty_inline_secret_is_rejected() {
+        let text = MINIMAL.replace("- secret_env: BOTIX_WEBHOOK_SECRET", "- secret: ''");
+        assert!(err(&text).contains("must not be empty"));
+    }
+
+    /// Every optional section set, so that every key of the schema is in the tree.
+    const EVERY_KEY: &str = "
+listen:
+  addr: 127.0.0.1:8443
+  tls: {cert: /tls/crt, key: /tls/key}
+amqp: {url_env: AMQP_URL, dropped_routing_key: 'dropped.{event}'}
+redis: {url_env: REDIS_URL}
+routes:
+  - name: r
+    path: /r
+    profile: custom
+    signature: {header: x-sig, prefix: 'sha256=', encoding: hex}
+    rate_limit: {per_second: 1, burst: 1}
+    secrets: [{secret_env: A}, {secret_file: /f}, {secret: s}]
+    guard:
+      status: {events: [a]}
+      keywords: {events: [b], retention: 30d}
+";
+
+    /// Only what is required, plus the sections whose keys have defaults of their own.
+    const DEFAULTS: &str = "
+listen:
+  addr: 127.0.0.1:8443
+routes:
+  - name: r
+    path: /r
+    secrets: [{secret_env: A}]
+    guard:
+      status: {events: [a]}
+      keywords: {events: [b]}
+";
+
+    /// (key, default cell) of each row of the README's configuration table.
+    fn readme_rows() -> Vec<(String, String)> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
+        let readme = std::fs::read_to_string(path).expect("README.md");
+        let start = readme
+            .find("\n## Configuration")
+            .expect("a Configuration section");
+        let section = &readme[start + 1..];
+        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        section
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+            .map(|line| {
+                let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+                (cells[1].trim_matches('`').to_owned(), cells[2].to_owned())
+            })
+            .collect()
+    }
+
+    /// The keys (paths such as `routes[].guard.status.ranks`) of a config tree; a documented
+    /// key is not descended into (ranks is a map of free keys).
+    fn keys_of(tree: &serde_json::Value, path: &str, documented: &[String], out: &mut Vec<String>) {
+        use serde_json::Value;
+        if !path.is_empty() && documented.iter().any(|k| k == path) {
+            out.push(path.to_owned());
+            return;
+        }
+        match tree {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    keys_of(v, &sub, documented, out);
+                }
+            }
+            Value::Array(items) if items.iter().any(Value::is_object) => {
+                for item in items {
+                    keys_of(item, &format!("{path}[]"), documented, out);
+                }
+            }
+            _ => out.push(path.to_owned()),
+        }
+    }
+
+    /// The value at a documented key path; `[]` takes the first element.
+    fn at<'a>(tree: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+        key.split('.')
+            .try_fold(tree, |node, part| match part.strip_suffix("[]") {
+                Some(name) => node.get(name)?.get(0),
+                None => node.get(part),
+            })
+    }
+
+    /// Whether the README's `documented` default (the text between backticks) is `actual`.
+    fn same_default(documented: &str, actual: &serde_json::Value) -> bool {
+        use serde_json::Value;
+        if actual.as_str() == Some(documented) {
+            return true;
+        }
+        let mut options = serde_saphyr::Options::default();
+        options.strict_booleans = true;
+        let Ok(written) = serde_saphyr::from_str_with_options::<Value>(documented, options) else {
+            return false;
+        };
+        match (&written, actual) {
+            (Value::String(w), Value::String(a)) => match (parse_duration(w), parse_duration(a)) {
+                (Ok(w), Ok(a)) => w == a,
+                _ => false,
+            },
+            (Value::String(w), Value::Number(a)) => parse_size(w).ok() == a.as_u64(),
+            _ => written == *actual,
+        }
+    }
+
+    /// The README's configuration table and the schema cannot drift: every key of the schema
+    /// has a row, every row is a key, and every default in the table is the default the code
+    /// applies.
+    #[test]
+    fn readme_config_table_matches_the_schema_and_its_defaults() {
+        let rows = readme_rows();
+        let documented: Vec<String> = rows.iter().map(|(k, _)| k.clone()).collect();
+        let every = Config::parse(EVERY_KEY)
+            .expect("EVERY_KEY parses")
+            .to_tree()
+            .expect("tree");
+        let mut keys = Vec::new();
+        keys_of(&every, "", &documented, &mut keys);
+        keys.sort();
+        keys.dedup();
+        let mut problems = Vec::new();
+        for key in &keys {
+            if !documented.contains(key) {
+                problems.push(format!("{key}: in the schema, not in the README table"));
+            }
+        }
+        let defaults = Config::parse(DEFAULTS)
+            .expect("DEFAULTS parses")
+            .to_tree()
+            .expect("tree");
+        for (key, cell) in &rows {
+            if !keys.contains(key) {
+                problems.push(format!("{key}: in the README table, not in the schema"));
+                continue;
+            }
+            let actual = at(&defaults, key).filter(|v| !v.is_null());
+            match (cell.as_str(), actual) {
+                ("required" | "one of three", _) | ("unset", None) => {}
+                ("unset", Some(v)) => problems.push(format!("{key}: README unset, code {v}")),
+                (cell, actual) => match (cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')), actual) {
+                    (Some(doc), Some(v)) if same_default(doc, v) => {}
+                    (Some(doc), v) => problems.push(format!("{key}: README {doc}, code {v:?}")),
+                    (None, _) => problems.push(format!(
+                        "{key}: the default cell must be required, unset, one of three or one `value`, not {cell:?}"
+                    )),
+                },
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "README configuration table:\n{}",
+            problems.join("\n")
+        );
+        assert!(rows.len() > 40, "only {} rows found", rows.len());
     }
 
     #[test]
