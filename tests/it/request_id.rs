@@ -1,29 +1,23 @@
 //! `X-Request-Id` on every answer of the webhook listener, including the ones given before
 //! the pipeline runs (404, 405, 408, 413) and the rate limiter's 429.
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
 
 use crate::require_broker;
 use crate::util::*;
 
 /// Sends raw HTTP/1.1 bytes and returns the answer's head and body as text. Raw, because a
 /// client library would not send a body slower than the limit nor a lying Content-Length.
-async fn raw_exchange(addr: SocketAddr, request: String) -> String {
-    tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("read timeout");
-        s.write_all(request.as_bytes()).expect("write");
-        let mut buf = Vec::new();
-        // The gateway closes the connection after these answers; a read error after a
-        // partial answer (reset) still leaves what arrived in `buf`.
-        let _ = s.read_to_end(&mut buf);
-        String::from_utf8_lossy(&buf).into_owned()
-    })
-    .await
-    .expect("join")
+async fn raw_exchange(addr: SocketAddr, request: &str) -> String {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request.as_bytes()).await.expect("write");
+    let answer = read_until_closed(&mut s, POLL_DEADLINE)
+        .await
+        .expect("the server neither answered nor closed");
+    String::from_utf8_lossy(&answer).into_owned()
 }
 
 /// The value of `name` in a raw HTTP answer head.
@@ -82,7 +76,7 @@ async fn every_answer_carries_x_request_id() {
     // 413 on a declared length, answered before the body is sent.
     let answer = raw_exchange(
         gw.addr,
-        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\nX-Botix-Request-Id: req_413\r\n\r\n".into(),
+        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Length: 10000000\r\nX-Botix-Request-Id: req_413\r\n\r\n",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
@@ -94,7 +88,7 @@ async fn every_answer_carries_x_request_id() {
     // 408: half a body, then nothing.
     let answer = raw_exchange(
         gw.addr,
-        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nX-Botix-Request-Id: req_408\r\n\r\n{\"id\":".into(),
+        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\nX-Botix-Request-Id: req_408\r\n\r\n{\"id\":",
     )
     .await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
