@@ -54,7 +54,10 @@ const REMEMBERED_IDS: usize = 100_000;
 #[command(about = "Consume what hookgate publishes: durable queue, manual acks, dedup, reconnect")]
 struct Args {
     /// Broker URL. `heartbeat=10` makes a silently dead broker noticed within seconds.
-    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=10")]
+    #[arg(
+        long,
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f?heartbeat=10"
+    )]
     url: String,
     /// hookgate's exchange (`amqp.exchange`).
     #[arg(long, default_value = "webhooks")]
@@ -86,7 +89,9 @@ async fn main() {
             }
         };
         match session {
-            Ok(()) => eprintln!("consumer: the channel or connection closed; reconnecting in {backoff:?}"),
+            Ok(()) => {
+                eprintln!("consumer: the channel or connection closed; reconnecting in {backoff:?}")
+            }
             Err(error) => eprintln!("consumer: {error}; reconnecting in {backoff:?}"),
         }
         tokio::select! {
