@@ -7,6 +7,7 @@ mod check_config;
 mod claims;
 mod client_errors;
 mod dedup;
+mod docs;
 mod durability;
 mod fuzz;
 mod guard;
