@@ -41,7 +41,9 @@ fn documents_link_only_to_files_in_the_repository() {
                 continue;
             }
             if !dir.join(file).exists() {
-                problems.push(format!("{doc} links to {target}, which is not in the repository"));
+                problems.push(format!(
+                    "{doc} links to {target}, which is not in the repository"
+                ));
             }
         }
     }
@@ -50,6 +52,10 @@ fn documents_link_only_to_files_in_the_repository() {
 
 #[test]
 fn the_link_reader_finds_links() {
-    let targets = link_targets("see [a](docs/a.md#x) and [b](https://example.org) [c](../shared/x)");
-    assert_eq!(targets, ["docs/a.md#x", "https://example.org", "../shared/x"]);
+    let targets =
+        link_targets("see [a](docs/a.md#x) and [b](https://example.org) [c](../shared/x)");
+    assert_eq!(
+        targets,
+        ["docs/a.md#x", "https://example.org", "../shared/x"]
+    );
 }
