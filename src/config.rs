@@ -1432,6 +1432,11 @@ routes:
     guard:
       status: {events: [a]}
       keywords: {events: [b], retention: 30d}
+  - name: t
+    path: /t
+    profile: twilio
+    public_url: https://hooks.example.com/t
+    secrets: [{secret_env: T}]
 ";
 
     /// Only what is required, plus the sections whose keys have defaults of their own.
@@ -1490,6 +1495,8 @@ routes:
                     keys_of(item, &format!("{path}[]"), documented, out);
                 }
             }
+            // Unset here; EVERY_KEY sets every optional key in some route.
+            Value::Null => {}
             _ => out.push(path.to_owned()),
         }
     }
