@@ -18,3 +18,4 @@ mod providers;
 mod redis;
 mod request_id;
 mod spool;
+mod vectors;
