@@ -131,3 +131,83 @@ async fn offline_check_reads_no_environment_and_prints_durations_as_written() {
     assert!(line.contains("amqp.url"), "{line}");
     assert!(!line.contains("guest:guest"), "{line}");
 }
+
+#[tokio::test]
+async fn check_config_validates_without_printing_secrets() {
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/hookgate.yaml");
+    let shipped_text = std::fs::read_to_string(&shipped).expect("shipped config");
+    assert!(
+        shipped_text.contains("dev-secret-change-me"),
+        "fixture changed"
+    );
+    let mut cmd = hookgate();
+    cmd.arg("check-config").arg("--config").arg(&shipped);
+    let out = run_bounded(cmd, POLL_DEADLINE).await;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stdout.contains("/webhooks/botix"),
+        "prints the config: {stdout}"
+    );
+    assert!(
+        !stdout.contains("dev-secret-change-me") && !stderr.contains("dev-secret-change-me"),
+        "a secret was printed: {stdout}{stderr}"
+    );
+    assert!(
+        !stdout.contains("guest:guest"),
+        "the AMQP password was printed"
+    );
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let typo = dir.path().join("typo.yaml");
+    std::fs::write(
+        &typo,
+        GatewayConfig::new(dir.path(), "x").yaml() + "limits:\n  max_body_byts: 1KiB\n",
+    )
+    .expect("write");
+    let mut cmd = hookgate();
+    cmd.arg("check-config").arg("--config").arg(&typo);
+    let out = run_bounded(cmd, POLL_DEADLINE).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains("limits.max_body_byts"), "{stderr}");
+}
+
+#[tokio::test]
+async fn run_with_a_missing_secret_env_exits_64_before_binding() {
+    const VAR: &str = "HOOKGATE_OPS_TEST_SURELY_UNSET_SECRET";
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Hold the ports the config names: a gateway that bound before loading its secrets
+    // would fail with "cannot bind" and exit 1 instead.
+    let held: Vec<_> = (0..2)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+        .collect();
+    let mut cfg = GatewayConfig::new(dir.path(), "x");
+    cfg.secrets = format!("      - secret_env: {VAR}\n");
+    let mut yaml = cfg.yaml();
+    for l in &held {
+        let addr = l.local_addr().expect("addr");
+        yaml = yaml.replacen("addr: 127.0.0.1:0", &format!("addr: {addr}"), 1);
+        assert!(yaml.contains(&addr.to_string()));
+    }
+    let path = dir.path().join("missing-env.yaml");
+    std::fs::write(&path, yaml).expect("write");
+    let mut cmd = hookgate();
+    cmd.arg("run")
+        .arg("--config")
+        .arg(&path)
+        .arg("--log-format")
+        .arg("text")
+        .env_remove(VAR);
+    let out = run_bounded(cmd, POLL_DEADLINE).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    assert!(stderr.contains(VAR), "names the variable: {stderr}");
+    assert!(!stderr.contains("cannot bind"), "{stderr}");
+    assert!(
+        !dir.path().join("store").exists(),
+        "nothing was opened before the config failed"
+    );
+    drop(held);
+}

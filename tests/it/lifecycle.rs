@@ -1,5 +1,5 @@
-//! The process's life (SPEC §8): SIGINT, a shutdown grace that runs out, and a certificate
-//! rotation that fails.
+//! The process's life (SPEC §8): SIGTERM and SIGINT, a shutdown grace that runs out, and a
+//! certificate rotation that fails.
 
 use std::time::Duration;
 
@@ -116,5 +116,92 @@ async fn a_broken_certificate_rotation_keeps_serving_the_old_certificate() {
     );
     deliver_ok(&client(Some(&cert)), &gw, "after a failed rotation").await;
     assert_eq!(healthz(&client(None), &gw).await, 200);
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn sigterm_finishes_a_request_whose_body_is_still_arriving() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    // Longer than every poll below, so a poll that runs out is reported as itself.
+    cfg.extra = "shutdown_grace: 30s\n".into();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    // Connected first, so the event is published rather than spooled for the next start.
+    assert!(
+        eventually(BROKER_TIMEOUT, || async {
+            scrape(&client, &gw)
+                .await
+                .find("hookgate_broker_connected", &[])
+                == Some(1.0)
+        })
+        .await,
+        "broker never connected"
+    );
+
+    let body = event_body("evt_in_flight");
+    let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    // `Expect: 100-continue` makes the gateway say when its handler is reading the body.
+    let head = format!(
+        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\nX-Botix-Request-Id: req_in_flight\r\nExpect: 100-continue\r\n\r\n",
+        body.len(),
+        sign(SECRET, body.as_bytes())
+    );
+    s.write_all(head.as_bytes()).await.expect("head");
+    let cont = read_until(&mut s, b"\r\n\r\n").await;
+    assert!(
+        cont.starts_with(b"HTTP/1.1 100"),
+        "{}",
+        String::from_utf8_lossy(&cont)
+    );
+    s.write_all(first).await.expect("first half");
+
+    gw.signal("TERM");
+    assert!(
+        eventually(POLL_DEADLINE, || async {
+            matches!(
+                client.get(gw.admin_url("/readyz")).send().await,
+                Ok(r) if r.status() == 503
+            )
+        })
+        .await,
+        "/readyz never answered 503 after SIGTERM"
+    );
+    let addr = gw.addr;
+    assert!(
+        eventually(POLL_DEADLINE, || async {
+            // Bounded: with a full accept queue a SYN is dropped and connect() hangs.
+            let attempt = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr));
+            matches!(attempt.await, Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused)
+        })
+        .await,
+        "new connections were still accepted after shutdown started"
+    );
+    assert!(
+        gw.wait_exit(Duration::from_millis(1)).await.is_none(),
+        "exited with a request in flight"
+    );
+
+    s.write_all(rest).await.expect("second half");
+    let answer = read_until_closed(&mut s, POLL_DEADLINE)
+        .await
+        .expect("connection closed after the answer");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""status":"accepted""#), "{answer}");
+
+    let status = gw
+        .wait_exit(Duration::from_secs(30 + 10))
+        .await
+        .expect("exited within the grace");
+    assert_eq!(status.code(), Some(0), "clean shutdown exits 0");
+    let m = broker.next(BROKER_TIMEOUT).await.unwrap_or_else(|| {
+        panic!(
+            "the in-flight event was not published; logs:\n{}",
+            gw.logs().join("\n")
+        )
+    });
+    assert_eq!(m.message_id.as_deref(), Some("evt_in_flight"));
     broker.delete().await;
 }
