@@ -22,6 +22,7 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
 use tokio::time::Instant as TokioInstant;
@@ -95,7 +96,12 @@ pub async fn serve_webhooks(
     grace: Duration,
 ) {
     let limits = service.limits.clone();
-    let closed = service.pipeline.metrics().connections_closed.clone();
+    let metrics = service.pipeline.metrics();
+    let closed = metrics.connections_closed.clone();
+    let open = metrics.connections_open.clone();
+    metrics
+        .connections_max
+        .set(i64::try_from(limits.max_connections).unwrap_or(i64::MAX));
     let handler = move |peer: SocketAddr, req: Request<Incoming>| {
         let service = service.clone();
         async move {
@@ -110,7 +116,7 @@ pub async fn serve_webhooks(
             Ok::<_, Infallible>(answer)
         }
     };
-    let conns = Connections::new(limits, tls, closed, stop, handler);
+    let conns = Connections::new(limits, tls, closed, open, stop, handler);
     accept_loop(listener, conns, grace).await;
 }
 
@@ -139,7 +145,14 @@ pub async fn serve_admin(
         }
     };
     // The admin listener's closes are not webhook traffic: counted nowhere.
-    let conns = Connections::new(limits, None, Family::default(), stop, handler);
+    let conns = Connections::new(
+        limits,
+        None,
+        Family::default(),
+        Gauge::default(),
+        stop,
+        handler,
+    );
     accept_loop(listener, conns, Duration::from_secs(1)).await;
 }
 
@@ -184,6 +197,8 @@ struct Connections<F> {
     http2: http2::Builder<TokioExecutor>,
     auto: auto::Builder<TokioExecutor>,
     closed: Family<ReasonLabel, Counter>,
+    /// Connections open now (the webhook listener's is registered, the admin's is not).
+    open: Gauge,
     stop: CancellationToken,
     handler: F,
 }
@@ -197,6 +212,7 @@ where
         limits: Limits,
         tls: Option<Arc<TlsReloader>>,
         closed: Family<ReasonLabel, Counter>,
+        open: Gauge,
         stop: CancellationToken,
         handler: F,
     ) -> Arc<Self> {
@@ -214,6 +230,7 @@ where
             http2,
             auto,
             closed,
+            open,
             stop,
             handler,
         })
@@ -403,6 +420,22 @@ impl Drop for InFlight {
     }
 }
 
+/// One open connection in the connections gauge, for as long as it lives.
+struct OpenConnection(Gauge);
+
+impl OpenConnection {
+    fn count(open: &Gauge) -> Self {
+        open.inc();
+        Self(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
 /// Accepts until `stop`, one task per connection under `max_connections`; then waits up to
 /// `grace` for the connections to finish.
 async fn accept_loop<F, Fut>(listener: TcpListener, conns: Arc<Connections<F>>, grace: Duration)
@@ -433,9 +466,11 @@ where
         };
         let _ = stream.set_nodelay(true);
         let conns = conns.clone();
+        let open = OpenConnection::count(&conns.open);
         tokio::spawn(
             async move {
                 let _permit = permit;
+                let _open = open;
                 conns.serve(stream, peer).await;
             }
             .instrument(tracing::debug_span!("conn", client.addr = %peer)),

@@ -188,6 +188,10 @@ pub struct Metrics {
     pub state_entries: Gauge,
     /// Webhook connections closed by hookgate, by [`CLOSE_REASONS`].
     pub connections_closed: Family<ReasonLabel, Counter>,
+    /// Webhook connections open now.
+    pub connections_open: Gauge,
+    /// `limits.max_connections`, so that an alert can compare the two.
+    pub connections_max: Gauge,
     /// Requests refused before verification, by [`REFUSAL_REASONS`].
     pub refusals: Family<ReasonLabel, Counter>,
     /// Body bytes held before their signature was checked.
@@ -304,6 +308,18 @@ impl Metrics {
             "Webhook connections closed by hookgate, by reason",
             connections_closed.clone(),
         );
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Webhook connections open now",
+            connections_open.clone(),
+        );
+        let connections_max = Gauge::default();
+        registry.register(
+            "connections_max",
+            "The webhook listener's max_connections",
+            connections_max.clone(),
+        );
         let refusals = reason_family(&REFUSAL_REASONS);
         registry.register(
             "refusals",
@@ -354,6 +370,8 @@ impl Metrics {
             store_errors,
             state_entries,
             connections_closed,
+            connections_open,
+            connections_max,
             refusals,
             unverified_body_bytes,
             body_budget_waits,

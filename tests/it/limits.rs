@@ -105,6 +105,13 @@ async fn connections_beyond_max_connections_are_refused() {
         assert!(got.starts_with(b"HTTP/1.1 404"));
         held.push(s);
     }
+    let metrics = scrape(&client(None), &gw).await;
+    assert_eq!(metrics.get("hookgate_connections_max", &[]), 2.0);
+    assert_eq!(
+        metrics.get("hookgate_connections_open", &[]),
+        2.0,
+        "the held connections are counted open"
+    );
     let mut third = TcpStream::connect(gw.addr)
         .await
         .expect("the kernel completes the handshake");
