@@ -81,7 +81,7 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     // Longer than the client's 30 s timeout: the publish held by the blocked connection
     // must be given up when the block is announced, not when its confirm times out.
     cfg.confirm_timeout = "120s".into();
-    cfg.extra = "dedup:\n  in_flight_lease: 180s\n".into();
+    cfg.extra = "dedup:\n  in_flight_lease: 180s\nspool:\n  stall_after: 180s\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     wait_broker_connected(&client, &gw).await;
