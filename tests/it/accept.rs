@@ -9,11 +9,7 @@ use crate::util::*;
 #[tokio::test]
 async fn signed_delivery_over_tls_becomes_exactly_one_spec_message() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let cert = TestCert::generate(dir.path());
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
-    cfg.tls = Some((cert.cert_path.clone(), cert.key_path.clone()));
+    let (_dir, broker, cert, mut cfg) = tls_fixture().await;
     cfg.amqp_extra = "  routing_key: \"{route}.{event}\"\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(Some(&cert));

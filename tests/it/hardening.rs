@@ -115,11 +115,7 @@ async fn silent_connections_are_closed_at_the_setup_deadline_and_the_sender_gets
 #[tokio::test]
 async fn silent_tls_connections_are_closed_after_the_handshake() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let cert = TestCert::generate(dir.path());
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
-    cfg.tls = Some((cert.cert_path.clone(), cert.key_path.clone()));
+    let (_dir, broker, cert, mut cfg) = tls_fixture().await;
     cfg.extra = "limits:\n  max_connections: 8\n  header_read_timeout: 1s\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(Some(&cert));

@@ -89,11 +89,7 @@ async fn a_request_still_arriving_when_the_grace_runs_out_is_cut_and_the_gateway
 #[tokio::test]
 async fn a_broken_certificate_rotation_keeps_serving_the_old_certificate() {
     require_broker!();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let broker = Broker::new().await;
-    let cert = TestCert::generate(dir.path());
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
-    cfg.tls = Some((cert.cert_path.clone(), cert.key_path.clone()));
+    let (_dir, broker, cert, cfg) = tls_fixture().await;
     let gw = Gateway::start(&cfg).await;
     assert_eq!(
         presented_cert(gw.addr, &[&cert]).await.expect("tls"),
@@ -128,16 +124,7 @@ async fn sigterm_finishes_a_request_whose_body_is_still_arriving() {
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
     // Connected first, so the event is published rather than spooled for the next start.
-    assert!(
-        eventually(BROKER_TIMEOUT, || async {
-            scrape(&client, &gw)
-                .await
-                .find("hookgate_broker_connected", &[])
-                == Some(1.0)
-        })
-        .await,
-        "broker never connected"
-    );
+    wait_broker_connected(&client, &gw).await;
 
     let body = event_body("evt_in_flight");
     let (first, rest) = body.as_bytes().split_at(body.len() / 2);

@@ -47,6 +47,14 @@ pub async fn fixture() -> (tempfile::TempDir, Broker, GatewayConfig) {
     (dir, broker, cfg)
 }
 
+/// [`fixture`] with the listener on TLS, with a certificate generated in the directory.
+pub async fn tls_fixture() -> (tempfile::TempDir, Broker, TestCert, GatewayConfig) {
+    let (dir, broker, mut cfg) = fixture().await;
+    let cert = TestCert::generate(dir.path());
+    cfg.tls = Some((cert.cert_path.clone(), cert.key_path.clone()));
+    (dir, broker, cert, cfg)
+}
+
 /// Whether the broker can be used. When it is unreachable, tests skip with a loud message,
 /// unless `HOOKGATE_REQUIRE_BROKER` is set (CI sets it): then they fail.
 pub fn broker_available() -> bool {
