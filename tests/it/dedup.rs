@@ -254,6 +254,14 @@ async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
     broker.delete().await;
 }
 
+/// The sender's retry of event `id` (request id `req_<id>`): its status and outcome.
+async fn retry(gw: &Gateway, client: &reqwest::Client, id: &str) -> (u16, String) {
+    let (s, r) = gw
+        .deliver(client, &event_body(id), &format!("req_{id}"))
+        .await;
+    (s, outcome(&r))
+}
+
 #[tokio::test]
 async fn on_a_full_disk_nothing_is_answered_200_before_its_marks_are_on_disk() {
     require_broker!();
@@ -294,17 +302,7 @@ async fn on_a_full_disk_nothing_is_answered_200_before_its_marks_are_on_disk() {
     );
     // The refused event reached the broker, but its mark is only in memory: the retry is
     // not answered 200 on the strength of it either.
-    let retry = |id: String| {
-        let client = client.clone();
-        let gw = &gw;
-        async move {
-            let (s, r) = gw
-                .deliver(&client, &event_body(&id), &format!("req_{id}"))
-                .await;
-            (s, outcome(&r))
-        }
-    };
-    assert_eq!(retry(refused.clone()).await.0, 503);
+    assert_eq!(retry(&gw, &client, &refused).await.0, 503);
 
     // sled stays failed after a write error until it is opened again: make room, restart.
     disk.free();
@@ -312,21 +310,11 @@ async fn on_a_full_disk_nothing_is_answered_200_before_its_marks_are_on_disk() {
     gw.kill9();
     let gw = Gateway::start(&cfg).await;
     wait_broker_connected(&client, &gw).await;
-    let retry = |id: String| {
-        let client = client.clone();
-        let gw = &gw;
-        async move {
-            let (s, r) = gw
-                .deliver(&client, &event_body(&id), &format!("req_{id}"))
-                .await;
-            (s, outcome(&r))
-        }
-    };
     // Every 200 stood for marks on disk: the retries of the last ones answered are
     // duplicates, not second publishes.
     for id in accepted.iter().rev().take(5) {
         assert_eq!(
-            retry(id.clone()).await,
+            retry(&gw, &client, id).await,
             (200, "duplicate".to_owned()),
             "{id}"
         );
@@ -334,7 +322,7 @@ async fn on_a_full_disk_nothing_is_answered_200_before_its_marks_are_on_disk() {
     // The refused event was published, but its mark may never have reached the disk: its
     // retry is accepted (published again, as SPEC §3 allows across a store failure) or a
     // duplicate.
-    let (s, again) = retry(refused.clone()).await;
+    let (s, again) = retry(&gw, &client, &refused).await;
     assert!(
         s == 200 && (again == "accepted" || again == "duplicate"),
         "{s} {again}"
