@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use hookgate::dedup::{event_key, request_key, Claim, SledMarks};
-use hookgate::journal::Journal;
+use hookgate::state::journal::Journal;
+use hookgate::state::marks::{event_key, request_key, Claim, SledMarks};
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;

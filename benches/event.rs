@@ -7,9 +7,9 @@ use std::hint::black_box;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hookgate::config::Fields;
-use hookgate::event::{self, Delivery, Verified};
-use hookgate::secrets::Secret;
-use hookgate::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
+use hookgate::ingress::event::{self, Delivery, Verified};
+use hookgate::ingress::secrets::Secret;
+use hookgate::ingress::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
 use http::{HeaderMap, HeaderValue};
 
 const SECRET: &[u8] = b"bench-secret";

@@ -3,7 +3,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use hookgate::guard::{
+use hookgate::guard::decide::{
     decide_keyword, decide_status, status_of, Keyword, KeywordLists, KeywordState, StatusRanks,
     StatusState,
 };

@@ -4,8 +4,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hookgate::config::Encoding;
-use hookgate::secrets::Secret;
-use hookgate::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
+use hookgate::ingress::secrets::Secret;
+use hookgate::ingress::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
 use http::{HeaderMap, HeaderValue};
 
 fn body(len: usize) -> Vec<u8> {

@@ -11,8 +11,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use hookgate::dedup::{event_key, Claim, SledMarks};
-use hookgate::journal::Journal;
+use hookgate::state::journal::Journal;
+use hookgate::state::marks::{event_key, Claim, SledMarks};
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;

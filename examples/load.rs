@@ -303,7 +303,7 @@ fn build_pool(cli: &Cli, n: usize) -> Vec<Delivery> {
 }
 
 fn sign(secret: &[u8], event: &str, body: String, request_id: &str) -> Delivery {
-    let signature = hookgate::signature::botix_header(secret, body.as_bytes());
+    let signature = hookgate::ingress::signature::botix_header(secret, body.as_bytes());
     Delivery {
         body: Bytes::from(body),
         signature: header_value(&signature),
@@ -1010,8 +1010,8 @@ struct Publish {
     channels: Vec<lapin::Channel>,
     next: AtomicUsize,
     exchange: String,
-    scheme: hookgate::signature::Scheme,
-    secrets: Vec<hookgate::secrets::Secret>,
+    scheme: hookgate::ingress::signature::Scheme,
+    secrets: Vec<hookgate::ingress::secrets::Secret>,
     _connection: lapin::Connection,
 }
 
@@ -1150,12 +1150,14 @@ async fn connect_publish(cli: &Cli) -> Result<Publish> {
         channels,
         next: AtomicUsize::new(0),
         exchange: cli.exchange.clone(),
-        scheme: hookgate::signature::Scheme::BodyHmac {
-            header: http::HeaderName::from_static(hookgate::signature::BOTIX_SIGNATURE),
+        scheme: hookgate::ingress::signature::Scheme::BodyHmac {
+            header: http::HeaderName::from_static(hookgate::ingress::signature::BOTIX_SIGNATURE),
             prefix: Some("sha256=".into()),
             encoding: hookgate::config::Encoding::Hex,
         },
-        secrets: vec![hookgate::secrets::Secret::new(cli.secret.as_bytes())],
+        secrets: vec![hookgate::ingress::secrets::Secret::new(
+            cli.secret.as_bytes(),
+        )],
         _connection: connection,
     })
 }

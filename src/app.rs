@@ -8,18 +8,19 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use crate::admin::Admin;
+use crate::clock::{system_clock, Clock};
 use crate::config::Config;
-use crate::event::EventFields;
-use crate::guard_state::RouteGuard;
+use crate::guard::RouteGuard;
+use crate::http::admin::Admin;
 use crate::http::{serve_admin, serve_webhooks, WebhookService};
+use crate::ingress::event::EventFields;
+use crate::ingress::secrets::{RouteSecrets, SecretError};
+use crate::ingress::signature::Scheme;
 use crate::metrics::Metrics;
-use crate::pipeline::{system_clock, Clock, Pipeline, RouteRuntime};
-use crate::publish::Publisher;
+use crate::outbox::publish::Publisher;
+use crate::outbox::spool::Spool;
+use crate::pipeline::{Pipeline, RouteRuntime};
 use crate::ratelimit::TokenBucket;
-use crate::secrets::{RouteSecrets, SecretError};
-use crate::signature::Scheme;
-use crate::spool::Spool;
 use crate::state::{BackendChoice, StateStore};
 use crate::store::{Store, StoreError};
 use crate::tls::{TlsError, TlsReloader};
@@ -190,7 +191,7 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
             tracing::warn!(route = %route.name, "inline secret in the config: for development only; use secret_env or secret_file");
         }
         for source in secrets.short() {
-            tracing::warn!(route = %route.name, %source, min_bytes = crate::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
+            tracing::warn!(route = %route.name, %source, min_bytes = crate::ingress::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
         }
         let mut fields = EventFields::for_route(route);
         let guard = RouteGuard::new(&route.guard, &mut fields);
@@ -221,7 +222,7 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
 }
 
 fn check_amqp_url(url: &str) -> Result<(), AppError> {
-    crate::publish::check_url(url).map_err(|reason| AppError::Url {
+    crate::outbox::publish::check_url(url).map_err(|reason| AppError::Url {
         key: "amqp.url",
         reason,
     })
@@ -455,7 +456,7 @@ async fn reload_loop(
                 Ok(true) => {
                     tracing::info!(route = %name, "secrets reloaded");
                     for source in route.secrets.short() {
-                        tracing::warn!(route = %name, %source, min_bytes = crate::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
+                        tracing::warn!(route = %name, %source, min_bytes = crate::ingress::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
                     }
                 }
                 Ok(false) => {}

@@ -372,7 +372,7 @@ fn sign(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64)
     };
-    use hookgate::signature as sig;
+    use hookgate::ingress::signature as sig;
     match profile {
         Profile::Botix => println!("{}", sig::botix_header(secret, &body)),
         Profile::StandardWebhooks => {
@@ -425,7 +425,7 @@ fn sign(
 /// lock) through its admin endpoint, or else the store itself.
 enum SpoolAccess {
     Gateway(std::net::SocketAddr),
-    Store(Box<hookgate::spool::Spool>, hookgate::store::Store),
+    Store(Box<hookgate::outbox::spool::Spool>, hookgate::store::Store),
 }
 
 fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
@@ -433,7 +433,7 @@ fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
     if addr.ip().is_unspecified() {
         addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
     }
-    let admin_error = match admin_request(addr, "GET", hookgate::admin::SPOOL_PATH) {
+    let admin_error = match admin_request(addr, "GET", hookgate::http::admin::SPOOL_PATH) {
         Ok(_) => return Ok(SpoolAccess::Gateway(addr)),
         Err(e) => e,
     };
@@ -442,7 +442,7 @@ fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
         format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
     })?;
     let metrics = std::sync::Arc::new(hookgate::metrics::Metrics::new());
-    let spool = hookgate::spool::Spool::open(&store, &config.spool, metrics)?;
+    let spool = hookgate::outbox::spool::Spool::open(&store, &config.spool, metrics)?;
     Ok(SpoolAccess::Store(Box::new(spool), store))
 }
 
@@ -477,9 +477,9 @@ fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> 
 }
 
 fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
-    let status: hookgate::spool::SpoolStatus = match access {
+    let status: hookgate::outbox::spool::SpoolStatus = match access {
         SpoolAccess::Gateway(addr) => {
-            let body = admin_ok(*addr, "GET", hookgate::admin::SPOOL_PATH)?;
+            let body = admin_ok(*addr, "GET", hookgate::http::admin::SPOOL_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => {
@@ -508,10 +508,12 @@ fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn parked_entries(access: &SpoolAccess) -> anyhow::Result<Vec<hookgate::spool::ParkedEntry>> {
+fn parked_entries(
+    access: &SpoolAccess,
+) -> anyhow::Result<Vec<hookgate::outbox::spool::ParkedEntry>> {
     Ok(match access {
         SpoolAccess::Gateway(addr) => {
-            let body = admin_ok(*addr, "GET", hookgate::admin::PARKED_PATH)?;
+            let body = admin_ok(*addr, "GET", hookgate::http::admin::PARKED_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => spool.parked_entries()?,
@@ -538,12 +540,12 @@ fn change_parked(
     for id in ids {
         match access {
             SpoolAccess::Gateway(addr) => {
-                let path = format!("{}/{id}", hookgate::admin::PARKED_PATH);
+                let path = format!("{}/{id}", hookgate::http::admin::PARKED_PATH);
                 if republish {
                     admin_ok(
                         *addr,
                         "POST",
-                        &format!("{path}/{}", hookgate::admin::REPUBLISH),
+                        &format!("{path}/{}", hookgate::http::admin::REPUBLISH),
                     )?;
                 } else {
                     admin_ok(*addr, "DELETE", &path)?;

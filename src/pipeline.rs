@@ -8,30 +8,20 @@ use std::time::{Duration, Instant};
 use tokio_util::task::TaskTracker;
 
 use crate::budget::Charge;
+use crate::clock::Clock;
+use crate::config::fits_short_string;
 use crate::config::{Config, Route};
-use crate::dedup::{event_key, request_key, Claim, KeyState};
-use crate::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
-use crate::guard_state::{Check, GuardState, RouteGuard};
+use crate::guard::{Check, GuardState, RouteGuard};
+use crate::ingress::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
+use crate::ingress::secrets::RouteSecrets;
+use crate::ingress::signature::Scheme;
 use crate::metrics::{Metrics, RouteLabel, RouteReason, RouteRequests};
-use crate::publish::{fits_short_string, Message, PublishError, Publisher};
+use crate::outbox::publish::{Message, PublishError, Publisher};
+use crate::outbox::spool::{Spool, SpoolError};
 use crate::ratelimit::TokenBucket;
-use crate::secrets::RouteSecrets;
-use crate::signature::Scheme;
-use crate::spool::{Spool, SpoolError};
+use crate::state::marks::{event_key, request_key, Claim, KeyState};
 use crate::state::StateStore;
 use crate::store::StoreError;
-
-/// Unix time in milliseconds; injected so tests can move time without sleeping.
-pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
-
-/// The wall clock.
-pub fn system_clock() -> Clock {
-    Arc::new(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64)
-    })
-}
 
 /// Seconds a sender should wait after a 503 caused by the broker or the store.
 pub const RETRY_AFTER_UNAVAILABLE: u64 = 5;

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 
-use crate::pipeline::Clock;
+use crate::clock::Clock;
 
 /// Peers remembered by a [`PeerLimiter`] at most; past it, peers whose bucket has refilled
 /// are forgotten (they are indistinguishable from new ones), and if that frees nothing,

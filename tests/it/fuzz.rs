@@ -10,11 +10,11 @@ use std::io::{Read, Write};
 use std::time::Duration;
 
 use hookgate::config::{Config, Encoding};
-use hookgate::event::parse_timestamp;
-use hookgate::fields::{Field, FieldPlan};
-use hookgate::guard::normalise_keyword_text;
-use hookgate::secrets::Secret;
-use hookgate::signature::{
+use hookgate::guard::decide::normalise_keyword_text;
+use hookgate::ingress::event::parse_timestamp;
+use hookgate::ingress::fields::{Field, FieldPlan};
+use hookgate::ingress::secrets::Secret;
+use hookgate::ingress::signature::{
     botix_header, hmac_parts, Scheme, BOTIX_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE,
     WEBHOOK_TIMESTAMP,
 };

@@ -13,7 +13,7 @@ const SCENARIOS: &str = include_str!(concat!(
     "/tests/data/guard_scenarios.json"
 ));
 
-use hookgate::guard::DEFAULT_RANKS as RANKS;
+use hookgate::config::profiles::DEFAULT_RANKS as RANKS;
 
 fn rank(status: &str) -> u32 {
     RANKS

@@ -24,7 +24,7 @@ impl InProcess {
         let config = hookgate::config::Config::parse(yaml).expect("config");
         let prepared = hookgate::app::prepare(config).expect("prepare");
         let now = Arc::new(AtomicI64::new(super::wall_ms()));
-        let clock: hookgate::pipeline::Clock = {
+        let clock: hookgate::clock::Clock = {
             let now = now.clone();
             Arc::new(move || now.load(Ordering::SeqCst))
         };

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::journal::{Change, Journal};
+use crate::state::journal::{Change, Journal};
 
 /// A stored mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString, MAX_SHORT_STRING_LENGTH};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties, Event, ExchangeKind};
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
@@ -306,11 +306,6 @@ fn short_constant(text: &'static str) -> ShortString {
     short(text).unwrap_or_default()
 }
 
-/// Whether `text` fits an AMQP short string (routing keys, `message_id`).
-pub fn fits_short_string(text: &str) -> bool {
-    text.len() <= MAX_SHORT_STRING_LENGTH
-}
-
 /// The `message_id` of an event whose id is too long for one: the id's first bytes (cut
 /// at a character boundary), `~sha256:` and the hex SHA-256 of the whole id. The same id
 /// always gives the same value, so consumers can still dedup on it; the full id travels
@@ -559,6 +554,9 @@ mod tests {
 
     #[test]
     fn a_routing_key_that_does_not_fit_is_unfit_not_a_panic() {
+        // The config's limit is the client library's.
+        use crate::config::{fits_short_string, AMQP_SHORT_STRING_MAX};
+        assert_eq!(AMQP_SHORT_STRING_MAX, lapin::types::MAX_SHORT_STRING_LENGTH);
         assert!(fits_short_string(&"k".repeat(255)));
         assert!(!fits_short_string(&"k".repeat(256)));
         assert!(short(&"k".repeat(256)).is_none());

@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
-use crate::dedup::{Claim, KeyState};
+use crate::state::marks::{Claim, KeyState};
 use crate::store::StoreError;
 
 /// A Redis call slower than this counts as a failure (the request answers 503).

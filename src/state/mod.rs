@@ -2,16 +2,21 @@
 //! shared Redis (several). The backend is chosen here, once, from `dedup.backend`; the rest
 //! of the code calls these methods and does not know which one runs.
 
+pub mod journal;
+pub mod locks;
+pub mod marks;
+pub mod redis;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::OwnedMutexGuard;
 
 use crate::config::{Backend, Config};
-use crate::dedup::{Claim, KeyState, SledMarks};
-use crate::guard_state::KeyedLocks;
-use crate::journal::Journal;
-use crate::redis_store::{RedisState, RedisTarget};
+use crate::state::journal::Journal;
+use crate::state::locks::KeyedLocks;
+use crate::state::marks::{Claim, KeyState, SledMarks};
+use crate::state::redis::{RedisState, RedisTarget};
 use crate::store::{Store, StoreError};
 
 /// Name of the sled tree that holds the state journal.

@@ -5,11 +5,11 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::HeaderMap;
 
+use crate::config::profiles::{TWILIO_RECEIVED_EVENT, TWILIO_STATUS_EVENT};
 use crate::config::{Fields, Profile, Route};
-use crate::fields::{Extracted, Field, FieldPlan, Slot};
-use crate::profiles::{TWILIO_RECEIVED_EVENT, TWILIO_STATUS_EVENT};
-use crate::secrets::Secret;
-use crate::signature::{Scheme, SignatureError, WEBHOOK_ID};
+use crate::ingress::fields::{Extracted, Field, FieldPlan, Slot};
+use crate::ingress::secrets::Secret;
+use crate::ingress::signature::{Scheme, SignatureError, WEBHOOK_ID};
 
 /// Delivery attempt id of the botix profile.
 pub const REQUEST_ID: &str = "x-botix-request-id";

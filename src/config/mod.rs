@@ -2,7 +2,7 @@
 //!
 //! Parsing is strict: every struct denies unknown keys, and the error names the key path
 //! (`limits.max_body_byts`). Reading secrets from the environment or files happens in
-//! [`crate::secrets`], not here, so a config can be checked without them.
+//! [`crate::ingress::secrets`], not here, so a config can be checked without them.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -11,6 +11,17 @@ use std::time::Duration;
 
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
+
+pub mod profiles;
+
+/// The longest AMQP short string, in bytes: the limit of exchange names, routing keys and
+/// `message_id`. Config checks the exchange against it; the outbox checks routing keys.
+pub const AMQP_SHORT_STRING_MAX: usize = 255;
+
+/// Whether `text` fits an AMQP short string.
+pub fn fits_short_string(text: &str) -> bool {
+    text.len() <= AMQP_SHORT_STRING_MAX
+}
 
 /// A configuration that cannot be used; the message names the file and the key.
 #[derive(Debug, thiserror::Error)]
@@ -586,7 +597,7 @@ impl Config {
             .map_err(|e| parse_error(e.to_string()))?;
         // What a route leaves out, its profile fills in (Twilio's and Telnyx's fields and
         // guard rules); the generic defaults below apply only where no profile has one.
-        crate::profiles::fill_route_defaults(&mut tree).map_err(parse_error)?;
+        profiles::fill_route_defaults(&mut tree).map_err(parse_error)?;
         let written = duration::Written::from_tree(&tree);
         let mut config: Config = serde_path_to_error::deserialize(tree).map_err(|e| {
             let path = e.path().to_string();
@@ -669,7 +680,7 @@ impl Config {
                     ))
                 }
                 (Profile::Twilio, Some(url)) => {
-                    if let Err(reason) = crate::profiles::check_public_url(url) {
+                    if let Err(reason) = profiles::check_public_url(url) {
                         return invalid(format!("{at}.public_url: {reason}"));
                     }
                 }
@@ -724,7 +735,7 @@ impl Config {
                 "spool.stall_after: must be longer than amqp.confirm_timeout, or one slow publish would look like a stall".into(),
             );
         }
-        if !crate::publish::fits_short_string(&self.amqp.exchange) {
+        if !fits_short_string(&self.amqp.exchange) {
             return invalid(
                 "amqp.exchange: must be at most 255 bytes (an AMQP short string)".into(),
             );
@@ -1072,7 +1083,7 @@ fn default_status_ptr() -> String {
     "/data/status".into()
 }
 fn default_ranks() -> BTreeMap<String, u32> {
-    crate::guard::DEFAULT_RANKS
+    profiles::DEFAULT_RANKS
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
@@ -1093,13 +1104,13 @@ fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 fn default_stop_words() -> Vec<String> {
-    words(&crate::guard::DEFAULT_STOP)
+    words(&profiles::DEFAULT_STOP)
 }
 fn default_start_words() -> Vec<String> {
-    words(&crate::guard::DEFAULT_START)
+    words(&profiles::DEFAULT_START)
 }
 fn default_help_words() -> Vec<String> {
-    words(&crate::guard::DEFAULT_HELP)
+    words(&profiles::DEFAULT_HELP)
 }
 fn default_help_window() -> Duration {
     Duration::from_secs(60)
@@ -1324,7 +1335,7 @@ routes:
             .as_ref()
             .expect("Twilio's keyword rules");
         assert_eq!(keywords.text, "/Body");
-        assert_eq!(keywords.stop, crate::guard::DEFAULT_STOP.to_vec());
+        assert_eq!(keywords.stop, profiles::DEFAULT_STOP.to_vec());
         let elsewhere = MINIMAL.replace(
             "    secrets:",
             "    public_url: https://h.example/t\n    secrets:",
@@ -1371,7 +1382,7 @@ routes:
         let c = Config::parse(&text).expect("parses");
         let kw = c.routes[0].guard.keywords.as_ref().expect("keywords");
         assert_eq!(kw.start, vec!["YES", "ON", "Si"]);
-        assert_eq!(kw.stop, crate::guard::DEFAULT_STOP.to_vec());
+        assert_eq!(kw.stop, profiles::DEFAULT_STOP.to_vec());
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
+use crate::outbox::spool::SpoolError;
 use crate::pipeline::Pipeline;
-use crate::spool::SpoolError;
 
 /// Path of the spool status endpoint.
 pub const SPOOL_PATH: &str = "/spool";

@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
 use crate::config::{Encoding, Profile, Route};
-use crate::secrets::Secret;
+use crate::ingress::secrets::Secret;
 
 type HmacSha256 = Hmac<Sha256>;
 type HmacSha1 = Hmac<Sha1>;
@@ -87,7 +87,7 @@ impl Scheme {
                     .as_deref()
                     .ok_or_else(|| "profile twilio needs public_url".to_owned())?;
                 Ok(Scheme::Twilio {
-                    urls: crate::profiles::public_url_forms(url),
+                    urls: crate::config::profiles::public_url_forms(url),
                 })
             }
             Profile::Telnyx => Ok(Scheme::Telnyx {
@@ -713,7 +713,7 @@ mod tests {
 
     fn twilio_scheme(public_url: &str) -> Scheme {
         Scheme::Twilio {
-            urls: crate::profiles::public_url_forms(public_url),
+            urls: crate::config::profiles::public_url_forms(public_url),
         }
     }
 

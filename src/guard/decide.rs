@@ -6,6 +6,8 @@
 //! atomicity concerns (one decision per key at a time, state advances only with a
 //! confirmed publish) in the module that owns the store.
 
+use crate::config::profiles::{DEFAULT_HELP, DEFAULT_RANKS, DEFAULT_START, DEFAULT_STOP};
+
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
@@ -122,26 +124,8 @@ fn lowercase(text: &str) -> Cow<'_, str> {
     }
 }
 
-/// The SPEC §4 rank table, used when a route configures none.
-pub const DEFAULT_RANKS: [(&str, u32); 8] = [
-    ("queued", 0),
-    ("accepted", 0),
-    ("sending", 1),
-    ("sent", 2),
-    ("delivered", 3),
-    ("undelivered", 3),
-    ("failed", 3),
-    ("read", 4),
-];
-/// The SPEC §4 opt-out keywords.
-pub const DEFAULT_STOP: [&str; 6] = ["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"];
-/// The SPEC §4 opt-in keywords.
-pub const DEFAULT_START: [&str; 3] = ["START", "UNSTOP", "YES"];
-/// The SPEC §4 help keywords.
-pub const DEFAULT_HELP: [&str; 2] = ["HELP", "INFO"];
-
 impl Default for StatusRanks {
-    /// [`DEFAULT_RANKS`].
+    /// The default profile's ranks, [`DEFAULT_RANKS`].
     fn default() -> Self {
         Self::new(
             DEFAULT_RANKS
@@ -268,7 +252,7 @@ impl KeywordLists {
 }
 
 impl Default for KeywordLists {
-    /// [`DEFAULT_STOP`], [`DEFAULT_START`], [`DEFAULT_HELP`].
+    /// The default profile's keywords: [`DEFAULT_STOP`], [`DEFAULT_START`], [`DEFAULT_HELP`].
     fn default() -> Self {
         fn owned(words: &[&str]) -> Vec<String> {
             words.iter().map(|w| (*w).to_owned()).collect()

@@ -7,6 +7,24 @@
 
 use serde_json::{json, Map, Value};
 
+/// The status ranks of the default profile, used when a route configures none.
+pub const DEFAULT_RANKS: [(&str, u32); 8] = [
+    ("queued", 0),
+    ("accepted", 0),
+    ("sending", 1),
+    ("sent", 2),
+    ("delivered", 3),
+    ("undelivered", 3),
+    ("failed", 3),
+    ("read", 4),
+];
+/// The default profile's opt-out keywords.
+pub const DEFAULT_STOP: [&str; 6] = ["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"];
+/// The default profile's opt-in keywords.
+pub const DEFAULT_START: [&str; 3] = ["START", "UNSTOP", "YES"];
+/// The default profile's help keywords.
+pub const DEFAULT_HELP: [&str; 2] = ["HELP", "INFO"];
+
 /// Twilio's message statuses in the order a message goes through them. A scheduled or
 /// Messaging Service message starts `scheduled` or `accepted`, then `queued`; `received`,
 /// `canceled` and the failures are final like `delivered`; `read` (WhatsApp) comes last.

@@ -2,6 +2,8 @@
 //! method, body limit), and the mapping of an [`Outcome`] to status and body.
 //! The only module that imports hyper.
 
+pub mod admin;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
@@ -29,13 +31,14 @@ use tokio::time::Instant as TokioInstant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::admin::{Admin, AdminRequest};
 use crate::budget::{BodyBudget, Charge};
+use crate::clock::Clock;
 use crate::config::Limits;
 use crate::config::Profile;
-use crate::event::{Delivery, RequestId};
+use crate::http::admin::{Admin, AdminRequest};
+use crate::ingress::event::{Delivery, RequestId};
 use crate::metrics::ReasonLabel;
-use crate::pipeline::{Clock, Outcome, Pipeline};
+use crate::pipeline::{Outcome, Pipeline};
 use crate::ratelimit::PeerLimiter;
 use crate::tls::TlsReloader;
 
@@ -812,7 +815,7 @@ fn close(mut resp: Answer) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::event::ParseError;
+    use crate::ingress::event::ParseError;
 
     async fn body_text(resp: Answer) -> String {
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();

@@ -4,20 +4,21 @@
 //! A check takes the key's lock and holds it until the caller commits (after the broker or
 //! the spool took the event) or drops the check (a failed publish leaves state unchanged).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex, PoisonError, Weak};
+pub mod decide;
+
+use std::collections::HashSet;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest as _, Sha256};
-use tokio::sync::OwnedMutexGuard;
 
 use crate::config::Guard as GuardConfig;
-use crate::event::{Event, EventFields};
-use crate::fields::Slot;
-use crate::guard::{
+use crate::guard::decide::{
     decide_keyword, decide_status, status_of, GuardDrop, KeywordLists, KeywordState, StatusRanks,
     StatusState, Verdict,
 };
+use crate::ingress::event::{Event, EventFields};
+use crate::ingress::fields::Slot;
 use crate::state::{KeyLock, StateStore};
 use crate::store::StoreError;
 
@@ -272,39 +273,9 @@ pub fn guard_key(route: &str, kind: &str, parts: &[&str]) -> Vec<u8> {
     key
 }
 
-/// One async mutex per key, created on demand and forgotten when unused, so different keys
-/// never wait for each other and the map does not grow without bound.
-#[derive(Default)]
-pub struct KeyedLocks {
-    // A std mutex: it is held only to look up or insert an entry, never across an await.
-    map: Mutex<HashMap<Vec<u8>, Weak<tokio::sync::Mutex<()>>>>,
-}
-
-impl KeyedLocks {
-    /// Waits for and takes the lock of `key`.
-    pub async fn lock(&self, key: &[u8]) -> OwnedMutexGuard<()> {
-        let mutex = {
-            let mut map = self.map.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(m) = map.get(key).and_then(Weak::upgrade) {
-                m
-            } else {
-                // Prune before growing: entries whose locks nobody holds are dead.
-                if map.len() >= 1024 && map.len().is_power_of_two() {
-                    map.retain(|_, w| w.strong_count() > 0);
-                }
-                let m = Arc::new(tokio::sync::Mutex::new(()));
-                map.insert(key.to_vec(), Arc::downgrade(&m));
-                m
-            }
-        };
-        mutex.lock_owned().await
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     /// The Redis form of a store key (NUL shown as `:`), as `redis_store` writes it.
     fn as_redis(key: &[u8]) -> Vec<u8> {
@@ -338,22 +309,5 @@ mod tests {
             guard_key("botix", "status", &["msg_1"]),
             b"botix\0status\0msg_1".to_vec()
         );
-    }
-
-    #[tokio::test]
-    async fn same_key_waits_other_keys_do_not() {
-        let locks = Arc::new(KeyedLocks::default());
-        let a = locks.lock(b"a").await;
-        let other = tokio::time::timeout(Duration::from_secs(1), locks.lock(b"b")).await;
-        assert!(other.is_ok(), "a different key must not wait");
-        let l2 = locks.clone();
-        let waiter = tokio::spawn(async move { l2.lock(b"a").await });
-        tokio::task::yield_now().await;
-        assert!(!waiter.is_finished());
-        drop(a);
-        tokio::time::timeout(Duration::from_secs(1), waiter)
-            .await
-            .expect("released lock is taken")
-            .expect("task");
     }
 }

@@ -1,0 +1,5 @@
+//! What leaves: the AMQP message, its publication with a confirm, and the durable spool
+//! in front of the broker.
+
+pub mod publish;
+pub mod spool;
