@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use hookgate::state::journal::Journal;
-use hookgate::state::marks::{event_key, request_key, Claim, SledMarks};
+use hookgate::state::keys::StoreKey;
+use hookgate::state::marks::{Claim, SledMarks};
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
@@ -29,8 +30,8 @@ fn claim_and_done(c: &mut Criterion) {
     c.bench_function("dedup claim+done (event and request key)", |b| {
         b.iter(|| {
             n += 1;
-            let ev = event_key("botix", &format!("evt_{n}"));
-            let req = request_key("botix", &format!("req_{n}"));
+            let ev = StoreKey::event("botix", &format!("evt_{n}"));
+            let req = StoreKey::request("botix", &format!("req_{n}"));
             let claim = marks.try_claim(&ev, n, now);
             assert_eq!(claim, Claim::Claimed);
             marks.mark_done(&[&ev, &req], now + TTL_MS, now);
@@ -39,7 +40,7 @@ fn claim_and_done(c: &mut Criterion) {
     });
 
     c.bench_function("dedup claim of a done key (duplicate)", |b| {
-        let ev = event_key("botix", "evt_dup");
+        let ev = StoreKey::event("botix", "evt_dup");
         marks.mark_done(&[&ev], now + TTL_MS, now);
         b.iter(|| {
             let claim = marks.try_claim(black_box(&ev), 1, now);

@@ -12,7 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use hookgate::state::journal::Journal;
-use hookgate::state::marks::{event_key, Claim, SledMarks};
+use hookgate::state::keys::StoreKey;
+use hookgate::state::marks::{Claim, SledMarks};
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
@@ -61,7 +62,7 @@ fn main() -> anyhow::Result<()> {
     let mut slowest = Duration::ZERO;
     for n in 0..count {
         // A realistic id: `evt_` and a UUID, as senders use.
-        let key = event_key(
+        let key = StoreKey::event(
             "botix",
             &format!("evt_{}", uuid::Uuid::from_u128(u128::from(n))),
         );
@@ -119,7 +120,7 @@ fn main() -> anyhow::Result<()> {
     // A second generation of marks: does the space freed by the sweep get reused?
     let later = now + TTL_MS;
     for n in count..2 * count {
-        let key = event_key(
+        let key = StoreKey::event(
             "botix",
             &format!("evt_{}", uuid::Uuid::from_u128(u128::from(n))),
         );

@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
@@ -19,8 +19,8 @@ use crate::metrics::{Metrics, RouteLabel, RouteReason, RouteRequests};
 use crate::outbox::publish::{Message, PublishError, Publisher};
 use crate::outbox::spool::{Spool, SpoolError};
 use crate::ratelimit::TokenBucket;
-use crate::state::marks::{event_key, request_key, Claim, KeyState};
-use crate::state::StateStore;
+use crate::state::keys::StoreKey;
+use crate::state::{Claimed, StateStore};
 use crate::store::StoreError;
 
 /// Seconds a sender should wait after a 503 caused by the broker or the store.
@@ -285,7 +285,15 @@ impl Pipeline {
                 self.metrics.store_errors.inc();
                 // WARN per request; an outage of the shared store is reported once at ERROR
                 // by the health check, so the log is not flooded while the sender retries.
-                tracing::warn!(route = name, event_id = %event.id, %error, "store failed; answering 503");
+                // The fault, and whether waiting may cure it, tell the operator what to do.
+                tracing::warn!(
+                    route = name,
+                    event_id = %event.id,
+                    %error,
+                    fault = error.fault(),
+                    transient = error.is_transient(),
+                    "store failed; answering 503"
+                );
                 Outcome::Unavailable {
                     retry_after: RETRY_AFTER_UNAVAILABLE,
                 }
@@ -323,48 +331,40 @@ impl Pipeline {
         now_ms: i64,
     ) -> Result<Outcome, StoreError> {
         let name = route.config.name.as_str();
-        let ev_key = event_key(name, &event.id);
+        let ev_key = StoreKey::event(name, &event.id);
         let req_key = event
             .request_id_from_sender
-            .then(|| request_key(name, &event.request_id));
+            .then(|| StoreKey::request(name, &event.request_id));
         let token: u64 = rand::random();
-        let duplicate = || Outcome::Duplicate {
-            event_id: event.id.clone(),
-        };
-
-        // Claim the event, or wait (bounded) for whoever holds it to finish.
-        let deadline = Instant::now() + self.settings.in_flight_wait;
-        let mut pause = Duration::from_millis(2);
-        loop {
-            let now = self.now_ms();
-            if let Some(k) = &req_key {
-                if self.state.mark_state(k, now).await? == KeyState::Done {
-                    return self.durable(duplicate()).await;
-                }
+        let claimed = self
+            .state
+            .claim_or_wait(
+                &ev_key,
+                req_key.as_ref(),
+                token,
+                self.settings.in_flight_wait,
+                self.settings.in_flight_lease,
+                || self.now_ms(),
+            )
+            .await?;
+        match claimed {
+            Claimed::Owned => {}
+            Claimed::Duplicate => {
+                return self
+                    .durable(Outcome::Duplicate {
+                        event_id: event.id.clone(),
+                    })
+                    .await;
             }
-            match self
-                .state
-                .try_claim(&ev_key, token, now, self.settings.in_flight_lease)
-                .await?
-            {
-                Claim::Claimed => break,
-                Claim::Done => return self.durable(duplicate()).await,
-                Claim::InFlight if Instant::now() >= deadline => {
-                    return Ok(Outcome::Unavailable {
-                        retry_after: RETRY_AFTER_UNAVAILABLE,
-                    });
-                }
-                Claim::InFlight => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(50));
-                }
+            Claimed::Busy => {
+                return Ok(Outcome::Unavailable {
+                    retry_after: RETRY_AFTER_UNAVAILABLE,
+                });
             }
         }
 
         let result = self.decide_and_deliver(route, event, now_ms).await;
-        let done_keys: Vec<&[u8]> = std::iter::once(ev_key.as_slice())
-            .chain(req_key.as_deref())
-            .collect();
+        let done_keys: Vec<&StoreKey> = std::iter::once(&ev_key).chain(req_key.as_ref()).collect();
         match &result {
             Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) => {
                 // A drop is final too: the sender got its 200, and a retry must not be judged

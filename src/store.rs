@@ -14,18 +14,57 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// How long an open waits for a lock that may be on its way out (see [`Store::open`]).
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// A store failure; the message names the path or operation, never a value.
+/// The error a backend library reports, kept as the source of a [`StoreError`].
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
+/// A store failure, by the kind of fault: whether waiting may cure it, and what an operator
+/// looks at. The message names the path or the operation, never a stored value.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
+    /// The store cannot be opened: locked by another process, unreadable or corrupt.
     #[error("cannot open store at {path}: {reason}")]
     Open { path: PathBuf, reason: String },
-    #[error("store operation failed: {0}")]
-    Io(String),
+    /// The disk refused a read or a write (full or failing).
+    #[error("store I/O failed: {0}")]
+    Disk(#[from] sled::Error),
+    /// Writes did not reach the disk within the wait, or cannot now.
+    #[error("{0}")]
+    NotDurable(String),
+    /// The shared store did not answer within its deadline, or refused the call.
+    #[error("redis: {0}")]
+    Unreachable(#[source] Cause),
+    /// Another request held the key for the whole wait: contention, not a failure.
+    #[error("{0}")]
+    Busy(&'static str),
+    /// Stored bytes could not be written or read in their format.
+    #[error("stored data unreadable: {0}")]
+    Corrupt(#[source] Cause),
+    /// A background writer could not start, or has stopped.
+    #[error("{0}")]
+    Stopped(String),
 }
 
-impl From<sled::Error> for StoreError {
-    fn from(e: sled::Error) -> Self {
-        StoreError::Io(e.to_string())
+impl StoreError {
+    /// Whether the same call may succeed later without an operator: a busy key, a slow
+    /// disk or an unreachable Redis pass; a full disk, corrupt data or a dead writer do not.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::NotDurable(_) | StoreError::Unreachable(_) | StoreError::Busy(_)
+        )
+    }
+
+    /// The fault's name, for logs.
+    pub fn fault(&self) -> &'static str {
+        match self {
+            StoreError::Open { .. } => "open",
+            StoreError::Disk(_) => "disk",
+            StoreError::NotDurable(_) => "not_durable",
+            StoreError::Unreachable(_) => "unreachable",
+            StoreError::Busy(_) => "busy",
+            StoreError::Corrupt(_) => "corrupt",
+            StoreError::Stopped(_) => "stopped",
+        }
     }
 }
 
@@ -198,6 +237,16 @@ impl Tree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn faults_that_waiting_cures_are_transient() {
+        assert!(StoreError::Busy("held").is_transient());
+        assert!(StoreError::NotDurable("slow fsync".into()).is_transient());
+        assert!(StoreError::Unreachable("no answer".into()).is_transient());
+        assert!(!StoreError::Corrupt("bad json".into()).is_transient());
+        assert!(!StoreError::Stopped("writer gone".into()).is_transient());
+        assert_eq!(StoreError::Busy("held").fault(), "busy");
+    }
 
     #[tokio::test]
     async fn second_open_of_a_locked_store_is_a_clear_error() {

@@ -10,7 +10,6 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 
 use crate::config::Guard as GuardConfig;
 use crate::guard::decide::{
@@ -19,6 +18,7 @@ use crate::guard::decide::{
 };
 use crate::ingress::event::{Event, EventFields};
 use crate::ingress::fields::Slot;
+use crate::state::keys::StoreKey;
 use crate::state::{KeyLock, StateStore};
 use crate::store::StoreError;
 
@@ -104,7 +104,7 @@ struct Stored<S> {
 /// A decided check that still holds its key's lock: finish it with
 /// [`GuardState::commit`] or [`GuardState::abandon`].
 pub struct Held {
-    key: Vec<u8>,
+    key: StoreKey,
     update: Option<(Vec<u8>, Option<i64>)>,
     lock: KeyLock,
 }
@@ -149,7 +149,7 @@ impl GuardState {
                 return Ok(Check::Unguarded);
             };
             let status = status_of(&event.event_type, event.field(r.status).as_deref());
-            let key = guard_key(route, "status", &[&message_id]);
+            let key = StoreKey::guard(route, "status", &[&message_id]);
             let lock = self.store.lock(&key).await?;
             let state = self.load::<StatusState>(&key, now_ms).await;
             let verdict = state.map(|s| decide_status(s.as_ref(), &status, ts, &r.ranks));
@@ -168,7 +168,7 @@ impl GuardState {
             else {
                 return Ok(Check::Unguarded);
             };
-            let key = guard_key(route, "keyword", &[&contact, &channel]);
+            let key = StoreKey::guard(route, "keyword", &[&contact, &channel]);
             let lock = self.store.lock(&key).await?;
             let state = self.load::<KeywordState>(&key, now_ms).await;
             let verdict = state.map(|s| decide_keyword(s.as_ref(), keyword, ts, r.help_window_ms));
@@ -198,7 +198,7 @@ impl GuardState {
 
     async fn held<S: Serialize>(
         &self,
-        key: Vec<u8>,
+        key: StoreKey,
         lock: KeyLock,
         verdict: Result<Verdict<S>, StoreError>,
         expires_ms: Option<i64>,
@@ -208,7 +208,7 @@ impl GuardState {
                 .map(|state| {
                     serde_json::to_vec(&Stored { expires_ms, state })
                         .map(|v| (v, expires_ms))
-                        .map_err(|e| StoreError::Io(e.to_string()))
+                        .map_err(|e| StoreError::Corrupt(e.into()))
                 })
                 .transpose(),
             Ok(Verdict::Drop(reason)) => {
@@ -228,7 +228,7 @@ impl GuardState {
 
     async fn load<S: for<'de> Deserialize<'de>>(
         &self,
-        key: &[u8],
+        key: &StoreKey,
         now_ms: i64,
     ) -> Result<Option<S>, StoreError> {
         let Some(bytes) = self.store.get(key).await? else {
@@ -240,74 +240,5 @@ impl GuardState {
         Ok(stored
             .filter(|s| s.expires_ms.is_none_or(|e| e > now_ms))
             .map(|s| s.state))
-    }
-}
-
-/// The store key of a guard state: the route, the kind (`status`, `keyword`) and the
-/// key's parts (message id; contact and channel).
-///
-/// Parts come from the sender's body and may hold any character, so joining them with a
-/// separator alone is ambiguous (contact `a\0b` with channel `c` would share a key with
-/// contact `a` and channel `b\0c`; in Redis, which shows the separator as `:`, so would
-/// `a:b` + `c` and `a` + `b:c`). Parts free of NUL and `:` are joined with NUL, the form
-/// stores have always held, so existing state is found as before; otherwise the parts are
-/// length-prefixed and hashed (SHA-256, hex) under a kind of their own (`keyword#`), which
-/// no joined key can equal. Route names hold neither character (config validation).
-pub fn guard_key(route: &str, kind: &str, parts: &[&str]) -> Vec<u8> {
-    let plain = parts.iter().all(|p| !p.contains(['\0', ':']));
-    let mut key = format!("{route}\0{kind}").into_bytes();
-    if plain {
-        for part in parts {
-            key.push(0);
-            key.extend_from_slice(part.as_bytes());
-        }
-    } else {
-        let mut hash = Sha256::new();
-        for part in parts {
-            hash.update((part.len() as u64).to_le_bytes());
-            hash.update(part.as_bytes());
-        }
-        key.extend_from_slice(b"#\0");
-        key.extend_from_slice(hex::encode(hash.finalize()).as_bytes());
-    }
-    key
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The Redis form of a store key (NUL shown as `:`), as `redis_store` writes it.
-    fn as_redis(key: &[u8]) -> Vec<u8> {
-        key.iter()
-            .map(|b| if *b == 0 { b':' } else { *b })
-            .collect()
-    }
-
-    #[test]
-    fn guard_keys_of_different_parts_differ_in_sled_and_in_redis() {
-        let pairs: [(&[&str], &[&str]); 4] = [
-            (&["a\0b", "c"], &["a", "b\0c"]),
-            (&["a:b", "c"], &["a", "b:c"]),
-            (&["a:b", "c"], &["a\0b", "c"]),
-            (&["a", "b"], &["a\0b"]),
-        ];
-        for (one, other) in pairs {
-            let (k1, k2) = (
-                guard_key("r", "keyword", one),
-                guard_key("r", "keyword", other),
-            );
-            assert_ne!(k1, k2, "{one:?} / {other:?}");
-            assert_ne!(as_redis(&k1), as_redis(&k2), "{one:?} / {other:?} in Redis");
-        }
-        // Keys without NUL or ':' keep the form existing stores hold.
-        assert_eq!(
-            guard_key("botix", "keyword", &["+15550001111", "+15550002222"]),
-            b"botix\0keyword\0+15550001111\0+15550002222".to_vec()
-        );
-        assert_eq!(
-            guard_key("botix", "status", &["msg_1"]),
-            b"botix\0status\0msg_1".to_vec()
-        );
     }
 }

@@ -386,7 +386,7 @@ impl Spool {
         let flushed = tokio::time::timeout(FLUSH_TIMEOUT, self.store.flush())
             .await
             .unwrap_or_else(|_| {
-                Err(StoreError::Io(format!(
+                Err(StoreError::NotDurable(format!(
                     "the spool's fsync took longer than {FLUSH_TIMEOUT:?}"
                 )))
             });

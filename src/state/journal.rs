@@ -23,16 +23,15 @@
 
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nohash_hasher::{BuildNoHashHasher, IsEnabled};
-use sha2::{Digest as _, Sha256};
+use nohash_hasher::BuildNoHashHasher;
 use tokio::sync::watch;
 
+use crate::state::keys::{Digest, StoreKey};
 use crate::store::{StoreError, Tree};
 
 /// The open batch's buffer is allocated with room for this much; a batch grows beyond it
@@ -62,32 +61,6 @@ pub enum Change<'v> {
         durable: bool,
     },
 }
-
-/// Keys are held and journaled as the first 16 bytes of their SHA-256: a mark then costs
-/// about 80 bytes of memory instead of about 250 with the key itself (route, kind and an id
-/// of up to 512 bytes). A collision needs about 2^64 chosen keys.
-#[derive(Clone, Copy, PartialEq, Eq)]
-struct Digest([u8; 16]);
-
-fn digest(key: &[u8]) -> Digest {
-    let full = Sha256::digest(key);
-    let mut d = [0; 16];
-    d.copy_from_slice(&full[..16]);
-    Digest(d)
-}
-
-/// The digest is already uniformly random, so its bytes are the hash; no second hash
-/// function runs. Bytes 8..16, because bytes 0 and 1 pick the shard and would be alike for
-/// every key of one map.
-impl Hash for Digest {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        let mut half = [0; 8];
-        half.copy_from_slice(&self.0[8..]);
-        state.write_u64(u64::from_le_bytes(half));
-    }
-}
-
-impl IsEnabled for Digest {}
 
 struct Entry {
     value: Value,
@@ -255,7 +228,7 @@ impl Journal {
         let writer = std::thread::Builder::new()
             .name("state-journal".into())
             .spawn(move || write_loop(&for_writer))
-            .map_err(|e| StoreError::Io(format!("cannot start the journal writer: {e}")))?;
+            .map_err(|e| StoreError::Stopped(format!("cannot start the journal writer: {e}")))?;
         Ok(Arc::new(Self {
             shared,
             writer: Some(writer),
@@ -263,8 +236,8 @@ impl Journal {
     }
 
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
-    pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        let key = digest(key);
+    pub fn get(&self, key: &StoreKey) -> Option<Vec<u8>> {
+        let key = key.digest();
         self.shared
             .shard(&key)
             .get(&key)
@@ -272,7 +245,7 @@ impl Journal {
     }
 
     /// Sets `key` durably.
-    pub fn put(&self, key: &[u8], value: &[u8], expires_ms: i64, now_ms: i64) {
+    pub fn put(&self, key: &StoreKey, value: &[u8], expires_ms: i64, now_ms: i64) {
         self.modify(key, now_ms, |_| {
             (
                 Change::Put {
@@ -289,11 +262,11 @@ impl Journal {
     /// to do; its second result is returned.
     pub fn modify<'v, R>(
         &self,
-        key: &[u8],
+        key: &StoreKey,
         now_ms: i64,
         decide: impl FnOnce(Option<&[u8]>) -> (Change<'v>, R),
     ) -> R {
-        let key = digest(key);
+        let key = key.digest();
         let mut shard = self.shared.shard(&key);
         // One probe of the table for the read and the write: in a map of a million entries
         // each probe is a cache miss.
@@ -354,8 +327,8 @@ impl Journal {
 
     /// Forgets `key` if its value is memory-only and `forget` says so. Durable values are
     /// only forgotten by expiry: without a tombstone, a removed one would come back on replay.
-    pub fn forget_volatile_if(&self, key: &[u8], forget: impl FnOnce(&[u8]) -> bool) {
-        let key = digest(key);
+    pub fn forget_volatile_if(&self, key: &StoreKey, forget: impl FnOnce(&[u8]) -> bool) {
+        let key = key.digest();
         let mut shard = self.shared.shard(&key);
         if shard
             .get(&key)
@@ -412,11 +385,11 @@ impl Journal {
         .await;
         match reached {
             Ok(Ok(p)) if p.durable_below >= point.0 => Ok(()),
-            Ok(Ok(_)) => Err(StoreError::Io(
+            Ok(Ok(_)) => Err(StoreError::NotDurable(
                 "state journal cannot be written to disk".into(),
             )),
-            Ok(Err(_)) => Err(StoreError::Io("state journal writer stopped".into())),
-            Err(_) => Err(StoreError::Io(format!(
+            Ok(Err(_)) => Err(StoreError::Stopped("state journal writer stopped".into())),
+            Err(_) => Err(StoreError::NotDurable(format!(
                 "state journal not on disk within {wait:?}"
             ))),
         }
@@ -744,10 +717,10 @@ mod tests {
         let (_dir, store) = temp_store();
         {
             let j = open(&store, 0);
-            j.put(b"a", b"1", 1_000, 0);
-            j.put(b"b", b"2", 100, 0);
-            j.put(b"a", b"3", 2_000, 10); // supersedes the first record of a
-            j.modify(b"c", 10, |_| {
+            j.put(&StoreKey::raw(b"a"), b"1", 1_000, 0);
+            j.put(&StoreKey::raw(b"b"), b"2", 100, 0);
+            j.put(&StoreKey::raw(b"a"), b"3", 2_000, 10); // supersedes the first record of a
+            j.modify(&StoreKey::raw(b"c"), 10, |_| {
                 (
                     Change::Put {
                         value: b"claim",
@@ -760,9 +733,17 @@ mod tests {
             assert_eq!(j.len(), 3);
         }
         let j = open(&store, 500);
-        assert_eq!(j.get(b"a").as_deref(), Some(&b"3"[..]));
-        assert_eq!(j.get(b"b"), None, "expired before the reopen");
-        assert_eq!(j.get(b"c"), None, "claims are never written");
+        assert_eq!(j.get(&StoreKey::raw(b"a")).as_deref(), Some(&b"3"[..]));
+        assert_eq!(
+            j.get(&StoreKey::raw(b"b")),
+            None,
+            "expired before the reopen"
+        );
+        assert_eq!(
+            j.get(&StoreKey::raw(b"c")),
+            None,
+            "claims are never written"
+        );
         assert_eq!(j.len(), 1);
     }
 
@@ -770,9 +751,9 @@ mod tests {
     fn sweeping_deletes_dead_batches_oldest_first() {
         let (_dir, store) = temp_store();
         let j = open(&store, 0);
-        j.put(b"short", b"x", 100, 0);
+        j.put(&StoreKey::raw(b"short"), b"x", 100, 0);
         j.write_now().expect("write");
-        j.put(b"long", b"y", 10_000, 1);
+        j.put(&StoreKey::raw(b"long"), b"y", 10_000, 1);
         j.write_now().expect("write");
         assert_eq!(j.batches_on_disk(), 2);
         assert_eq!(j.sweep(50).expect("sweep"), 0);
@@ -795,21 +776,25 @@ mod tests {
             let j = open(&store, 0);
             // Batch 0: k (soon superseded) and pin (long-lived, keeps batch 0 alive).
             in_one_batch(&j, || {
-                j.put(b"k", b"old", 9_000, 0);
-                j.put(b"pin", b"p", 9_000, 0);
-                j.put(b"filler", b"f", 9_000, 0);
+                j.put(&StoreKey::raw(b"k"), b"old", 9_000, 0);
+                j.put(&StoreKey::raw(b"pin"), b"p", 9_000, 0);
+                j.put(&StoreKey::raw(b"filler"), b"f", 9_000, 0);
             });
             j.write_now().expect("write");
             // Batch 1: k's new value, expiring sooner.
-            j.put(b"k", b"new", 500, 1);
+            j.put(&StoreKey::raw(b"k"), b"new", 500, 1);
             j.write_now().expect("write");
             // k expires; batch 1 is dead, batch 0 still holds pin and filler.
             j.sweep(600).expect("sweep");
             assert_eq!(j.batches_on_disk(), 2, "batch 1 waits for batch 0");
         }
         let j = open(&store, 600);
-        assert_eq!(j.get(b"k"), None, "the old record of k must not come back");
-        assert_eq!(j.get(b"pin").as_deref(), Some(&b"p"[..]));
+        assert_eq!(
+            j.get(&StoreKey::raw(b"k")),
+            None,
+            "the old record of k must not come back"
+        );
+        assert_eq!(j.get(&StoreKey::raw(b"pin")).as_deref(), Some(&b"p"[..]));
     }
 
     #[test]
@@ -819,7 +804,12 @@ mod tests {
             let j = open(&store, 0);
             in_one_batch(&j, || {
                 for i in 0..10u8 {
-                    j.put(&[i], b"v", if i == 0 { 9_000 } else { 100 }, 0);
+                    j.put(
+                        &StoreKey::raw(&[i]),
+                        b"v",
+                        if i == 0 { 9_000 } else { 100 },
+                        0,
+                    );
                 }
             });
             j.write_now().expect("write");
@@ -829,7 +819,7 @@ mod tests {
             assert_eq!(j.batches_on_disk(), 1);
         }
         let j = open(&store, 300);
-        assert_eq!(j.get(&[0]).as_deref(), Some(&b"v"[..]));
+        assert_eq!(j.get(&StoreKey::raw(&[0])).as_deref(), Some(&b"v"[..]));
         assert_eq!(j.len(), 1);
     }
 
@@ -837,7 +827,7 @@ mod tests {
     fn the_writer_thread_writes_without_being_asked() {
         let (_dir, store) = temp_store();
         let j = open(&store, 0);
-        j.put(b"a", b"1", 1_000, 0);
+        j.put(&StoreKey::raw(b"a"), b"1", 1_000, 0);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while j.batches_on_disk() == 0 && std::time::Instant::now() < deadline {
             std::thread::yield_now();
@@ -854,7 +844,7 @@ mod tests {
         j.durable(idle, Duration::from_secs(5))
             .await
             .expect("nothing pending");
-        j.put(b"a", b"1", 1_000, 0);
+        j.put(&StoreKey::raw(b"a"), b"1", 1_000, 0);
         let point = j.sync_point();
         assert!(point.0 > idle.0, "a change moves the point");
         j.durable(point, Duration::from_secs(5))
@@ -871,7 +861,7 @@ mod tests {
             open: Open::new(0),
             batches: BTreeMap::new(),
         };
-        log.append(&digest(b"key"), 7, b"value", 1);
+        log.append(&Digest::of(b"key"), 7, b"value", 1);
         let full = log.open.buf;
         let (created, records) = decode_batch(&full).expect("whole batch");
         assert_eq!((created, records.len()), (1, 1));

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::state::journal::{Change, Journal};
+use crate::state::keys::StoreKey;
 
 /// A stored mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,16 +82,6 @@ pub fn decode(bytes: &[u8]) -> Option<Mark> {
     }
 }
 
-/// The store key of an event id.
-pub fn event_key(route: &str, event_id: &str) -> Vec<u8> {
-    format!("{route}\0event:{event_id}").into_bytes()
-}
-
-/// The store key of a request id.
-pub fn request_key(route: &str, request_id: &str) -> Vec<u8> {
-    format!("{route}\0request:{request_id}").into_bytes()
-}
-
 /// Dedup marks of the sled backend, kept in the state [`Journal`].
 #[derive(Clone)]
 pub struct SledMarks {
@@ -108,14 +99,14 @@ impl SledMarks {
     }
 
     /// The key's state now.
-    pub fn state(&self, key: &[u8], now_ms: i64) -> KeyState {
+    pub fn state(&self, key: &StoreKey, now_ms: i64) -> KeyState {
         let mark = self.journal.get(key).as_deref().and_then(decode);
         classify(mark.as_ref(), now_ms, self.lease_ms)
     }
 
     /// Claims `key` for `token` if it is free (absent, expired or a stale lease). The check
     /// and the claim happen under one lock, so of two concurrent claims exactly one wins.
-    pub fn try_claim(&self, key: &[u8], token: u64, now_ms: i64) -> Claim {
+    pub fn try_claim(&self, key: &StoreKey, token: u64, now_ms: i64) -> Claim {
         let claim = encode(&Mark::InFlight {
             token,
             since_ms: now_ms,
@@ -139,7 +130,7 @@ impl SledMarks {
     }
 
     /// Records the keys as done until `expires_ms`.
-    pub fn mark_done(&self, keys: &[&[u8]], expires_ms: i64, now_ms: i64) {
+    pub fn mark_done(&self, keys: &[&StoreKey], expires_ms: i64, now_ms: i64) {
         let done = encode(&Mark::Done { expires_ms });
         for key in keys {
             self.journal.put(key, &done, expires_ms, now_ms);
@@ -147,7 +138,7 @@ impl SledMarks {
     }
 
     /// Gives a claim back, if `token` still holds it, so the sender's retry can claim it.
-    pub fn release(&self, key: &[u8], token: u64) {
+    pub fn release(&self, key: &StoreKey, token: u64) {
         self.journal.forget_volatile_if(
             key,
             |value| matches!(decode(value), Some(Mark::InFlight { token: t, .. }) if t == token),
@@ -207,7 +198,7 @@ mod tests {
         )
         .expect("journal");
         let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
-        let key = event_key("r", "e1");
+        let key = StoreKey::event("r", "e1");
         assert_eq!(marks.try_claim(&key, 1, 0), Claim::Claimed);
         assert_eq!(marks.try_claim(&key, 2, 10), Claim::InFlight);
         // A lease older than 30 s is a leftover and can be taken over.

@@ -2,18 +2,22 @@
 //! shared Redis (several). The backend is chosen here, once, from `dedup.backend`; the rest
 //! of the code calls these methods and does not know which one runs.
 
+pub mod backoff;
 pub mod journal;
+pub mod keys;
 pub mod locks;
 pub mod marks;
 pub mod redis;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedMutexGuard;
 
 use crate::config::{Backend, Config};
+use crate::state::backoff::Backoff;
 use crate::state::journal::Journal;
+use crate::state::keys::StoreKey;
 use crate::state::locks::KeyedLocks;
 use crate::state::marks::{Claim, KeyState, SledMarks};
 use crate::state::redis::{RedisState, RedisTarget};
@@ -54,7 +58,18 @@ pub enum KeyLock {
     /// An in-process lock, released when dropped.
     Local(OwnedMutexGuard<()>),
     /// A Redis lock owned by `token`.
-    Redis { key: Vec<u8>, token: u64 },
+    Redis { key: StoreKey, token: u64 },
+}
+
+/// What [`StateStore::claim_or_wait`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Claimed {
+    /// This request owns the event key and must finish with `mark_done` or `release`.
+    Owned,
+    /// The event (or the sender's request id) was handled before.
+    Duplicate,
+    /// Another request still holds it after the whole wait.
+    Busy,
 }
 
 /// A backend choice checked before any port is bound.
@@ -135,7 +150,7 @@ impl StateStore {
     }
 
     /// The state of a dedup key at `now_ms`.
-    pub async fn mark_state(&self, key: &[u8], now_ms: i64) -> Result<KeyState, StoreError> {
+    pub async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
             StateStore::Sled(s) => Ok(s.marks.state(key, now_ms)),
             StateStore::Redis { redis, .. } => redis.state(key).await,
@@ -145,7 +160,7 @@ impl StateStore {
     /// Claims a dedup key for `token`.
     pub async fn try_claim(
         &self,
-        key: &[u8],
+        key: &StoreKey,
         token: u64,
         now_ms: i64,
         lease: Duration,
@@ -156,11 +171,42 @@ impl StateStore {
         }
     }
 
+    /// Claims the event key for `token`, or waits, at most `wait`, for the request that
+    /// holds it to finish. A request id the sender set is checked first: a retry under the
+    /// same request id is a duplicate even when its body says otherwise. `now_ms` is read
+    /// anew for every attempt.
+    pub async fn claim_or_wait(
+        &self,
+        event: &StoreKey,
+        request: Option<&StoreKey>,
+        token: u64,
+        wait: Duration,
+        lease: Duration,
+        now_ms: impl Fn() -> i64,
+    ) -> Result<Claimed, StoreError> {
+        let deadline = Instant::now() + wait;
+        let mut backoff = Backoff::default();
+        loop {
+            let now = now_ms();
+            if let Some(request) = request {
+                if self.mark_state(request, now).await? == KeyState::Done {
+                    return Ok(Claimed::Duplicate);
+                }
+            }
+            match self.try_claim(event, token, now, lease).await? {
+                Claim::Claimed => return Ok(Claimed::Owned),
+                Claim::Done => return Ok(Claimed::Duplicate),
+                Claim::InFlight if Instant::now() >= deadline => return Ok(Claimed::Busy),
+                Claim::InFlight => backoff.pause().await,
+            }
+        }
+    }
+
     /// Marks keys done until `ttl` after the later of `now_ms` (receipt) and `event_ms`
     /// (the event's own time): a future-dated event's replay must still find its mark.
     pub async fn mark_done(
         &self,
-        keys: &[&[u8]],
+        keys: &[&StoreKey],
         now_ms: i64,
         event_ms: Option<i64>,
         ttl: Duration,
@@ -196,7 +242,7 @@ impl StateStore {
     }
 
     /// Releases a claim still held by `token`.
-    pub async fn release(&self, key: &[u8], token: u64) -> Result<(), StoreError> {
+    pub async fn release(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         match self {
             StateStore::Sled(s) => {
                 s.marks.release(key, token);
@@ -207,15 +253,16 @@ impl StateStore {
     }
 
     /// Takes the lock of a guard key; events of one key are decided one at a time.
-    pub async fn lock(&self, key: &[u8]) -> Result<KeyLock, StoreError> {
+    pub async fn lock(&self, key: &StoreKey) -> Result<KeyLock, StoreError> {
         match self {
-            StateStore::Sled(s) => match tokio::time::timeout(s.lock_wait, s.locks.lock(key)).await
-            {
-                Ok(guard) => Ok(KeyLock::Local(guard)),
-                Err(_) => Err(StoreError::Io(
-                    "guard key is locked by another request for too long".into(),
-                )),
-            },
+            StateStore::Sled(s) => {
+                match tokio::time::timeout(s.lock_wait, s.locks.lock(key.digest())).await {
+                    Ok(guard) => Ok(KeyLock::Local(guard)),
+                    Err(_) => Err(StoreError::Busy(
+                        "guard key is locked by another request for too long",
+                    )),
+                }
+            }
             StateStore::Redis {
                 redis,
                 lock_lease,
@@ -224,7 +271,7 @@ impl StateStore {
                 let token: u64 = rand::random();
                 redis.lock(key, token, *lock_lease, *lock_wait).await?;
                 Ok(KeyLock::Redis {
-                    key: key.to_vec(),
+                    key: key.clone(),
                     token,
                 })
             }
@@ -242,7 +289,7 @@ impl StateStore {
     }
 
     /// Reads guard state.
-    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+    pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
             StateStore::Sled(s) => Ok(s.journal.get(key)),
             StateStore::Redis { redis, .. } => redis.get(key).await,
@@ -252,7 +299,7 @@ impl StateStore {
     /// Writes guard state that may be forgotten at `expires_ms` (never when `None`).
     pub async fn put(
         &self,
-        key: &[u8],
+        key: &StoreKey,
         value: &[u8],
         now_ms: i64,
         expires_ms: Option<i64>,
@@ -309,14 +356,24 @@ mod tests {
         )
         .expect("config");
         let state = StateStore::open(&BackendChoice::Sled, &config, &store, 0).expect("state");
-        let held = state.lock(b"key").await.expect("first lock");
-        // Bounded by the test, so the old unbounded wait fails instead of hanging.
-        let second = tokio::time::timeout(Duration::from_secs(10), state.lock(b"key"))
+        let held = state
+            .lock(&StoreKey::raw(b"key"))
             .await
-            .expect("the wait for a held guard lock is bounded");
+            .expect("first lock");
+        // Bounded by the test, so the old unbounded wait fails instead of hanging.
+        let second =
+            tokio::time::timeout(Duration::from_secs(10), state.lock(&StoreKey::raw(b"key")))
+                .await
+                .expect("the wait for a held guard lock is bounded");
         assert!(second.is_err(), "a held lock was taken twice");
-        assert!(state.lock(b"other").await.is_ok(), "other keys do not wait");
+        assert!(
+            state.lock(&StoreKey::raw(b"other")).await.is_ok(),
+            "other keys do not wait"
+        );
         state.unlock(held).await;
-        assert!(state.lock(b"key").await.is_ok(), "a released lock is taken");
+        assert!(
+            state.lock(&StoreKey::raw(b"key")).await.is_ok(),
+            "a released lock is taken"
+        );
     }
 }

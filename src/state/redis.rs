@@ -12,6 +12,8 @@ use std::time::Duration;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
+use crate::state::backoff::Backoff;
+use crate::state::keys::{RedisSpace, StoreKey};
 use crate::state::marks::{Claim, KeyState};
 use crate::store::StoreError;
 
@@ -19,8 +21,6 @@ use crate::store::StoreError;
 const OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Value of a done mark.
 const DONE: &str = "d";
-/// How long a waiter sleeps between polls of a busy guard-key lock, at most.
-const LOCK_POLL_MAX: Duration = Duration::from_millis(50);
 
 /// Deletes a key only if it still holds our value: a claim or lock taken over after its
 /// lease must not be released by the old owner.
@@ -78,7 +78,7 @@ impl RedisState {
             .set_max_delay(Duration::from_secs(2))
             .set_number_of_retries(1);
         let conn = ConnectionManager::new_lazy_with_config(target.client.clone(), config)
-            .map_err(|e| StoreError::Io(format!("redis: {e}")))?;
+            .map_err(|e| StoreError::Unreachable(e.into()))?;
         Ok(Self {
             conn,
             prefix: target.prefix.clone(),
@@ -96,7 +96,7 @@ impl RedisState {
     /// of memory (`maxmemory` with `noeviction`) or a read-only replica still answers PING
     /// and GET, but refuses every claim, so only a write tells.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let k = self.key(b"readiness-probe");
+        let k = self.key(&StoreKey::raw(b"readiness-probe"), RedisSpace::Marks);
         let mut c = self.conn.clone();
         self.run(Access::Write, async move {
             c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
@@ -105,8 +105,8 @@ impl RedisState {
     }
 
     /// The state of a dedup key.
-    pub async fn state(&self, key: &[u8]) -> Result<KeyState, StoreError> {
-        let k = self.key(key);
+    pub async fn state(&self, key: &StoreKey) -> Result<KeyState, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
         let mut c = self.conn.clone();
         let v: Option<String> = self
             .run(Access::Read, async move { c.get(k).await })
@@ -122,12 +122,13 @@ impl RedisState {
     /// replica dies, so a crash leftover is taken over without a sweep.
     pub async fn try_claim(
         &self,
-        key: &[u8],
+        key: &StoreKey,
         token: u64,
         lease: Duration,
     ) -> Result<Claim, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
         loop {
-            if self.set_nx(key, &token.to_string(), lease).await? {
+            if self.set_nx(k.clone(), &token.to_string(), lease).await? {
                 return Ok(Claim::Claimed);
             }
             match self.state(key).await? {
@@ -140,11 +141,11 @@ impl RedisState {
     }
 
     /// Marks keys done for `ttl`.
-    pub async fn mark_done(&self, keys: &[&[u8]], ttl: Duration) -> Result<(), StoreError> {
+    pub async fn mark_done(&self, keys: &[&StoreKey], ttl: Duration) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
         for key in keys {
             pipe.set_options(
-                self.key(key),
+                self.key(key, RedisSpace::Marks),
                 DONE,
                 redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(millis(ttl))),
             )
@@ -158,8 +159,8 @@ impl RedisState {
     }
 
     /// Releases a claim if `token` still holds it.
-    pub async fn release(&self, key: &[u8], token: u64) -> Result<(), StoreError> {
-        self.compare_and_delete(self.key(key), token.to_string())
+    pub async fn release(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
+        self.compare_and_delete(self.key(key, RedisSpace::Marks), token.to_string())
             .await
     }
 
@@ -167,37 +168,39 @@ impl RedisState {
     /// expires after `lease` if this replica dies holding it.
     pub async fn lock(
         &self,
-        key: &[u8],
+        key: &StoreKey,
         token: u64,
         lease: Duration,
         wait: Duration,
     ) -> Result<(), StoreError> {
-        let lock_key = [b"lock:".as_slice(), key].concat();
+        let lock_key = self.key(key, RedisSpace::Locks);
         let deadline = tokio::time::Instant::now() + wait;
-        let mut pause = Duration::from_millis(2);
+        let mut backoff = Backoff::default();
         loop {
-            if self.set_nx(&lock_key, &token.to_string(), lease).await? {
+            if self
+                .set_nx(lock_key.clone(), &token.to_string(), lease)
+                .await?
+            {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(StoreError::Io(
-                    "guard key is locked by another request for too long".into(),
+                return Err(StoreError::Busy(
+                    "guard key is locked by another request for too long",
                 ));
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(LOCK_POLL_MAX);
+            backoff.pause().await;
         }
     }
 
     /// Releases a guard-key lock taken with `token`.
-    pub async fn unlock(&self, key: &[u8], token: u64) -> Result<(), StoreError> {
-        let lock_key = self.key(&[b"lock:".as_slice(), key].concat());
+    pub async fn unlock(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
+        let lock_key = self.key(key, RedisSpace::Locks);
         self.compare_and_delete(lock_key, token.to_string()).await
     }
 
     /// Reads guard state.
-    pub async fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        let k = self.key(&[b"guard:".as_slice(), key].concat());
+    pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
+        let k = self.key(key, RedisSpace::Guard);
         let mut c = self.conn.clone();
         self.run(Access::Read, async move { c.get(k).await }).await
     }
@@ -205,11 +208,11 @@ impl RedisState {
     /// Writes guard state, forgotten after `ttl` when given.
     pub async fn put(
         &self,
-        key: &[u8],
+        key: &StoreKey,
         value: &[u8],
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let k = self.key(&[b"guard:".as_slice(), key].concat());
+        let k = self.key(key, RedisSpace::Guard);
         let mut c = self.conn.clone();
         let value = value.to_vec();
         match ttl {
@@ -229,8 +232,7 @@ impl RedisState {
         }
     }
 
-    async fn set_nx(&self, key: &[u8], value: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let k = self.key(key);
+    async fn set_nx(&self, k: Vec<u8>, value: &str, ttl: Duration) -> Result<bool, StoreError> {
         let mut c = self.conn.clone();
         let value = value.to_owned();
         let opts = redis::SetOptions::default()
@@ -265,9 +267,9 @@ impl RedisState {
     ) -> Result<T, StoreError> {
         let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(StoreError::Io(format!("redis: {e}"))),
-            Err(_) => Err(StoreError::Io(
-                "redis: no answer within the deadline".into(),
+            Ok(Err(e)) => Err(StoreError::Unreachable(e.into())),
+            Err(_) => Err(StoreError::Unreachable(
+                "no answer within the deadline".into(),
             )),
         };
         match (&result, access) {
@@ -278,12 +280,9 @@ impl RedisState {
         result
     }
 
-    /// The Redis key of a store key: prefix, then the route-namespaced key with its
-    /// separators made readable.
-    fn key(&self, key: &[u8]) -> Vec<u8> {
-        let mut out = self.prefix.as_bytes().to_vec();
-        out.extend(key.iter().map(|b| if *b == 0 { b':' } else { *b }));
-        out
+    /// The Redis key of a store key in `space`.
+    fn key(&self, key: &StoreKey, space: RedisSpace) -> Vec<u8> {
+        key.redis_form(&self.prefix, space)
     }
 }
 

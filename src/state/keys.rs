@@ -1,0 +1,202 @@
+//! Store keys: the one place their formats are defined. A key is built once per request and
+//! carries both forms a backend needs: its bytes (Redis, with the separators made readable)
+//! and its digest (the sled journal holds digests, not keys).
+//!
+//! Formats, with NUL as the separator:
+//! - dedup by event id: `{route}\0event:{id}`; by request id: `{route}\0request:{id}`;
+//! - guard state: `{route}\0{kind}\0{part}\0{part}…`, or, when a part holds NUL or `:`,
+//!   `{route}\0{kind}#\0{sha256 of the length-prefixed parts, hex}`.
+
+use std::hash::{Hash, Hasher};
+
+use nohash_hasher::IsEnabled;
+use sha2::{Digest as _, Sha256};
+
+/// The first 16 bytes of a key's SHA-256: a mark held by digest costs about 80 bytes of
+/// memory instead of about 250 with the key itself (route, kind and an id of up to 512
+/// bytes). A collision needs about 2^64 chosen keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Digest(pub [u8; 16]);
+
+impl Digest {
+    /// The digest of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        let full = Sha256::digest(bytes);
+        let mut d = [0; 16];
+        d.copy_from_slice(&full[..16]);
+        Digest(d)
+    }
+}
+
+/// The digest is already uniformly random, so its bytes are the hash; no second hash
+/// function runs. Bytes 8..16, because bytes 0 and 1 pick the journal's shard and would be
+/// alike for every key of one shard.
+impl Hash for Digest {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut half = [0; 8];
+        half.copy_from_slice(&self.0[8..]);
+        state.write_u64(u64::from_le_bytes(half));
+    }
+}
+
+impl IsEnabled for Digest {}
+
+/// A key of the state store.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreKey {
+    bytes: Vec<u8>,
+    digest: Digest,
+}
+
+impl StoreKey {
+    fn new(bytes: Vec<u8>) -> Self {
+        let digest = Digest::of(&bytes);
+        Self { bytes, digest }
+    }
+
+    /// The dedup key of an event id.
+    pub fn event(route: &str, event_id: &str) -> Self {
+        Self::new(format!("{route}\0event:{event_id}").into_bytes())
+    }
+
+    /// The dedup key of a request id.
+    pub fn request(route: &str, request_id: &str) -> Self {
+        Self::new(format!("{route}\0request:{request_id}").into_bytes())
+    }
+
+    /// The key of one guard key's state (`kind` is `status` or `keyword`).
+    ///
+    /// Parts come from the sender's body and may hold any character, so joining them with
+    /// a separator alone is ambiguous (contact `a\0b` with channel `c` would share a key
+    /// with contact `a` and channel `b\0c`; in Redis, which shows the separator as `:`, so
+    /// would `a:b` + `c` and `a` + `b:c`). Parts free of NUL and `:` are joined with NUL,
+    /// the form stores have always held, so existing state is found as before; otherwise
+    /// the parts are length-prefixed and hashed under a kind of their own (`keyword#`),
+    /// which no joined key can equal. Route names hold neither character (config
+    /// validation).
+    pub fn guard(route: &str, kind: &str, parts: &[&str]) -> Self {
+        let plain = parts.iter().all(|p| !p.contains(['\0', ':']));
+        let mut key = format!("{route}\0{kind}").into_bytes();
+        if plain {
+            for part in parts {
+                key.push(0);
+                key.extend_from_slice(part.as_bytes());
+            }
+        } else {
+            let mut hash = Sha256::new();
+            for part in parts {
+                hash.update((part.len() as u64).to_le_bytes());
+                hash.update(part.as_bytes());
+            }
+            key.extend_from_slice(b"#\0");
+            key.extend_from_slice(hex::encode(hash.finalize()).as_bytes());
+        }
+        Self::new(key)
+    }
+
+    /// A key of the given bytes, for tools and tests that work below the formats above.
+    pub fn raw(bytes: &[u8]) -> Self {
+        Self::new(bytes.to_vec())
+    }
+
+    /// The key's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The key's digest, computed when the key was built.
+    pub fn digest(&self) -> Digest {
+        self.digest
+    }
+
+    /// The Redis form: `prefix`, the space's own prefix, then the key with NUL shown as
+    /// `:`.
+    pub fn redis_form(&self, prefix: &str, space: RedisSpace) -> Vec<u8> {
+        let mut out = format!("{prefix}{}", space.prefix()).into_bytes();
+        out.extend(self.bytes.iter().map(|b| if *b == 0 { b':' } else { *b }));
+        out
+    }
+}
+
+/// What a Redis key holds: marks, locks and guard state of one store key live apart.
+#[derive(Clone, Copy, Debug)]
+pub enum RedisSpace {
+    /// Dedup marks (and the readiness probe).
+    Marks,
+    /// Guard-key locks.
+    Locks,
+    /// Guard state.
+    Guard,
+}
+
+impl RedisSpace {
+    fn prefix(self) -> &'static str {
+        match self {
+            RedisSpace::Marks => "",
+            RedisSpace::Locks => "lock:",
+            RedisSpace::Guard => "guard:",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dedup_keys_keep_their_stored_form() {
+        assert_eq!(
+            StoreKey::event("botix", "evt_1").as_bytes(),
+            b"botix\0event:evt_1"
+        );
+        assert_eq!(
+            StoreKey::request("botix", "req_1").as_bytes(),
+            b"botix\0request:req_1"
+        );
+        assert_eq!(
+            StoreKey::event("botix", "evt_1").redis_form("hg:", RedisSpace::Marks),
+            b"hg:botix:event:evt_1".to_vec()
+        );
+        assert_eq!(
+            StoreKey::guard("botix", "status", &["m"]).redis_form("hg:", RedisSpace::Locks),
+            b"hg:lock:botix:status:m".to_vec()
+        );
+        assert_eq!(
+            StoreKey::guard("botix", "status", &["m"]).redis_form("hg:", RedisSpace::Guard),
+            b"hg:guard:botix:status:m".to_vec()
+        );
+        let key = StoreKey::event("botix", "evt_1");
+        assert_eq!(key.digest(), Digest::of(key.as_bytes()));
+    }
+
+    #[test]
+    fn guard_keys_of_different_parts_differ_in_sled_and_in_redis() {
+        let pairs: [(&[&str], &[&str]); 4] = [
+            (&["a\0b", "c"], &["a", "b\0c"]),
+            (&["a:b", "c"], &["a", "b:c"]),
+            (&["a:b", "c"], &["a\0b", "c"]),
+            (&["a", "b"], &["a\0b"]),
+        ];
+        for (one, other) in pairs {
+            let (k1, k2) = (
+                StoreKey::guard("r", "keyword", one),
+                StoreKey::guard("r", "keyword", other),
+            );
+            assert_ne!(k1, k2, "{one:?} / {other:?}");
+            assert_ne!(
+                k1.redis_form("", RedisSpace::Guard),
+                k2.redis_form("", RedisSpace::Guard),
+                "{one:?} / {other:?} in Redis"
+            );
+        }
+        // Keys without NUL or ':' keep the form existing stores hold.
+        assert_eq!(
+            StoreKey::guard("botix", "keyword", &["+15550001111", "+15550002222"]).as_bytes(),
+            b"botix\0keyword\0+15550001111\0+15550002222"
+        );
+        assert_eq!(
+            StoreKey::guard("botix", "status", &["msg_1"]).as_bytes(),
+            b"botix\0status\0msg_1"
+        );
+    }
+}
