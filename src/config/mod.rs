@@ -45,10 +45,10 @@ pub struct Config {
     pub listen: Listen,
     /// The admin listener for probes and metrics.
     #[serde(default)]
-    pub admin: Admin,
+    pub admin: AdminConfig,
     /// The embedded store (dedup marks, guard state, spool).
     #[serde(default)]
-    pub store: Store,
+    pub store: StoreConfig,
     /// The RabbitMQ connection and message shape.
     #[serde(default)]
     pub amqp: Amqp,
@@ -60,7 +60,7 @@ pub struct Config {
     pub redis: Redis,
     /// The durable local buffer used while the broker cannot take messages.
     #[serde(default)]
-    pub spool: Spool,
+    pub spool: SpoolConfig,
     /// Request limits.
     #[serde(default)]
     pub limits: Limits,
@@ -107,75 +107,68 @@ pub struct Tls {
 
 /// The admin listener.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Admin {
+#[serde(default, deny_unknown_fields)]
+pub struct AdminConfig {
     /// Socket address for `/healthz`, `/readyz`, `/metrics`. Default `0.0.0.0:9090`.
-    #[serde(default = "default_admin_addr")]
     pub addr: SocketAddr,
 }
 
-impl Default for Admin {
+impl Default for AdminConfig {
     fn default() -> Self {
         Self {
-            addr: default_admin_addr(),
+            addr: SocketAddr::from(([0, 0, 0, 0], 9090)),
         }
     }
 }
 
 /// The embedded sled store.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Store {
+#[serde(default, deny_unknown_fields)]
+pub struct StoreConfig {
     /// Directory of the sled database. Default `/var/lib/hookgate`.
-    #[serde(default = "default_store_path")]
     pub path: PathBuf,
 }
 
-impl Default for Store {
+impl Default for StoreConfig {
     fn default() -> Self {
         Self {
-            path: default_store_path(),
+            path: PathBuf::from("/var/lib/hookgate"),
         }
     }
 }
 
 /// The RabbitMQ side.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Amqp {
     /// AMQP URL. Default `amqp://guest:guest@127.0.0.1:5672/%2f`. Redacted when printed.
-    #[serde(default = "default_amqp_url")]
     pub url: String,
     /// Environment variable holding the whole URL (credentials included); when set it
     /// overrides `url`, so a password can come from a Kubernetes Secret. Default unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url_env: Option<String>,
     /// Exchange accepted events are published to (type topic). Default `webhooks`.
-    #[serde(default = "default_exchange")]
     pub exchange: String,
     /// Routing key template; `{route}` and `{event}` are replaced. Default `{event}`.
-    #[serde(default = "default_routing_key")]
     pub routing_key: String,
     /// Declare the exchange (durable, topic) at start. Default true.
-    #[serde(default = "default_true")]
     pub declare: bool,
     /// How long to wait for the broker's confirm. Default 5s.
-    #[serde(default = "default_confirm_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub confirm_timeout: Duration,
     /// If set, every guard drop is also published with this routing key template.
-    #[serde(default)]
     pub dropped_routing_key: Option<String>,
 }
 
 impl Default for Amqp {
     fn default() -> Self {
         Self {
-            url: default_amqp_url(),
+            url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             url_env: None,
-            exchange: default_exchange(),
-            routing_key: default_routing_key(),
+            exchange: "webhooks".into(),
+            routing_key: "{event}".into(),
             declare: true,
-            confirm_timeout: default_confirm_timeout(),
+            confirm_timeout: Duration::from_secs(5),
             dropped_routing_key: None,
         }
     }
@@ -194,145 +187,141 @@ pub enum Backend {
 
 /// Duplicate detection (SPEC §3).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Dedup {
     /// `sled` (default) or `redis`.
-    #[serde(default)]
     pub backend: Backend,
     /// How long a done mark is remembered. Default 72h (longer than the sender's retry window).
-    #[serde(default = "default_dedup_ttl", with = "duration")]
+    #[serde(with = "duration")]
     pub ttl: Duration,
     /// How long a second delivery of an in-flight event waits for the first. Default 5s.
-    #[serde(default = "default_in_flight_wait", with = "duration")]
+    #[serde(with = "duration")]
     pub in_flight_wait: Duration,
     /// Age after which an in-flight mark is taken to be a crash leftover. Default 30s.
-    #[serde(default = "default_in_flight_lease", with = "duration")]
+    #[serde(with = "duration")]
     pub in_flight_lease: Duration,
 }
 
 impl Default for Dedup {
     fn default() -> Self {
         Self {
-            backend: Backend::Sled,
-            ttl: default_dedup_ttl(),
-            in_flight_wait: default_in_flight_wait(),
-            in_flight_lease: default_in_flight_lease(),
+            backend: Backend::default(),
+            ttl: Duration::from_secs(72 * 3600),
+            in_flight_wait: Duration::from_secs(5),
+            in_flight_lease: Duration::from_secs(30),
         }
     }
 }
 
 /// The Redis connection.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Redis {
     /// `redis://` or `rediss://` URL. Default `redis://127.0.0.1:6379/0`. Redacted when printed.
-    #[serde(default = "default_redis_url")]
     pub url: String,
     /// Environment variable holding the whole URL (password included); overrides `url`.
     /// Default unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub url_env: Option<String>,
     /// Prefix of every key, so several gateways can share one Redis. Default `hookgate:`.
-    #[serde(default = "default_key_prefix")]
     pub key_prefix: String,
 }
 
 impl Default for Redis {
     fn default() -> Self {
         Self {
-            url: default_redis_url(),
+            url: "redis://127.0.0.1:6379/0".into(),
             url_env: None,
-            key_prefix: default_key_prefix(),
+            key_prefix: "hookgate:".into(),
         }
     }
 }
 
 /// The durable spool (SPEC §6).
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Spool {
+#[serde(default, deny_unknown_fields)]
+pub struct SpoolConfig {
     /// Spool events the broker cannot take; when false every broker failure is a 503. Default true.
-    #[serde(default = "default_true")]
     pub enabled: bool,
     /// Upper bound of the spool; when full the answer is 503. Default 1GiB.
-    #[serde(default = "default_spool_max", with = "size")]
+    #[serde(with = "size")]
     pub max_bytes: u64,
     /// How long the spool's head may go without progress, while the broker is connected,
     /// before `/readyz` answers 503 and `hookgate_spool_drainer_stalled` is 1. Must exceed
     /// `amqp.confirm_timeout`. Default 30s.
-    #[serde(default = "default_stall_after", with = "duration")]
+    #[serde(with = "duration")]
     pub stall_after: Duration,
 }
 
-impl Default for Spool {
+impl Default for SpoolConfig {
     fn default() -> Self {
         Self {
             enabled: true,
-            max_bytes: default_spool_max(),
-            stall_after: default_stall_after(),
+            max_bytes: 1 << 30,
+            stall_after: Duration::from_secs(30),
         }
     }
 }
 
 /// Limits that protect the listener.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest accepted body; larger → 413. Default 64KiB.
-    #[serde(default = "default_max_body", with = "size")]
+    #[serde(with = "size")]
     pub max_body_bytes: u64,
     /// Concurrent connections; more are refused. Default 10000.
-    #[serde(default = "default_max_connections")]
     pub max_connections: usize,
     /// Largest request head; larger → 431. Default 16KiB.
-    #[serde(default = "default_max_header", with = "size")]
+    #[serde(with = "size")]
     pub max_header_bytes: u64,
     /// Time allowed to send the request head. Default 10s.
-    #[serde(default = "default_header_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub header_read_timeout: Duration,
     /// Time allowed to send the body. Default 30s.
-    #[serde(default = "default_body_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub body_read_timeout: Duration,
     /// A kept-alive HTTP/1 connection, or an HTTP/2 connection with no open stream, is
     /// closed after this long without a request. Default 60s.
-    #[serde(default = "default_idle_timeout", with = "duration")]
+    #[serde(with = "duration")]
     pub idle_timeout: Duration,
     /// A connection is asked to close after this long (HTTP/2 GOAWAY, HTTP/1
     /// `Connection: close`); requests in flight finish. Default 10m.
-    #[serde(default = "default_max_connection_age", with = "duration")]
+    #[serde(with = "duration")]
     pub max_connection_age: Duration,
     /// Concurrent HTTP/2 streams per connection. Default 16.
-    #[serde(default = "default_h2_streams")]
     pub h2_max_concurrent_streams: u32,
     /// Bytes of request bodies held before their signature is checked, over all
     /// connections; beyond it reading waits (flow control) until bytes are freed or the
     /// body read times out. Default 32MiB.
-    #[serde(default = "default_unverified_budget", with = "size")]
+    #[serde(with = "size")]
     pub max_unverified_body_bytes: u64,
     /// Requests that fail verification, per peer address: a peer over it is answered 429
     /// before its body is read. Default 5 per second, burst 20.
-    #[serde(default = "default_failed_per_peer")]
     pub failed_verification_per_peer: RateLimit,
     /// Header holding the client address set by a trusted proxy in front (its last
     /// comma-separated entry is used, as in `X-Forwarded-For`). Default unset: the TCP
     /// peer address; never trusted unless configured.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub peer_address_header: Option<String>,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_body_bytes: default_max_body(),
-            max_connections: default_max_connections(),
-            max_header_bytes: default_max_header(),
-            header_read_timeout: default_header_timeout(),
-            body_read_timeout: default_body_timeout(),
-            idle_timeout: default_idle_timeout(),
-            max_connection_age: default_max_connection_age(),
-            h2_max_concurrent_streams: default_h2_streams(),
-            max_unverified_body_bytes: default_unverified_budget(),
-            failed_verification_per_peer: default_failed_per_peer(),
+            max_body_bytes: 64 * 1024,
+            max_connections: 10_000,
+            max_header_bytes: 16 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connection_age: Duration::from_secs(600),
+            h2_max_concurrent_streams: 16,
+            max_unverified_body_bytes: 32 << 20,
+            failed_verification_per_peer: RateLimit {
+                per_second: 5,
+                burst: 20,
+            },
             peer_address_header: None,
         }
     }
@@ -340,17 +329,16 @@ impl Default for Limits {
 
 /// Log output.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Log {
     /// Filter directives when `RUST_LOG` is unset, e.g. `info` or `hookgate=debug`. Default `info`.
-    #[serde(default = "default_log_level")]
     pub level: String,
 }
 
 impl Default for Log {
     fn default() -> Self {
         Self {
-            level: default_log_level(),
+            level: "info".into(),
         }
     }
 }
@@ -395,34 +383,99 @@ pub struct CustomSignature {
     pub encoding: Encoding,
 }
 
-/// Where one secret comes from: exactly one of the three keys.
-#[derive(Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct SecretSource {
-    /// Name of an environment variable holding the secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_env: Option<String>,
-    /// Path of a file holding the secret (a mounted Kubernetes secret); trailing newline ignored.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub secret_file: Option<PathBuf>,
-    /// The secret inline: for development only, warned about at start.
-    #[serde(
-        default,
-        skip_serializing_if = "Option::is_none",
-        serialize_with = "redact"
-    )]
-    pub secret: Option<String>,
+/// Where one secret comes from. The file writes it as a mapping with exactly one of the
+/// keys `secret_env`, `secret_file` and `secret`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "SecretKeys")]
+pub enum SecretSource {
+    /// `secret_env`: the name of an environment variable holding the secret.
+    Env { var: String },
+    /// `secret_file`: the path of a file holding the secret (a mounted Kubernetes secret);
+    /// a trailing newline is ignored.
+    File { path: PathBuf },
+    /// `secret`: the secret inline; for development only, warned about at start.
+    Inline { value: String },
+}
+
+/// The keys of a secret source as written in the file; [`SecretSource`] takes exactly one.
+#[derive(Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    expecting = "a mapping with one of secret_env, secret_file, secret"
+)]
+struct SecretKeys {
+    secret_env: Option<String>,
+    secret_file: Option<PathBuf>,
+    secret: Option<String>,
+}
+
+impl TryFrom<SecretKeys> for SecretSource {
+    type Error = String;
+
+    fn try_from(keys: SecretKeys) -> Result<Self, String> {
+        match keys {
+            SecretKeys {
+                secret_env: Some(var),
+                secret_file: None,
+                secret: None,
+            } => Ok(Self::Env { var }),
+            SecretKeys {
+                secret_env: None,
+                secret_file: Some(path),
+                secret: None,
+            } => Ok(Self::File { path }),
+            SecretKeys {
+                secret_env: None,
+                secret_file: None,
+                secret: Some(value),
+            } => Ok(Self::Inline { value }),
+            keys => {
+                let found: Vec<&str> = [
+                    ("secret_env", keys.secret_env.is_some()),
+                    ("secret_file", keys.secret_file.is_some()),
+                    ("secret", keys.secret.is_some()),
+                ]
+                .into_iter()
+                .filter_map(|(key, set)| set.then_some(key))
+                .collect();
+                let found = match found.split_last() {
+                    None => "none".to_owned(),
+                    Some((last, [])) => (*last).to_owned(),
+                    Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+                };
+                Err(format!(
+                    "exactly one of secret_env, secret_file, secret is required, found {found}"
+                ))
+            }
+        }
+    }
+}
+
+impl Serialize for SecretSource {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(1))?;
+        match self {
+            Self::Env { var } => map.serialize_entry("secret_env", var)?,
+            Self::File { path } => map.serialize_entry("secret_file", path)?,
+            Self::Inline { .. } => map.serialize_entry("secret", REDACTED)?,
+        }
+        map.end()
+    }
 }
 
 impl std::fmt::Debug for SecretSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SecretSource")
-            .field("secret_env", &self.secret_env)
-            .field("secret_file", &self.secret_file)
-            .field("secret", &self.secret.as_ref().map(|_| "[redacted]"))
-            .finish()
+        match self {
+            Self::Env { var } => f.debug_struct("Env").field("var", var).finish(),
+            Self::File { path } => f.debug_struct("File").field("path", path).finish(),
+            Self::Inline { .. } => f.debug_struct("Inline").field("value", &REDACTED).finish(),
+        }
     }
 }
+
+/// What is printed in place of a secret or a password.
+const REDACTED: &str = "[redacted]";
 
 /// A token bucket per route.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -436,30 +489,26 @@ pub struct RateLimit {
 
 /// JSON Pointers (RFC 6901) to the fields hookgate reads from a body.
 #[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct Fields {
     /// Event id, stable across retries. Default `/id`.
-    #[serde(default = "default_event_id_ptr")]
     pub event_id: String,
     /// Event type. Default `/event`.
-    #[serde(default = "default_event_type_ptr")]
     pub event_type: String,
     /// Event time (RFC 3339, Unix seconds or milliseconds). Default `/timestamp`.
-    #[serde(default = "default_timestamp_ptr")]
     pub timestamp: String,
     /// When the body has no id or type: read the id from `X-Event-Id` and the type from
     /// `X-Botix-Event` or `X-Event-Type`. Off by default: the signature covers the body, not
     /// these headers, so anyone replaying a signed body could choose them.
-    #[serde(default)]
     pub unsigned_header_fallbacks: bool,
 }
 
 impl Default for Fields {
     fn default() -> Self {
         Self {
-            event_id: default_event_id_ptr(),
-            event_type: default_event_type_ptr(),
-            timestamp: default_timestamp_ptr(),
+            event_id: "/id".into(),
+            event_type: "/event".into(),
+            timestamp: "/timestamp".into(),
             unsigned_header_fallbacks: false,
         }
     }
@@ -467,13 +516,11 @@ impl Default for Fields {
 
 /// The out-of-order guard of one route (SPEC §4).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Guard {
+#[serde(default, deny_unknown_fields)]
+pub struct GuardConfig {
     /// Delivery-status ordering.
-    #[serde(default)]
     pub status: Option<StatusGuard>,
     /// STOP / START / HELP keywords.
-    #[serde(default)]
     pub keywords: Option<KeywordGuard>,
 }
 
@@ -561,7 +608,7 @@ pub struct Route {
     pub fields: Option<Fields>,
     /// Out-of-order guard rules.
     #[serde(default)]
-    pub guard: Guard,
+    pub guard: GuardConfig,
 }
 
 impl Config {
@@ -644,23 +691,10 @@ impl Config {
                 return invalid(format!("{at}.secrets: at least one secret is required"));
             }
             for (j, s) in route.secrets.iter().enumerate() {
-                if s.secret.as_deref() == Some("") {
+                if matches!(s, SecretSource::Inline { value } if value.is_empty()) {
                     return invalid(format!(
                         "{at}.secrets[{j}].secret: route {}: an empty secret lets anyone sign",
                         route.name
-                    ));
-                }
-                let set = [
-                    s.secret_env.is_some(),
-                    s.secret_file.is_some(),
-                    s.secret.is_some(),
-                ]
-                .iter()
-                .filter(|b| **b)
-                .count();
-                if set != 1 {
-                    return invalid(format!(
-                        "{at}.secrets[{j}]: exactly one of secret_env, secret_file, secret is required"
                     ));
                 }
             }
@@ -825,13 +859,9 @@ pub fn redact_url(url: &str) -> String {
         return url.to_owned();
     };
     match userinfo.split_once(':') {
-        Some((user, _)) => format!("{scheme}://{user}:[redacted]@{host}"),
+        Some((user, _)) => format!("{scheme}://{user}:{REDACTED}@{host}"),
         None => url.to_owned(),
     }
-}
-
-fn redact<S: serde::Serializer>(_: &Option<String>, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_str("[redacted]")
 }
 
 /// Parses `250ms`, `5s`, `10m`, `72h`, `7d` (and combinations such as `1h 30m`).
@@ -980,81 +1010,9 @@ mod size {
     }
 }
 
-fn default_true() -> bool {
-    true
-}
-fn default_admin_addr() -> SocketAddr {
-    SocketAddr::from(([0, 0, 0, 0], 9090))
-}
-fn default_store_path() -> PathBuf {
-    PathBuf::from("/var/lib/hookgate")
-}
-fn default_amqp_url() -> String {
-    "amqp://guest:guest@127.0.0.1:5672/%2f".into()
-}
-fn default_exchange() -> String {
-    "webhooks".into()
-}
-fn default_routing_key() -> String {
-    "{event}".into()
-}
-fn default_confirm_timeout() -> Duration {
-    Duration::from_secs(5)
-}
-fn default_dedup_ttl() -> Duration {
-    Duration::from_secs(72 * 3600)
-}
-fn default_in_flight_wait() -> Duration {
-    Duration::from_secs(5)
-}
-fn default_in_flight_lease() -> Duration {
-    Duration::from_secs(30)
-}
-fn default_redis_url() -> String {
-    "redis://127.0.0.1:6379/0".into()
-}
-fn default_key_prefix() -> String {
-    "hookgate:".into()
-}
-fn default_spool_max() -> u64 {
-    1 << 30
-}
-fn default_stall_after() -> Duration {
-    Duration::from_secs(30)
-}
-fn default_max_body() -> u64 {
-    64 * 1024
-}
-fn default_max_connections() -> usize {
-    10_000
-}
-fn default_max_header() -> u64 {
-    16 * 1024
-}
-fn default_header_timeout() -> Duration {
-    Duration::from_secs(10)
-}
-fn default_body_timeout() -> Duration {
-    Duration::from_secs(30)
-}
-fn default_idle_timeout() -> Duration {
-    Duration::from_secs(60)
-}
-fn default_max_connection_age() -> Duration {
-    Duration::from_secs(600)
-}
-fn default_h2_streams() -> u32 {
-    16
-}
-fn default_unverified_budget() -> u64 {
-    32 << 20
-}
-fn default_failed_per_peer() -> RateLimit {
-    RateLimit {
-        per_second: 5,
-        burst: 20,
-    }
-}
+// The defaults of keys in sections that also have required keys (`Config`, `Route`,
+// `StatusGuard`, `KeywordGuard`) are given per key: a section-wide `#[serde(default)]` would
+// fill the required keys too. Every other section takes its defaults from its `Default`.
 fn default_clock_skew() -> Duration {
     Duration::from_secs(300)
 }
@@ -1063,18 +1021,6 @@ fn default_shutdown_grace() -> Duration {
 }
 fn default_reload_poll() -> Duration {
     Duration::from_secs(2)
-}
-fn default_log_level() -> String {
-    "info".into()
-}
-fn default_event_id_ptr() -> String {
-    "/id".into()
-}
-fn default_event_type_ptr() -> String {
-    "/event".into()
-}
-fn default_timestamp_ptr() -> String {
-    "/timestamp".into()
 }
 fn default_message_id_ptr() -> String {
     "/data/message_id".into()
@@ -1199,11 +1145,50 @@ routes:
 
     #[test]
     fn secret_source_needs_exactly_one_key() {
+        for (source, found) in [
+            (
+                "- secret_env: A\n        secret_file: /b",
+                "found secret_env and secret_file",
+            ),
+            ("- {}", "found none"),
+            ("- secret: ~", "found none"),
+        ] {
+            let text = MINIMAL.replace("- secret_env: BOTIX_WEBHOOK_SECRET", source);
+            let e = err(&text);
+            assert!(
+                e.contains("routes[0].secrets[0]: exactly one of secret_env, secret_file, secret")
+                    && e.contains(found),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn secret_sources_read_and_print_as_written_but_an_inline_value_never_prints() {
         let text = MINIMAL.replace(
             "- secret_env: BOTIX_WEBHOOK_SECRET",
-            "- secret_env: A\n        secret_file: /b",
+            "- secret_env: A\n      - secret_file: /b\n      - secret: topsecretvalue",
         );
-        assert!(err(&text).contains("exactly one"));
+        let c = Config::parse(&text).expect("parses");
+        assert_eq!(
+            c.routes[0].secrets,
+            [
+                SecretSource::Env { var: "A".into() },
+                SecretSource::File { path: "/b".into() },
+                SecretSource::Inline {
+                    value: "topsecretvalue".into()
+                },
+            ]
+        );
+        let out = c.redacted_yaml();
+        for line in ["secret_env: A", "secret_file: /b", "secret: \"[redacted]\""] {
+            assert!(out.contains(line), "{line} missing in:\n{out}");
+        }
+        let debug = format!("{:?}", c.routes[0].secrets);
+        assert!(
+            !debug.contains("topsecretvalue") && debug.contains("/b"),
+            "{debug}"
+        );
     }
 
     #[test]

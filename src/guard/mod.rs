@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Guard as GuardConfig;
+use crate::config::GuardConfig;
 use crate::guard::decide::{
     decide_keyword, decide_status, status_of, GuardDrop, KeywordLists, KeywordState, StatusRanks,
     StatusState, Verdict,

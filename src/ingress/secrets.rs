@@ -59,35 +59,34 @@ pub fn load(sources: &[SecretSource]) -> Result<Vec<Secret>, SecretError> {
 
 /// Names a source for logs and errors, never its value.
 pub fn describe(index: usize, source: &SecretSource) -> String {
-    match (&source.secret_env, &source.secret_file) {
-        (Some(var), _) => format!("secret_env {var}"),
-        (None, Some(path)) => format!("secret_file {}", path.display()),
-        (None, None) => format!("inline secret secrets[{index}]"),
+    match source {
+        SecretSource::Env { var } => format!("secret_env {var}"),
+        SecretSource::File { path } => format!("secret_file {}", path.display()),
+        SecretSource::Inline { .. } => format!("inline secret secrets[{index}]"),
     }
 }
 
 fn load_one(index: usize, source: &SecretSource) -> Result<Secret, SecretError> {
-    if let Some(var) = &source.secret_env {
-        return match std::env::var(var) {
+    match source {
+        SecretSource::Env { var } => match std::env::var(var) {
             Ok(v) if !v.is_empty() => Ok(Secret::new(v.as_bytes())),
             _ => Err(SecretError::Env(var.clone())),
-        };
-    }
-    if let Some(path) = &source.secret_file {
-        let bytes = std::fs::read(path).map_err(|source| SecretError::File {
-            path: path.clone(),
-            source,
-        })?;
-        // Kubernetes secrets and `echo > file` often end in a newline that is not part of the key.
-        let trimmed = trim_trailing_newlines(&bytes);
-        if trimmed.is_empty() {
-            return Err(SecretError::EmptyFile(path.clone()));
+        },
+        SecretSource::File { path } => {
+            let bytes = std::fs::read(path).map_err(|source| SecretError::File {
+                path: path.clone(),
+                source,
+            })?;
+            // Kubernetes secrets and `echo > file` often end in a newline that is not part of
+            // the key.
+            let trimmed = trim_trailing_newlines(&bytes);
+            if trimmed.is_empty() {
+                return Err(SecretError::EmptyFile(path.clone()));
+            }
+            Ok(Secret::new(trimmed))
         }
-        return Ok(Secret::new(trimmed));
-    }
-    match source.secret.as_deref() {
-        Some(inline) if !inline.is_empty() => Ok(Secret::new(inline.as_bytes())),
-        _ => Err(SecretError::EmptyInline(index)),
+        SecretSource::Inline { value } if !value.is_empty() => Ok(Secret::new(value.as_bytes())),
+        SecretSource::Inline { .. } => Err(SecretError::EmptyInline(index)),
     }
 }
 
@@ -152,12 +151,17 @@ impl RouteSecrets {
 
     /// Files among the sources, to watch for in-place rotation.
     pub fn files(&self) -> impl Iterator<Item = &PathBuf> {
-        self.sources.iter().filter_map(|s| s.secret_file.as_ref())
+        self.sources.iter().filter_map(|s| match s {
+            SecretSource::File { path } => Some(path),
+            _ => None,
+        })
     }
 
     /// Whether any secret is written inline in the config (development only).
     pub fn has_inline(&self) -> bool {
-        self.sources.iter().any(|s| s.secret.is_some())
+        self.sources
+            .iter()
+            .any(|s| matches!(s, SecretSource::Inline { .. }))
     }
 }
 
@@ -170,11 +174,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("s");
         std::fs::write(&path, "first\n").expect("write");
-        let rs = RouteSecrets::new(vec![SecretSource {
-            secret_file: Some(path.clone()),
-            ..Default::default()
-        }])
-        .expect("loads");
+        let rs = RouteSecrets::new(vec![SecretSource::File { path: path.clone() }]).expect("loads");
         assert_eq!(rs.current()[0].expose(), b"first");
         std::fs::write(&path, "second").expect("write");
         assert!(rs.reload().expect("reload"));
@@ -190,20 +190,15 @@ mod tests {
 
     #[test]
     fn an_empty_secret_from_any_source_is_refused_and_reload_keeps_the_old_set() {
-        let inline = load(&[SecretSource {
-            secret: Some(String::new()),
-            ..Default::default()
+        let inline = load(&[SecretSource::Inline {
+            value: String::new(),
         }])
         .expect_err("empty inline");
         assert!(inline.to_string().contains("secrets[0]"), "{inline}");
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("s");
         std::fs::write(&path, "a-long-enough-secret-value\n").expect("write");
-        let rs = RouteSecrets::new(vec![SecretSource {
-            secret_file: Some(path.clone()),
-            ..Default::default()
-        }])
-        .expect("loads");
+        let rs = RouteSecrets::new(vec![SecretSource::File { path: path.clone() }]).expect("loads");
         assert!(rs.short().is_empty());
         std::fs::write(&path, "\n").expect("write");
         let e = rs.reload().expect_err("an emptied file is refused");
@@ -216,9 +211,8 @@ mod tests {
 
     #[test]
     fn missing_env_is_named_and_debug_is_redacted() {
-        let e = load(&[SecretSource {
-            secret_env: Some("HOOKGATE_TEST_SURELY_UNSET".into()),
-            ..Default::default()
+        let e = load(&[SecretSource::Env {
+            var: "HOOKGATE_TEST_SURELY_UNSET".into(),
         }])
         .expect_err("unset");
         assert!(e.to_string().contains("HOOKGATE_TEST_SURELY_UNSET"));

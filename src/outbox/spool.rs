@@ -204,7 +204,7 @@ impl Spool {
     /// Opens the spool's trees and counts what a previous run left in them.
     pub fn open(
         store: &Store,
-        cfg: &config::Spool,
+        cfg: &config::SpoolConfig,
         metrics: Arc<Metrics>,
     ) -> Result<Self, StoreError> {
         let main = store.tree(MAIN_TREE)?;
@@ -1026,7 +1026,11 @@ async fn supervise<F, Fut>(
 
 /// Reads the spool of a store directly (for `hookgate spool` when no gateway runs).
 pub fn status_of_store(store: &Store, now_secs: i64) -> Result<SpoolStatus, StoreError> {
-    let spool = Spool::open(store, &config::Spool::default(), Arc::new(Metrics::new()))?;
+    let spool = Spool::open(
+        store,
+        &config::SpoolConfig::default(),
+        Arc::new(Metrics::new()),
+    )?;
     let mut status = spool.status(now_secs);
     status.stalled = false;
     Ok(status)
@@ -1130,11 +1134,11 @@ fn describe_parked(key: &[u8], record: &[u8]) -> Option<ParkedEntry> {
 mod tests {
     use super::*;
 
-    fn cfg(max_bytes: u64) -> config::Spool {
-        config::Spool {
+    fn cfg(max_bytes: u64) -> config::SpoolConfig {
+        config::SpoolConfig {
             enabled: true,
             max_bytes,
-            ..config::Spool::default()
+            ..config::SpoolConfig::default()
         }
     }
 
@@ -1211,7 +1215,7 @@ mod tests {
         assert_eq!(status_of_store(&store, 100).expect("status").depth, 2);
         let disabled = Spool::open(
             &store,
-            &config::Spool {
+            &config::SpoolConfig {
                 enabled: false,
                 ..cfg(600)
             },
