@@ -26,7 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config;
 use crate::metrics::Metrics;
-use crate::outbox::publish::{Message, PublishError, Publisher};
+use crate::outbox::message::Message;
+use crate::outbox::publish::{PublishError, Publisher};
 use crate::store::{Store, StoreError, Tree};
 
 /// The longest a request waits for its spool entry's fsync. A disk that takes longer is
