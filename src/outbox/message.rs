@@ -5,7 +5,6 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
 
 /// Header carrying the full event id when it is too long for `message_id`.
 pub const EVENT_ID_HEADER: &str = "x-event-id";
@@ -14,10 +13,11 @@ const FITTED_PREFIX_BYTES: usize = 128;
 /// Between the kept prefix and the digest of a fitted `message_id`.
 const FITTED_MARK: &str = "~sha256:";
 
-/// One message as SPEC §5 describes it; also the unit stored in the spool. Its texts borrow
-/// from the event and the route where they can (a message read back from the spool owns
-/// them), so building one on the request path copies only what it has to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One message as SPEC §5 describes it; also the unit stored in the spool, as a record of
+/// its own layout ([`super::record`]), so this type's shape is free to change. Its texts
+/// borrow from the event and the route where they can (a message read back from the spool
+/// owns them), so building one on the request path copies only what it has to.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message<'a> {
     /// Routing key, templates already applied.
     pub routing_key: Cow<'a, str>,
@@ -38,13 +38,10 @@ pub struct Message<'a> {
     pub received_at: String,
     /// The event's guard key (a message id's statuses, a contact's messages): events with
     /// the same key reach the broker in arrival order. Not published.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub order_key: Option<Cow<'a, str>>,
     /// The raw request body, byte for byte.
-    #[serde(skip)]
     pub body: Bytes,
     /// `content_type` when the body is not JSON (a Twilio form); `application/json` if unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content_type: Option<Cow<'a, str>>,
 }
 
