@@ -16,7 +16,8 @@ use crate::ingress::event::{self, Delivery, Event, EventFields, ParseError, Requ
 use crate::ingress::secrets::RouteSecrets;
 use crate::ingress::signature::Scheme;
 use crate::metrics::{Metrics, RouteLabel, RouteReason, RouteRequests};
-use crate::outbox::publish::{Message, PublishError, Publisher};
+use crate::outbox::message::Message;
+use crate::outbox::publish::{PublishError, Publisher};
 use crate::outbox::spool::{Spool, SpoolError};
 use crate::ratelimit::TokenBucket;
 use crate::state::keys::StoreKey;

@@ -4,21 +4,19 @@
 //! shared slot; while there is none they fail at once, so the caller can spool without
 //! waiting for a reconnect.
 
-use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures_util::StreamExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Confirmation, Connection, ConnectionProperties, Event, ExchangeKind};
-use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{redact_url, Amqp};
 use crate::metrics::Metrics;
+use crate::outbox::message::{fitted_message_id, Message, EVENT_ID_HEADER};
 
 /// Confirm-mode channels per connection. One channel serialises frames on the broker side;
 /// a few spread the confirm work without multiplying broker resources.
@@ -30,46 +28,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(10);
 const DEFAULT_HEARTBEAT_SECS: u32 = 10;
 /// How long one connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Header carrying the full event id when it is too long for `message_id`.
-pub const EVENT_ID_HEADER: &str = "x-event-id";
-/// Bytes of an oversize id kept readable at the start of its fitted `message_id`.
-const FITTED_PREFIX_BYTES: usize = 128;
-/// Between the kept prefix and the digest of a fitted `message_id`.
-const FITTED_MARK: &str = "~sha256:";
-
-/// One message as SPEC §5 describes it; also the unit stored in the spool. Its texts borrow
-/// from the event and the route where they can (a message read back from the spool owns
-/// them), so building one on the request path copies only what it has to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Message<'a> {
-    /// Routing key, templates already applied.
-    pub routing_key: Cow<'a, str>,
-    /// The event id. It is the `message_id` property when it fits an AMQP short string;
-    /// otherwise see [`fitted_message_id`].
-    pub message_id: Cow<'a, str>,
-    /// Receipt time, Unix seconds (`timestamp` property).
-    pub timestamp_secs: u64,
-    /// `x-request-id`.
-    pub request_id: Cow<'a, str>,
-    /// `x-event-type`.
-    pub event_type: Cow<'a, str>,
-    /// `x-delivery-attempt`, absent when the sender sent none.
-    pub attempt: Option<i64>,
-    /// `x-route`.
-    pub route: Cow<'a, str>,
-    /// `x-received-at`, RFC 3339 UTC.
-    pub received_at: String,
-    /// The event's guard key (a message id's statuses, a contact's messages): events with
-    /// the same key reach the broker in arrival order. Not published.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub order_key: Option<Cow<'a, str>>,
-    /// The raw request body, byte for byte.
-    #[serde(skip)]
-    pub body: Bytes,
-    /// `content_type` when the body is not JSON (a Twilio form); `application/json` if unset.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_type: Option<Cow<'a, str>>,
-}
 
 /// Why the broker did not take a message. Every kind is retried later (spool or 503).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -306,20 +264,6 @@ fn short_constant(text: &'static str) -> ShortString {
     short(text).unwrap_or_default()
 }
 
-/// The `message_id` of an event whose id is too long for one: the id's first bytes (cut
-/// at a character boundary), `~sha256:` and the hex SHA-256 of the whole id. The same id
-/// always gives the same value, so consumers can still dedup on it; the full id travels
-/// in the `x-event-id` header.
-pub fn fitted_message_id(id: &str) -> String {
-    use sha2::Digest;
-    let mut cut = FITTED_PREFIX_BYTES.min(id.len());
-    while !id.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let digest = sha2::Sha256::digest(id.as_bytes());
-    format!("{}{FITTED_MARK}{}", &id[..cut], hex::encode(digest))
-}
-
 fn properties(msg: &Message<'_>) -> Result<BasicProperties, PublishError> {
     let mut headers = FieldTable::default();
     let text = |s: &str| AMQPValue::LongString(LongString::from(s));
@@ -490,6 +434,8 @@ pub fn check_url(url: &str) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use bytes::Bytes;
+
     use super::*;
 
     fn message(id: &str, routing_key: &str) -> Message<'static> {

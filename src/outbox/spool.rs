@@ -11,9 +11,13 @@
 //! - **held**: entries no queue takes yet (unroutable), and the entries of their guard keys
 //!   that arrived after them. Retried apart with back-off, so they hold back nothing else;
 //!   an entry is tried only when no earlier held entry of its guard key is still waiting.
-//! - **parked**: entries that can never be published as they are (undecodable, a routing
-//!   key that does not fit, or an entry the drainer failed on twice). They wait for an
-//!   operator (`hookgate spool parked | republish | delete`).
+//! - **parked**: entries that can never be published as they are (undecodable, a record
+//!   format this version does not know among them; a routing key that does not fit; or an
+//!   entry the drainer failed on twice). They wait for an operator
+//!   (`hookgate spool parked | republish | delete`), with the reason.
+//!
+//! An entry's value is a [`record`] of its message: versioned, and independent of
+//! [`Message`]'s Rust shape.
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -26,7 +30,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config;
 use crate::metrics::Metrics;
-use crate::outbox::publish::{Message, PublishError, Publisher};
+use crate::outbox::message::Message;
+use crate::outbox::publish::{PublishError, Publisher};
+use crate::outbox::record::{self, RecordError};
 use crate::store::{Store, StoreError, Tree};
 
 /// The longest a request waits for its spool entry's fsync. A disk that takes longer is
@@ -68,6 +74,8 @@ pub enum SpoolError {
     NotParked(u64),
     #[error("parked entry {0} cannot be decoded; it can only be deleted")]
     Undecodable(u64),
+    #[error("the event cannot be written as a spool record: {0}")]
+    Record(#[from] RecordError),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -222,7 +230,7 @@ impl Spool {
         }
         let mut held_keys: HashMap<String, u64> = HashMap::new();
         for_each(&held, |_, v| {
-            if let Some(key) = decode(v).and_then(|m| m.order_key) {
+            if let Some(key) = record::decode(v).ok().and_then(|m| m.order_key) {
                 *held_keys.entry(key.into_owned()).or_default() += 1;
             }
         })?;
@@ -338,7 +346,7 @@ impl Spool {
         if !self.enabled {
             return Err(SpoolError::Disabled);
         }
-        let entry = encode(msg);
+        let entry = record::encode(msg)?;
         let size = entry.len() as u64;
         let before = self.bytes.fetch_add(size, Ordering::SeqCst);
         if before + size > self.max_bytes {
@@ -403,7 +411,7 @@ impl Spool {
             .first()
             .ok()
             .flatten()
-            .and_then(|(_, v)| decode(&v))
+            .and_then(|(_, v)| record::decode(&v).ok())
             .map_or(-1, |m| m.timestamp_secs as i64);
         let oldest = match (oldest_main, oldest_held) {
             (-1, h) => h,
@@ -601,17 +609,13 @@ impl Spool {
         unroutable_log: &mut Every,
         stop: &CancellationToken,
     ) -> Step {
-        let Some(msg) = decode(value) else {
-            self.park(
-                Area::Main,
-                key,
-                value,
-                None,
-                "the entry cannot be decoded",
-                stop,
-            )
-            .await;
-            return Step::Progress;
+        let msg = match record::decode(value) {
+            Ok(msg) => msg,
+            Err(error) => {
+                let reason = undecodable(&error);
+                self.park(Area::Main, key, value, None, &reason, stop).await;
+                return Step::Progress;
+            }
         };
         let order_key = msg.order_key.as_deref();
         if order_key.is_some_and(|k| self.holds_key(k)) {
@@ -676,17 +680,14 @@ impl Spool {
                 if stop.is_cancelled() || !publisher.is_connected() {
                     return published;
                 }
-                let Some(msg) = decode(&value) else {
-                    self.park(
-                        Area::Held,
-                        &key,
-                        &value,
-                        None,
-                        "the entry cannot be decoded",
-                        stop,
-                    )
-                    .await;
-                    continue;
+                let msg = match record::decode(&value) {
+                    Ok(msg) => msg,
+                    Err(error) => {
+                        let reason = undecodable(&error);
+                        self.park(Area::Held, &key, &value, None, &reason, stop)
+                            .await;
+                        continue;
+                    }
                 };
                 let order_key = msg.order_key.as_deref();
                 if order_key.is_some_and(|k| blocked_keys.contains(k)) {
@@ -751,7 +752,9 @@ impl Spool {
     async fn park_key(&self, area: Area, key: &[u8], reason: &str, stop: &CancellationToken) {
         match self.tree(area).get(key) {
             Ok(Some(value)) => {
-                let order_key = decode(&value).and_then(|m| m.order_key.map(|k| k.into_owned()));
+                let order_key = record::decode(&value)
+                    .ok()
+                    .and_then(|m| m.order_key.map(|k| k.into_owned()));
                 self.park(area, key, &value, order_key.as_deref(), reason, stop)
                     .await;
             }
@@ -771,12 +774,12 @@ impl Spool {
         reason: &str,
         stop: &CancellationToken,
     ) {
-        let record = encode_parked(reason, now_secs(), value);
+        let parked = encode_parked(reason, now_secs(), value);
         let fresh = match self.parked.get(key) {
             Ok(existing) => existing.is_none(),
             Err(_) => true,
         };
-        if let Err(error) = self.parked.insert(key, &record) {
+        if let Err(error) = self.parked.insert(key, &parked) {
             self.store_failing.store(true, Ordering::SeqCst);
             tracing::error!(%error, "cannot park a spool entry; retrying");
             self.pause(stop, RETRY_MAX).await;
@@ -785,7 +788,9 @@ impl Spool {
         if fresh {
             self.parked_depth.fetch_add(1, Ordering::SeqCst);
         }
-        let event_id = decode(value).map(|m| m.message_id.into_owned());
+        let event_id = record::decode(value)
+            .ok()
+            .map(|m| m.message_id.into_owned());
         // Data kept but out of the flow: an operator must look at it.
         tracing::error!(
             id = seq_of(key).unwrap_or_default(),
@@ -868,10 +873,10 @@ impl Spool {
     /// publish (or park again, if it still cannot be published).
     pub async fn republish(&self, id: u64) -> Result<(), SpoolError> {
         let key = id.to_be_bytes();
-        let record = self.parked.get(&key)?.ok_or(SpoolError::NotParked(id))?;
-        let entry = decode_parked(&record)
+        let parked = self.parked.get(&key)?.ok_or(SpoolError::NotParked(id))?;
+        let entry = decode_parked(&parked)
             .map(|(_, _, entry)| entry)
-            .filter(|entry| decode(entry).is_some())
+            .filter(|entry| record::decode(entry).is_ok())
             .ok_or(SpoolError::Undecodable(id))?;
         let seq = self.next_seq.fetch_add(1, Ordering::SeqCst);
         self.main.insert(&seq.to_be_bytes(), entry)?;
@@ -965,7 +970,7 @@ impl Spool {
         let oldest = self
             .main
             .first()?
-            .and_then(|(_, v)| decode(&v))
+            .and_then(|(_, v)| record::decode(&v).ok())
             .map_or(-1, |m| m.timestamp_secs as i64);
         self.oldest_secs.store(oldest, Ordering::SeqCst);
         Ok(())
@@ -1070,22 +1075,9 @@ fn count(tree: &Tree) -> Result<(u64, u64), StoreError> {
     Ok((depth, bytes))
 }
 
-/// Entry format: 4-byte big-endian length of the JSON metadata, the metadata, the raw body.
-fn encode(msg: &Message<'_>) -> Vec<u8> {
-    let meta = serde_json::to_vec(msg).unwrap_or_default();
-    let mut out = Vec::with_capacity(4 + meta.len() + msg.body.len());
-    out.extend_from_slice(&(meta.len() as u32).to_be_bytes());
-    out.extend_from_slice(&meta);
-    out.extend_from_slice(&msg.body);
-    out
-}
-
-fn decode(entry: &[u8]) -> Option<Message<'static>> {
-    let len = u32::from_be_bytes(entry.get(..4)?.try_into().ok()?) as usize;
-    let meta = entry.get(4..4 + len)?;
-    let mut msg: Message<'static> = serde_json::from_slice(meta).ok()?;
-    msg.body = bytes::Bytes::copy_from_slice(entry.get(4 + len..)?);
-    Some(msg)
+/// The reason an entry that cannot be decoded is parked with.
+fn undecodable(error: &RecordError) -> String {
+    format!("the entry cannot be decoded: {error}")
 }
 
 /// Parked record: version byte, parked-at (u64 big-endian Unix seconds), reason length
@@ -1111,14 +1103,14 @@ fn decode_parked(record: &[u8]) -> Option<(u64, String, &[u8])> {
     Some((parked_at, reason, record.get(11 + len..)?))
 }
 
-fn describe_parked(key: &[u8], record: &[u8]) -> Option<ParkedEntry> {
+fn describe_parked(key: &[u8], parked: &[u8]) -> Option<ParkedEntry> {
     let id = seq_of(key)?;
-    let (parked_at_secs, reason, entry) = decode_parked(record).unwrap_or((
+    let (parked_at_secs, reason, entry) = decode_parked(parked).unwrap_or((
         0,
         "the parked record cannot be decoded".to_owned(),
-        record,
+        parked,
     ));
-    let msg = decode(entry);
+    let msg = record::decode(entry).ok();
     Some(ParkedEntry {
         id,
         parked_at_secs,
@@ -1158,24 +1150,123 @@ mod tests {
         }
     }
 
-    #[test]
-    fn entries_round_trip_byte_for_byte() {
-        let mut m = msg("e1", "{\"a\": \"\u{20ac}\"}  ");
-        assert_eq!(decode(&encode(&m)), Some(m.clone()));
-        m.order_key = Some("botix\0status\0msg_1".into());
-        assert_eq!(decode(&encode(&m)), Some(m));
-        assert_eq!(decode(b"\0\0"), None);
+    /// The messages of `tests/data/spool/legacy-v0-records.json`, in its order.
+    fn legacy_fixture_messages() -> [Message<'static>; 3] {
+        let first = Message {
+            routing_key: "contact.created".into(),
+            message_id: "evt_legacy_1".into(),
+            timestamp_secs: 1_795_946_400,
+            request_id: "req_legacy_1".into(),
+            event_type: "contact.created".into(),
+            attempt: Some(2),
+            route: "botix".into(),
+            received_at: "2026-11-29T10:00:00Z".into(),
+            order_key: None,
+            body: bytes::Bytes::from_static(
+                br#"{"id":"evt_legacy_1","event":"contact.created","data":{"contact_id":1}}"#,
+            ),
+            content_type: None,
+        };
+        let second = Message {
+            routing_key: "message.status".into(),
+            message_id: "evt_legacy_2".into(),
+            timestamp_secs: 1_795_946_401,
+            request_id: "req_legacy_2".into(),
+            event_type: "message.status".into(),
+            attempt: None,
+            route: "botix".into(),
+            received_at: "2026-11-29T10:00:01Z".into(),
+            order_key: Some("botix\0status\0msg_1".into()),
+            body: bytes::Bytes::from_static(
+                "{\"id\":\"evt_legacy_2\",\"event\":\"message.status\",\"data\":{\"message_id\":\"msg_1\",\"status\":\"read\",\"text\":\"caf\u{e9} \u{20ac}\"}}"
+                    .as_bytes(),
+            ),
+            content_type: None,
+        };
+        let third = Message {
+            routing_key: "twilio.message.status".into(),
+            message_id: "SM1:delivered".into(),
+            timestamp_secs: 1_795_946_402,
+            request_id: "req_legacy_3".into(),
+            event_type: "message.status".into(),
+            attempt: None,
+            route: "twilio".into(),
+            received_at: "2026-11-29T10:00:02Z".into(),
+            order_key: Some("twilio\0status\0SM1".into()),
+            body: bytes::Bytes::from_static(b"MessageSid=SM1&MessageStatus=delivered"),
+            content_type: Some("application/x-www-form-urlencoded".into()),
+        };
+        [first, second, third]
     }
 
-    #[test]
-    fn an_entry_written_before_order_keys_existed_still_decodes() {
-        let meta = br#"{"routing_key":"k","message_id":"e1","timestamp_secs":1,"request_id":"r","event_type":"t","attempt":null,"route":"botix","received_at":""}"#;
-        let mut entry = (meta.len() as u32).to_be_bytes().to_vec();
-        entry.extend_from_slice(meta);
-        entry.extend_from_slice(b"{}");
-        let m = decode(&entry).expect("decodes");
-        assert_eq!(m.order_key, None);
-        assert_eq!(&m.body[..], b"{}");
+    /// The raw records of `tests/data/spool/legacy-v0-records.json`.
+    fn legacy_fixture_records() -> Vec<Vec<u8>> {
+        let fixture: serde_json::Value = serde_json::from_str(include_str!(
+            "../../tests/data/spool/legacy-v0-records.json"
+        ))
+        .expect("fixture is JSON");
+        let records = fixture["records"].as_array().expect("records");
+        records
+            .iter()
+            .map(|r| {
+                let record = hex::decode(r["hex"].as_str().expect("hex")).expect("hex digits");
+                // The readable copies in the fixture say what the bytes hold.
+                let (meta, body) = (r["meta"].as_str().expect("meta"), r["body"].as_str());
+                let mut framed = (meta.len() as u32).to_be_bytes().to_vec();
+                framed.extend_from_slice(meta.as_bytes());
+                framed.extend_from_slice(body.expect("body").as_bytes());
+                assert_eq!(
+                    framed, record,
+                    "the fixture's meta and body match its bytes"
+                );
+                record
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_spool_of_legacy_records_opens_and_its_entries_decode() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let records = legacy_fixture_records();
+        let expected = legacy_fixture_messages();
+        assert_eq!(records.len(), expected.len());
+        {
+            let store = Store::open(dir.path()).expect("open");
+            let main = store.tree(MAIN_TREE).expect("tree");
+            main.insert(&0u64.to_be_bytes(), &records[0])
+                .expect("insert");
+            main.insert(&1u64.to_be_bytes(), &records[1])
+                .expect("insert");
+            let held = store.tree(HELD_TREE).expect("tree");
+            held.insert(&2u64.to_be_bytes(), &records[2])
+                .expect("insert");
+            store.flush().await.expect("flush");
+        }
+        let store = Store::open(dir.path()).expect("reopen");
+        let spool = Spool::open(&store, &cfg(1 << 20), Arc::new(Metrics::new())).expect("spool");
+        let status = spool.status(1_795_946_460);
+        assert_eq!((status.depth, status.held), (2, 1));
+        assert_eq!(
+            status.oldest_age_secs,
+            Some(60),
+            "the head's timestamp is read"
+        );
+        assert!(
+            spool.holds_key("twilio\0status\0SM1"),
+            "the held entry's order key is read"
+        );
+        let mut stored = Vec::new();
+        for tree in [&spool.main, &spool.held] {
+            for_each(tree, |_, v| stored.push(record::decode(v))).expect("read");
+        }
+        let expected: Vec<_> = expected.into_iter().map(Ok).collect();
+        assert_eq!(stored, expected);
+
+        // An entry pushed now is a current record, behind them.
+        spool.push(&msg("e4", "{}")).await.expect("push");
+        let (_, last) = spool.main.last().expect("read").expect("an entry");
+        assert_eq!(last.first(), Some(&record::VERSION));
+        assert_eq!(record::decode(&last), Ok(msg("e4", "{}")));
     }
 
     #[test]
@@ -1246,7 +1337,10 @@ mod tests {
             // What an earlier version set aside, and one entry it could not read at all.
             let legacy = store.tree(LEGACY_CORRUPT_TREE).expect("tree");
             legacy
-                .insert(&0u64.to_be_bytes(), &encode(&msg("e2", "{}")))
+                .insert(
+                    &0u64.to_be_bytes(),
+                    &record::encode(&msg("e2", "{}")).expect("encode"),
+                )
                 .expect("insert");
             legacy
                 .insert(&1u64.to_be_bytes(), b"garbage")

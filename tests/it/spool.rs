@@ -1158,3 +1158,91 @@ async fn a_routing_key_over_255_bytes_is_refused_before_anything_is_recorded() {
     assert_eq!(m.message_id.as_deref(), Some("evt_long_type"));
     broker.delete().await;
 }
+
+/// The records of `tests/data/spool/legacy-v0-records.json`: spool entries exactly as
+/// hookgate wrote them before its records had a format version.
+fn legacy_records() -> Vec<Vec<u8>> {
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/spool/legacy-v0-records.json");
+    let text = std::fs::read_to_string(&path).expect("legacy fixture");
+    let fixture: serde_json::Value = serde_json::from_str(&text).expect("fixture is JSON");
+    fixture["records"]
+        .as_array()
+        .expect("records")
+        .iter()
+        .map(|r| hex::decode(r["hex"].as_str().expect("hex")).expect("hex digits"))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_spool_left_in_the_legacy_format_drains_in_order_after_an_upgrade() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    {
+        let store = hookgate::store::Store::open(&cfg.store).expect("store");
+        let spool = store.tree("spool").expect("tree");
+        let records = legacy_records();
+        for (seq, record) in (0u64..).zip(&records) {
+            spool.insert(&seq.to_be_bytes(), record).expect("insert");
+        }
+        // A record in a format version this hookgate does not know (a newer one wrote it):
+        // parked with the reason, never dropped and never in the way.
+        spool
+            .insert(&3u64.to_be_bytes(), b"\x09from a newer hookgate")
+            .expect("insert");
+        store.flush().await.expect("flush");
+    }
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    gw.accept(&client, "sentinel").await;
+    let got = collect_messages(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let ids: Vec<_> = got.iter().map(|m| m.message_id.as_deref()).collect();
+    assert_eq!(
+        ids,
+        [
+            Some("evt_legacy_1"),
+            Some("evt_legacy_2"),
+            Some("SM1:delivered")
+        ],
+        "every legacy entry once, in order, before what came after"
+    );
+    assert_eq!(got[0].routing_key, "contact.created");
+    assert_eq!(got[0].header("x-delivery-attempt").as_deref(), Some("2"));
+    assert_eq!(
+        got[0].header("x-request-id").as_deref(),
+        Some("req_legacy_1")
+    );
+    assert_eq!(got[0].timestamp, Some(1_795_946_400));
+    assert_eq!(
+        got[1].body,
+        "{\"id\":\"evt_legacy_2\",\"event\":\"message.status\",\"data\":{\"message_id\":\"msg_1\",\"status\":\"read\",\"text\":\"caf\u{e9} \u{20ac}\"}}".as_bytes(),
+        "the body byte for byte"
+    );
+    assert_eq!(got[1].header("x-delivery-attempt"), None);
+    assert_eq!(got[2].routing_key, "twilio.message.status");
+    assert_eq!(got[2].header("x-route").as_deref(), Some("twilio"));
+    assert_eq!(
+        got[2].content_type.as_deref(),
+        Some("application/x-www-form-urlencoded")
+    );
+    assert_eq!(got[2].body, b"MessageSid=SM1&MessageStatus=delivered");
+
+    let spool = spool_json(&gw, &client).await;
+    assert_eq!(
+        (&spool["depth"], &spool["parked"]),
+        (&0.into(), &1.into()),
+        "{spool}"
+    );
+    let (status, parked) = gw.admin_get(&client, "/spool/parked").await;
+    assert_eq!(status, 200, "{parked}");
+    assert!(
+        parked.contains("cannot be decoded") && parked.contains("version 9"),
+        "the reason names the unknown version: {parked}"
+    );
+    assert_eq!(
+        broker.message_count().await,
+        0,
+        "nothing after the sentinel"
+    );
+    broker.delete().await;
+}

@@ -1,0 +1,60 @@
+//! The AMQP message as hookgate builds it from an event, and the `message_id` of an event
+//! whose id is too long for one. Its mapping onto lapin's properties and headers is in
+//! [`super::publish`], the one module that speaks lapin.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+
+/// Header carrying the full event id when it is too long for `message_id`.
+pub const EVENT_ID_HEADER: &str = "x-event-id";
+/// Bytes of an oversize id kept readable at the start of its fitted `message_id`.
+const FITTED_PREFIX_BYTES: usize = 128;
+/// Between the kept prefix and the digest of a fitted `message_id`.
+const FITTED_MARK: &str = "~sha256:";
+
+/// One message as SPEC §5 describes it; also the unit stored in the spool, as a record of
+/// its own layout ([`super::record`]), so this type's shape is free to change. Its texts
+/// borrow from the event and the route where they can (a message read back from the spool
+/// owns them), so building one on the request path copies only what it has to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message<'a> {
+    /// Routing key, templates already applied.
+    pub routing_key: Cow<'a, str>,
+    /// The event id. It is the `message_id` property when it fits an AMQP short string;
+    /// otherwise see [`fitted_message_id`].
+    pub message_id: Cow<'a, str>,
+    /// Receipt time, Unix seconds (`timestamp` property).
+    pub timestamp_secs: u64,
+    /// `x-request-id`.
+    pub request_id: Cow<'a, str>,
+    /// `x-event-type`.
+    pub event_type: Cow<'a, str>,
+    /// `x-delivery-attempt`, absent when the sender sent none.
+    pub attempt: Option<i64>,
+    /// `x-route`.
+    pub route: Cow<'a, str>,
+    /// `x-received-at`, RFC 3339 UTC.
+    pub received_at: String,
+    /// The event's guard key (a message id's statuses, a contact's messages): events with
+    /// the same key reach the broker in arrival order. Not published.
+    pub order_key: Option<Cow<'a, str>>,
+    /// The raw request body, byte for byte.
+    pub body: Bytes,
+    /// `content_type` when the body is not JSON (a Twilio form); `application/json` if unset.
+    pub content_type: Option<Cow<'a, str>>,
+}
+
+/// The `message_id` of an event whose id is too long for one: the id's first bytes (cut
+/// at a character boundary), `~sha256:` and the hex SHA-256 of the whole id. The same id
+/// always gives the same value, so consumers can still dedup on it; the full id travels
+/// in the `x-event-id` header.
+pub fn fitted_message_id(id: &str) -> String {
+    use sha2::Digest;
+    let mut cut = FITTED_PREFIX_BYTES.min(id.len());
+    while !id.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = sha2::Sha256::digest(id.as_bytes());
+    format!("{}{FITTED_MARK}{}", &id[..cut], hex::encode(digest))
+}
