@@ -11,16 +11,17 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::{system_clock, Clock};
 use crate::config::Config;
 use crate::guard::RouteGuard;
-use crate::http::admin::Admin;
-use crate::http::{serve_admin, serve_webhooks, WebhookService};
+use crate::http::admin::{Admin, Health};
+use crate::http::serve_admin;
+use crate::http::webhook::{serve_webhooks, WebhookService};
 use crate::ingress::event::EventFields;
 use crate::ingress::secrets::{RouteSecrets, SecretError};
 use crate::ingress::signature::Scheme;
 use crate::metrics::Metrics;
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::Spool;
-use crate::pipeline::{Pipeline, RouteRuntime};
-use crate::ratelimit::TokenBucket;
+use crate::outbox::Outbox;
+use crate::pipeline::{CompiledRoute, Pipeline, RouteRuntime, Settings};
 use crate::state::{BackendChoice, StateStore};
 use crate::store::{Store, StoreError};
 use crate::tls::{TlsError, TlsReloader};
@@ -85,15 +86,8 @@ pub struct Prepared {
     config: Config,
     backend: BackendChoice,
     store: Store,
-    routes: Vec<RouteRuntime>,
+    routes: Vec<CompiledRoute>,
     tls: Option<Arc<TlsReloader>>,
-}
-
-impl Prepared {
-    /// The opened store, for tests and tools that look into it while the gateway serves.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
 }
 
 /// What [`check`] may read besides the config itself.
@@ -156,7 +150,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
 struct Resolved {
     config: Config,
     backend: BackendChoice,
-    routes: Vec<RouteRuntime>,
+    routes: Vec<CompiledRoute>,
     tls: Option<Arc<TlsReloader>>,
 }
 
@@ -195,14 +189,12 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
         }
         let mut fields = EventFields::for_route(route);
         let guard = RouteGuard::new(&route.guard, &mut fields);
-        routes.push(RouteRuntime {
+        routes.push(CompiledRoute {
             config: route.clone(),
             fields,
             scheme,
             secrets,
             guard,
-            // Built in `serve`, on the clock of the options.
-            limiter: None,
         });
     }
     let tls = config
@@ -235,15 +227,6 @@ fn url_from_env(var: &str) -> Result<String, AppError> {
         .ok_or_else(|| AppError::UrlEnv(var.to_owned()))
 }
 
-/// Prepares and serves with production options.
-pub async fn run(
-    config: Config,
-    listeners: Listeners,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), AppError> {
-    serve(prepare(config)?, listeners, shutdown, Options::default()).await
-}
-
 /// Serves until `shutdown` completes, then drains: readiness 503, stop accepting, finish
 /// in-flight requests within `shutdown_grace`, flush the store, close the broker.
 pub async fn serve(
@@ -256,17 +239,14 @@ pub async fn serve(
         config,
         backend,
         store,
-        mut routes,
+        routes,
         tls,
     } = prepared;
-    for route in &mut routes {
-        route.limiter = route
-            .config
-            .rate_limit
-            .as_ref()
-            .map(|r| TokenBucket::new(r.per_second, r.burst, options.clock.clone()));
-    }
     let metrics = Arc::new(Metrics::new());
+    let routes: Vec<Arc<RouteRuntime>> = routes
+        .into_iter()
+        .map(|route| Arc::new(RouteRuntime::new(route, &metrics, &options.clock)))
+        .collect();
     let stop_background = CancellationToken::new();
     let publisher = Publisher::start(
         config.amqp.clone(),
@@ -291,12 +271,15 @@ pub async fn serve(
     // A no-op for sled; for Redis it keeps readiness current while no requests flow.
     tokio::spawn(ping_loop(state.clone(), stop_background.clone()));
     let pipeline = Arc::new(Pipeline::new(
-        &config,
-        routes,
-        state,
-        spool.clone(),
-        publisher.clone(),
-        metrics.clone(),
+        Settings::of(&config),
+        routes.clone(),
+        state.clone(),
+        Outbox::new(
+            publisher.clone(),
+            spool.clone(),
+            config.amqp.exchange.clone(),
+        ),
+        metrics.store_errors.clone(),
         options.clock.clone(),
     ));
     let drainer = tokio::spawn(spool.clone().run_drainer(
@@ -305,12 +288,14 @@ pub async fn serve(
         stop_background.clone(),
     ));
     tokio::spawn(sweep_loop(
-        pipeline.clone(),
+        state.clone(),
+        options.clock.clone(),
         options.sweep_interval,
         stop_background.clone(),
     ));
     tokio::spawn(reload_loop(
-        pipeline.clone(),
+        routes,
+        metrics.clone(),
         tls.clone(),
         config.reload_poll,
         stop_background.clone(),
@@ -318,7 +303,13 @@ pub async fn serve(
 
     let shutting_down = CancellationToken::new();
     let admin = Arc::new(Admin {
-        pipeline: pipeline.clone(),
+        health: Health {
+            state: state.clone(),
+            spool: spool.clone(),
+            publisher: publisher.clone(),
+            metrics: metrics.clone(),
+            clock: options.clock.clone(),
+        },
         shutdown: shutting_down.clone(),
     });
     let addr_text = |l: &TcpListener| {
@@ -329,6 +320,7 @@ pub async fn serve(
     let admin_addr = addr_text(&listeners.admin);
     let service = Arc::new(WebhookService::new(
         pipeline.clone(),
+        metrics.clone(),
         config.limits.clone(),
         options.clock.clone(),
     ));
@@ -369,7 +361,7 @@ pub async fn serve(
     }
     stop_background.cancel();
     let _ = drainer.await;
-    if let Err(error) = pipeline.state().write_now() {
+    if let Err(error) = state.write_now() {
         tracing::error!(%error, "state journal write at shutdown failed");
     }
     if let Err(error) = store.flush().await {
@@ -404,15 +396,21 @@ async fn ping_loop(state: Arc<StateStore>, stop: CancellationToken) {
     }
 }
 
-async fn sweep_loop(pipeline: Arc<Pipeline>, every: Duration, stop: CancellationToken) {
+async fn sweep_loop(
+    state: Arc<StateStore>,
+    clock: Clock,
+    every: Duration,
+    stop: CancellationToken,
+) {
     loop {
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        let p = pipeline.clone();
+        let state = state.clone();
+        let now_ms = clock();
         // sled calls block; a sweep of millions of marks must not hold a runtime worker.
-        match tokio::task::spawn_blocking(move || p.sweep()).await {
+        match tokio::task::spawn_blocking(move || state.sweep(now_ms)).await {
             Ok(Ok(n)) if n > 0 => tracing::debug!(removed = n, "expired marks swept"),
             Ok(Ok(_)) => {}
             Ok(Err(error)) => tracing::warn!(%error, "sweep failed"),
@@ -423,7 +421,8 @@ async fn sweep_loop(pipeline: Arc<Pipeline>, every: Duration, stop: Cancellation
 
 /// Re-reads secrets and the certificate on SIGHUP, and whenever their files change.
 async fn reload_loop(
-    pipeline: Arc<Pipeline>,
+    routes: Vec<Arc<RouteRuntime>>,
+    metrics: Arc<Metrics>,
     tls: Option<Arc<TlsReloader>>,
     poll: Duration,
     stop: CancellationToken,
@@ -447,7 +446,7 @@ async fn reload_loop(
             _ = hup_recv => true,
             _ = tokio::time::sleep(poll) => false,
         };
-        for route in &pipeline.routes {
+        for route in &routes {
             if !by_signal && route.secrets.files().next().is_none() {
                 continue;
             }
@@ -462,8 +461,7 @@ async fn reload_loop(
                 Ok(false) => {}
                 Err(error) => {
                     // An operator must act: the rotation they made is not in force.
-                    pipeline
-                        .metrics()
+                    metrics
                         .secret_reload_failures
                         .get_or_create(&crate::metrics::RouteLabel {
                             route: name.clone(),

@@ -129,23 +129,72 @@ fn count_reason(family: &Family<ReasonLabel, Counter>, reason: &str) {
         .inc();
 }
 
-/// One route's request counters. Counting finds the outcome's counter in a short list
-/// instead of building a label set (two strings), hashing it and locking the family.
-pub struct RouteRequests {
-    route: String,
-    family: Family<RouteOutcome, Counter>,
-    by_outcome: Vec<(&'static str, Counter)>,
+/// Why an event is dropped (label of `hookgate_dropped_events_total`): the guard's reasons, then
+/// the freshness check's. A test below checks the guard's are all here.
+pub const DROP_REASONS: [&str; 8] = [
+    "stale_status",
+    "repeated_status",
+    "repeated_stop",
+    "repeated_start",
+    "repeated_help",
+    "stale_keyword",
+    "expired",
+    "future_timestamp",
+];
+
+/// Counters made once, each under its label value; a lookup walks a short list instead of
+/// building a label set (two strings), hashing it and locking the family.
+struct Presized(Vec<(&'static str, Counter)>);
+
+impl Presized {
+    fn get(&self, label: &str) -> Option<&Counter> {
+        self.0
+            .iter()
+            .find(|(known, _)| *known == label)
+            .map(|(_, c)| c)
+    }
 }
 
-impl RouteRequests {
+/// One route's counters, made at start-up: counting builds no label strings, and every
+/// series is scraped (at zero) before its first event.
+pub struct RouteCounters {
+    route: String,
+    requests_family: Family<RouteOutcome, Counter>,
+    requests: Presized,
+    drops_family: Family<RouteReason, Counter>,
+    drops: Presized,
+    /// Deliveries answered `duplicate`.
+    pub dedup_hits: Counter,
+    /// Deliveries refused for their signature.
+    pub signature_failures: Counter,
+}
+
+impl RouteCounters {
     /// Counts one answered request with `outcome`.
     pub fn count(&self, outcome: &str) {
-        match self.by_outcome.iter().find(|(known, _)| *known == outcome) {
-            Some((_, counter)) => {
+        match self.requests.get(outcome) {
+            Some(counter) => {
                 counter.inc();
             }
             // An outcome missing from the list is still counted, the slow way.
-            None => count_labelled(&self.family, &self.route, outcome),
+            None => count_labelled(&self.requests_family, &self.route, outcome),
+        }
+    }
+
+    /// Counts one dropped event with `reason`.
+    pub fn count_drop(&self, reason: &str) {
+        match self.drops.get(reason) {
+            Some(counter) => {
+                counter.inc();
+            }
+            None => {
+                self.drops_family
+                    .get_or_create(&RouteReason {
+                        route: self.route.clone(),
+                        reason: reason.to_owned(),
+                    })
+                    .inc();
+            }
         }
     }
 }
@@ -389,20 +438,37 @@ impl Metrics {
         count_reason(&self.refusals, reason);
     }
 
-    /// The request counters of `route`, one for each of [`REQUEST_OUTCOMES`]. Created at
-    /// start-up, so every series is scraped (at zero) before its first request.
-    pub fn route_requests(&self, route: &str) -> RouteRequests {
-        let by_outcome = REQUEST_OUTCOMES
+    /// The counters of `route`: one for each of [`REQUEST_OUTCOMES`] and of
+    /// [`DROP_REASONS`], its duplicates and its signature failures.
+    pub fn route_counters(&self, route: &str) -> RouteCounters {
+        let requests = REQUEST_OUTCOMES
             .iter()
             .map(|&outcome| {
                 let labels = RouteOutcome::new(route, outcome);
                 (outcome, self.requests.get_or_create(&labels).clone())
             })
             .collect();
-        RouteRequests {
+        let drops = DROP_REASONS
+            .iter()
+            .map(|&reason| {
+                let labels = RouteReason {
+                    route: route.to_owned(),
+                    reason: reason.to_owned(),
+                };
+                (reason, self.drops.get_or_create(&labels).clone())
+            })
+            .collect();
+        let label = RouteLabel {
             route: route.to_owned(),
-            family: self.requests.clone(),
-            by_outcome,
+        };
+        RouteCounters {
+            route: route.to_owned(),
+            requests_family: self.requests.clone(),
+            requests: Presized(requests),
+            drops_family: self.drops.clone(),
+            drops: Presized(drops),
+            dedup_hits: self.dedup_hits.get_or_create(&label).clone(),
+            signature_failures: self.signature_failures.get_or_create(&label).clone(),
         }
     }
 
@@ -442,7 +508,7 @@ mod tests {
     #[test]
     fn route_counters_exist_at_zero_and_count_into_the_family() {
         let metrics = Metrics::new();
-        let requests = metrics.route_requests("botix");
+        let requests = metrics.route_counters("botix");
         for outcome in REQUEST_OUTCOMES {
             assert_eq!(sample(&metrics, "botix", outcome).as_deref(), Some("0"));
         }
@@ -460,5 +526,37 @@ mod tests {
         // The same series as the label-building path.
         metrics.count_request("botix", "accepted");
         assert_eq!(sample(&metrics, "botix", "accepted").as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn every_guard_drop_reason_has_a_counter_made_at_start_up() {
+        for drop in crate::guard::decide::GuardDrop::ALL {
+            assert!(DROP_REASONS.contains(&drop.as_str()), "{drop}");
+        }
+    }
+
+    #[test]
+    fn drop_counters_exist_at_zero_and_count_into_the_family() {
+        let metrics = Metrics::new();
+        let counters = metrics.route_counters("botix");
+        let drops = |reason: &str| {
+            let line =
+                format!("hookgate_dropped_events_total{{route=\"botix\",reason=\"{reason}\"}} ");
+            metrics
+                .render()
+                .lines()
+                .find_map(|l| l.strip_prefix(line.as_str()).map(str::to_owned))
+        };
+        for reason in DROP_REASONS {
+            assert_eq!(drops(reason).as_deref(), Some("0"), "{reason}");
+        }
+        counters.count_drop("stale_status");
+        counters.count_drop("something_new");
+        assert_eq!(drops("stale_status").as_deref(), Some("1"));
+        assert_eq!(drops("something_new").as_deref(), Some("1"));
+        counters.dedup_hits.inc();
+        assert!(metrics
+            .render()
+            .contains("hookgate_dedup_hits_total{route=\"botix\"} 1"));
     }
 }

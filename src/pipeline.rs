@@ -5,20 +5,20 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
+use prometheus_client::metrics::counter::Counter;
 use tokio_util::task::TaskTracker;
 
 use crate::budget::Charge;
 use crate::clock::Clock;
-use crate::config::fits_short_string;
-use crate::config::{Config, Route};
+use crate::config::{fits_short_string, Config, Route};
 use crate::guard::{Check, GuardState, RouteGuard};
 use crate::ingress::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
 use crate::ingress::secrets::RouteSecrets;
 use crate::ingress::signature::Scheme;
-use crate::metrics::{Metrics, RouteLabel, RouteReason, RouteRequests};
+use crate::metrics::{Metrics, RouteCounters};
 use crate::outbox::message::Message;
-use crate::outbox::publish::{PublishError, Publisher};
-use crate::outbox::spool::{Spool, SpoolError};
+use crate::outbox::spool::SpoolError;
+use crate::outbox::{Delivered, Outbox};
 use crate::ratelimit::TokenBucket;
 use crate::state::keys::StoreKey;
 use crate::state::{Claimed, StateStore};
@@ -66,7 +66,23 @@ impl Outcome {
     }
 }
 
-/// A route with everything built from its config.
+/// A route built from its config before any port is bound: secrets loaded, signature
+/// scheme, fields and guard rules compiled.
+pub struct CompiledRoute {
+    /// The route's config.
+    pub config: Route,
+    /// Where its events' id, type and time are.
+    pub fields: EventFields,
+    /// Its signature scheme.
+    pub scheme: Scheme,
+    /// Its active secrets (reloadable).
+    pub secrets: RouteSecrets,
+    /// Its guard rules.
+    pub guard: RouteGuard,
+}
+
+/// A route as requests use it: compiled, with its rate limit on the serving clock and its
+/// counters.
 pub struct RouteRuntime {
     /// The route's config.
     pub config: Route,
@@ -80,11 +96,37 @@ pub struct RouteRuntime {
     pub guard: RouteGuard,
     /// Its rate limit for verified deliveries, if configured.
     pub limiter: Option<TokenBucket>,
+    /// Its request, drop, duplicate and signature counters.
+    pub counters: RouteCounters,
+}
+
+impl RouteRuntime {
+    /// `route` with its rate limit on `clock` and its counters in `metrics`.
+    pub fn new(route: CompiledRoute, metrics: &Metrics, clock: &Clock) -> Self {
+        let CompiledRoute {
+            config,
+            fields,
+            scheme,
+            secrets,
+            guard,
+        } = route;
+        Self {
+            limiter: config
+                .rate_limit
+                .as_ref()
+                .map(|r| TokenBucket::new(r.per_second, r.burst, clock.clone())),
+            counters: metrics.route_counters(&config.name),
+            config,
+            fields,
+            scheme,
+            secrets,
+            guard,
+        }
+    }
 }
 
 /// Settings the pipeline reads on every request.
-struct Settings {
-    exchange: String,
+pub struct Settings {
     routing_key: String,
     dropped_routing_key: Option<String>,
     ttl: Duration,
@@ -93,64 +135,60 @@ struct Settings {
     in_flight_lease: Duration,
 }
 
-/// Everything a request needs, shared by all connections.
+impl Settings {
+    /// The settings of `config`.
+    pub fn of(config: &Config) -> Self {
+        Self {
+            routing_key: config.amqp.routing_key.clone(),
+            dropped_routing_key: config.amqp.dropped_routing_key.clone(),
+            ttl: config.dedup.ttl,
+            skew_ms: config.max_clock_skew.as_millis() as i64,
+            in_flight_wait: config.dedup.in_flight_wait,
+            in_flight_lease: config.dedup.in_flight_lease,
+        }
+    }
+}
+
+/// The request path, with the handles it needs and no others.
 pub struct Pipeline {
     /// Routes in config order.
-    pub routes: Vec<RouteRuntime>,
+    routes: Vec<Arc<RouteRuntime>>,
     settings: Settings,
     state: Arc<StateStore>,
     guards: GuardState,
-    spool: Arc<Spool>,
-    publisher: Publisher,
-    metrics: Arc<Metrics>,
-    /// Request counters of each route, in route order.
-    requests: Vec<RouteRequests>,
+    outbox: Outbox,
+    /// Requests answered 503 because the state store failed.
+    store_errors: Counter,
     clock: Clock,
     /// Deliveries running in tasks of their own (see [`Pipeline::spawn_handle`]).
     tasks: TaskTracker,
 }
 
-enum Delivered {
-    Published,
-    Spooled,
-}
-
 impl Pipeline {
-    /// Wires the parts together.
-    #[allow(clippy::too_many_arguments)]
+    /// The request path over `routes`.
     pub fn new(
-        config: &Config,
-        routes: Vec<RouteRuntime>,
+        settings: Settings,
+        routes: Vec<Arc<RouteRuntime>>,
         state: Arc<StateStore>,
-        spool: Arc<Spool>,
-        publisher: Publisher,
-        metrics: Arc<Metrics>,
+        outbox: Outbox,
+        store_errors: Counter,
         clock: Clock,
     ) -> Self {
-        let requests = routes
-            .iter()
-            .map(|r| metrics.route_requests(&r.config.name))
-            .collect();
         Self {
             routes,
-            settings: Settings {
-                exchange: config.amqp.exchange.clone(),
-                routing_key: config.amqp.routing_key.clone(),
-                dropped_routing_key: config.amqp.dropped_routing_key.clone(),
-                ttl: config.dedup.ttl,
-                skew_ms: config.max_clock_skew.as_millis() as i64,
-                in_flight_wait: config.dedup.in_flight_wait,
-                in_flight_lease: config.dedup.in_flight_lease,
-            },
+            settings,
             guards: GuardState::new(state.clone()),
             state,
-            spool,
-            publisher,
-            metrics,
-            requests,
+            outbox,
+            store_errors,
             clock,
             tasks: TaskTracker::new(),
         }
+    }
+
+    /// The route served at `path`.
+    pub fn route(&self, path: &str) -> Option<&Arc<RouteRuntime>> {
+        self.routes.iter().find(|r| r.config.path == path)
     }
 
     /// Handles one delivery in a task of its own. Once a delivery is past verification it
@@ -159,13 +197,13 @@ impl Pipeline {
     /// future, but not this task, so the delivery still runs to the end.
     pub fn spawn_handle(
         self: &Arc<Self>,
-        index: usize,
+        route: Arc<RouteRuntime>,
         delivery: Delivery,
         charge: Charge,
     ) -> tokio::task::JoinHandle<(Outcome, String)> {
         let pipeline = self.clone();
         self.tasks
-            .spawn(async move { pipeline.handle(index, delivery, charge).await })
+            .spawn(async move { pipeline.handle(&route, delivery, charge).await })
     }
 
     /// Waits, at most `grace`, for the deliveries still running in their own tasks (their
@@ -176,35 +214,20 @@ impl Pipeline {
         tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
     }
 
-    /// Counts one answered request of route `index`.
-    pub fn count_request(&self, index: usize, outcome: &str) {
-        if let Some(requests) = self.requests.get(index) {
-            requests.count(outcome);
-        }
-    }
-
     /// The current time of the injected clock.
     pub fn now_ms(&self) -> i64 {
         (self.clock)()
     }
 
-    /// Handles one delivery on route `index`. `charge` holds the body's bytes in the
+    /// Handles one delivery on `route`. `charge` holds the body's bytes in the
     /// unverified body budget and is given back once the signature is checked. Returns the
     /// outcome and the request id to echo in `X-Request-Id`.
     pub async fn handle(
         &self,
-        index: usize,
+        route: &RouteRuntime,
         delivery: Delivery,
         charge: Charge,
     ) -> (Outcome, String) {
-        let Some(route) = self.routes.get(index) else {
-            return (
-                Outcome::Unavailable {
-                    retry_after: RETRY_AFTER_UNAVAILABLE,
-                },
-                RequestId::generated().value,
-            );
-        };
         let name = route.config.name.as_str();
         let request_id = RequestId::of(&delivery.headers, route.config.profile);
         let now_ms = self.now_ms();
@@ -214,26 +237,14 @@ impl Pipeline {
         let outcome = Box::pin(self.run(route, delivery, charge, request_id, now_ms)).await;
         match &outcome {
             Outcome::Duplicate { .. } => {
-                self.metrics
-                    .dedup_hits
-                    .get_or_create(&route_label(name))
-                    .inc();
+                route.counters.dedup_hits.inc();
             }
             Outcome::Dropped { event_id, reason } => {
-                self.metrics
-                    .drops
-                    .get_or_create(&RouteReason {
-                        route: name.to_owned(),
-                        reason: (*reason).to_owned(),
-                    })
-                    .inc();
+                route.counters.count_drop(reason);
                 tracing::info!(route = name, event_id = %event_id, reason, "event dropped");
             }
             Outcome::InvalidSignature => {
-                self.metrics
-                    .signature_failures
-                    .get_or_create(&route_label(name))
-                    .inc();
+                route.counters.signature_failures.inc();
             }
             _ => {}
         }
@@ -283,7 +294,7 @@ impl Pipeline {
         match self.process(route, &event, now_ms).await {
             Ok(outcome) => outcome,
             Err(error) => {
-                self.metrics.store_errors.inc();
+                self.store_errors.inc();
                 // WARN per request; an outage of the shared store is reported once at ERROR
                 // by the health check, so the log is not flooded while the sender retries.
                 // The fault, and whether waiting may cure it, tell the operator what to do.
@@ -415,7 +426,7 @@ impl Pipeline {
         };
         let mut msg = self.message(route, event, &self.settings.routing_key, now_ms);
         msg.order_key = route.guard.order_key(name, event).map(Cow::Owned);
-        match self.deliver(&msg).await {
+        match self.outbox.deliver(&msg).await {
             Ok(how) => {
                 if let Some(held) = held {
                     self.guards.commit(held, now_ms).await?;
@@ -448,48 +459,11 @@ impl Pipeline {
         Outcome::Unavailable { retry_after }
     }
 
-    /// Publishes with a confirm, or spools. While the spool holds anything in order, new
-    /// events go behind it so the broker sees them in arrival order. An unroutable event,
-    /// and a later event of a guard key with events held, go to the spool's held area,
-    /// apart from the rest.
-    async fn deliver(&self, msg: &Message<'_>) -> Result<Delivered, SpoolError> {
-        if self.spool.is_empty() {
-            if msg
-                .order_key
-                .as_deref()
-                .is_some_and(|k| self.spool.holds_key(k))
-            {
-                return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
-            }
-            // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
-            match Box::pin(self.publisher.publish(&self.settings.exchange, msg)).await {
-                Ok(()) => return Ok(Delivered::Published),
-                Err(error @ PublishError::Unroutable(_)) => {
-                    tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled apart until a queue is bound; bind a queue to the exchange");
-                    return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
-                }
-                Err(PublishError::NotConnected) => {}
-                Err(error) => {
-                    tracing::warn!(%error, event_id = %msg.message_id, "publish failed; spooling")
-                }
-            }
-        }
-        self.spool.push(msg).await.map(|()| Delivered::Spooled)
-    }
-
-    /// The audit copy of a dropped event: best effort, never spooled, so an audit key with
-    /// no queue bound cannot block the spool.
+    /// The audit copy of a dropped event, when the config names a key for it.
     async fn publish_drop_copy(&self, route: &RouteRuntime, event: &Event, now_ms: i64) {
-        let Some(template) = &self.settings.dropped_routing_key else {
-            return;
-        };
-        let msg = self.message(route, event, template, now_ms);
-        if let Err(error) = self
-            .publisher
-            .publish_audit(&self.settings.exchange, &msg)
-            .await
-        {
-            tracing::warn!(%error, event_id = %event.id, "audit copy of a dropped event not published");
+        if let Some(template) = &self.settings.dropped_routing_key {
+            let msg = self.message(route, event, template, now_ms);
+            self.outbox.publish_audit(&msg).await;
         }
     }
 
@@ -513,37 +487,6 @@ impl Pipeline {
             body: event.body.clone(),
             content_type: event.content_type.as_deref().map(Cow::Borrowed),
         }
-    }
-
-    /// The spool, for status and readiness.
-    pub fn spool(&self) -> &Arc<Spool> {
-        &self.spool
-    }
-
-    /// The metrics.
-    pub fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
-    /// The publisher, for readiness.
-    pub fn publisher(&self) -> &Publisher {
-        &self.publisher
-    }
-
-    /// Removes expired dedup marks and guard state; returns how many entries went.
-    pub fn sweep(&self) -> Result<usize, StoreError> {
-        self.state.sweep(self.now_ms())
-    }
-
-    /// The dedup and guard state store.
-    pub fn state(&self) -> &StateStore {
-        &self.state
-    }
-}
-
-fn route_label(route: &str) -> RouteLabel {
-    RouteLabel {
-        route: route.to_owned(),
     }
 }
 

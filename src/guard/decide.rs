@@ -33,7 +33,8 @@ pub enum GuardDrop {
 }
 
 impl GuardDrop {
-    /// Every reason, so metrics can pre-register one counter per reason.
+    /// Every reason. Each has a counter made at start-up (`metrics::DROP_REASONS`; a test
+    /// there checks the list is complete).
     pub const ALL: [GuardDrop; 6] = [
         GuardDrop::StaleStatus,
         GuardDrop::RepeatedStatus,

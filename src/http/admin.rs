@@ -5,8 +5,11 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::spool::SpoolError;
-use crate::pipeline::Pipeline;
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::outbox::publish::Publisher;
+use crate::outbox::spool::{Spool, SpoolError};
+use crate::state::StateStore;
 
 /// Path of the spool status endpoint.
 pub const SPOOL_PATH: &str = "/spool";
@@ -30,10 +33,24 @@ pub struct AdminRequest<'a> {
     pub from_loopback: bool,
 }
 
+/// The parts whose health the admin endpoints report.
+pub struct Health {
+    /// Dedup and guard state.
+    pub state: Arc<StateStore>,
+    /// The spool.
+    pub spool: Arc<Spool>,
+    /// The broker connection.
+    pub publisher: Publisher,
+    /// The metrics registry.
+    pub metrics: Arc<Metrics>,
+    /// The clock of the spool's ages.
+    pub clock: Clock,
+}
+
 /// What the admin endpoints look at.
 pub struct Admin {
-    /// The request pipeline (publisher, spool, metrics).
-    pub pipeline: Arc<Pipeline>,
+    /// The parts they report on.
+    pub health: Health,
     /// Cancelled the moment shutdown starts: readiness goes 503 at once.
     pub shutdown: CancellationToken,
 }
@@ -71,7 +88,7 @@ impl Admin {
         let Ok(id) = id_text.parse::<u64>() else {
             return (400, "text/plain", "the entry id must be a number\n".into());
         };
-        let spool = self.pipeline.spool();
+        let spool = &self.health.spool;
         let done = if republish {
             spool.republish(id).await
         } else {
@@ -98,33 +115,22 @@ impl Admin {
                 )
             }
             "/metrics" => {
-                let metrics = self.pipeline.metrics();
-                if let Some(n) = self.pipeline.state().entries() {
+                let metrics = &self.health.metrics;
+                if let Some(n) = self.health.state.entries() {
                     metrics.state_entries.set(n as i64);
                 }
                 metrics
                     .spool_drainer_stalled
-                    .set(i64::from(self.pipeline.spool().is_stalled()));
+                    .set(i64::from(self.health.spool.is_stalled()));
                 (
                     200,
                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
                     metrics.render(),
                 )
             }
-            SPOOL_PATH => {
-                let status = self.pipeline.spool().status(self.pipeline.now_ms() / 1000);
-                (
-                    200,
-                    "application/json",
-                    serde_json::to_string(&status).unwrap_or_default(),
-                )
-            }
-            PARKED_PATH => match self.pipeline.spool().parked_entries() {
-                Ok(entries) => (
-                    200,
-                    "application/json",
-                    serde_json::to_string(&entries).unwrap_or_default(),
-                ),
+            SPOOL_PATH => json_answer(&self.health.spool.status((self.health.clock)() / 1000)),
+            PARKED_PATH => match self.health.spool.parked_entries() {
+                Ok(entries) => json_answer(&entries),
                 Err(e) => (500, "text/plain", format!("{e}\n")),
             },
             _ => (404, "text/plain", "not found\n".into()),
@@ -138,17 +144,17 @@ impl Admin {
         if self.shutdown.is_cancelled() {
             return (false, "shutting down");
         }
-        if !self.pipeline.state().is_healthy() {
+        if !self.health.state.is_healthy() {
             return (false, "not ready: state store unreachable");
         }
-        let spool = self.pipeline.spool();
+        let spool = &self.health.spool;
         if spool.is_stuck() {
             return (false, "not ready: the spool cannot be written");
         }
         if spool.is_stalled() {
             return (false, "not ready: the spool drainer is not making progress");
         }
-        if self.pipeline.publisher().is_connected() {
+        if self.health.publisher.is_connected() {
             return (true, "ready: broker connected");
         }
         if spool.has_room() {
@@ -158,5 +164,18 @@ impl Admin {
             false,
             "not ready: broker unavailable and spool full or disabled",
         )
+    }
+}
+
+/// `value` as a JSON answer; a value that cannot be encoded is a 500 that says so, never an
+/// empty 200.
+fn json_answer(value: &impl serde::Serialize) -> Answer {
+    match serde_json::to_string(value) {
+        Ok(body) => (200, "application/json", body),
+        Err(e) => (
+            500,
+            "text/plain",
+            format!("cannot encode the answer: {e}\n"),
+        ),
     }
 }

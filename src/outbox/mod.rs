@@ -5,3 +5,73 @@ pub mod message;
 pub mod publish;
 pub mod record;
 pub mod spool;
+
+use std::sync::Arc;
+
+use crate::outbox::message::Message;
+use crate::outbox::publish::{PublishError, Publisher};
+use crate::outbox::spool::{Spool, SpoolError};
+
+/// Where an accepted event went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// The broker confirmed it.
+    Published,
+    /// It is on disk in the spool, to be published later.
+    Spooled,
+}
+
+/// The publish-or-spool step: the only way an accepted event leaves the request path.
+pub struct Outbox {
+    publisher: Publisher,
+    spool: Arc<Spool>,
+    exchange: String,
+}
+
+impl Outbox {
+    /// Publishes to `exchange` through `publisher`, spooling to `spool`.
+    pub fn new(publisher: Publisher, spool: Arc<Spool>, exchange: String) -> Self {
+        Self {
+            publisher,
+            spool,
+            exchange,
+        }
+    }
+
+    /// Publishes with a confirm, or spools. While the spool holds anything in order, new
+    /// events go behind it so the broker sees them in arrival order. An unroutable event,
+    /// and a later event of a guard key with events held, go to the spool's held area,
+    /// apart from the rest.
+    pub async fn deliver(&self, msg: &Message<'_>) -> Result<Delivered, SpoolError> {
+        if self.spool.is_empty() {
+            if msg
+                .order_key
+                .as_deref()
+                .is_some_and(|k| self.spool.holds_key(k))
+            {
+                return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
+            }
+            // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
+            match Box::pin(self.publisher.publish(&self.exchange, msg)).await {
+                Ok(()) => return Ok(Delivered::Published),
+                Err(error @ PublishError::Unroutable(_)) => {
+                    tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled apart until a queue is bound; bind a queue to the exchange");
+                    return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
+                }
+                Err(PublishError::NotConnected) => {}
+                Err(error) => {
+                    tracing::warn!(%error, event_id = %msg.message_id, "publish failed; spooling")
+                }
+            }
+        }
+        self.spool.push(msg).await.map(|()| Delivered::Spooled)
+    }
+
+    /// The audit copy of a dropped event: best effort, never spooled, so an audit key with
+    /// no queue bound cannot block the spool.
+    pub async fn publish_audit(&self, msg: &Message<'_>) {
+        if let Err(error) = self.publisher.publish_audit(&self.exchange, msg).await {
+            tracing::warn!(%error, event_id = %msg.message_id, "audit copy of a dropped event not published");
+        }
+    }
+}
