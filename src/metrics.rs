@@ -28,7 +28,7 @@ pub struct RouteOutcome {
 pub struct RouteReason {
     /// Route name.
     pub route: String,
-    /// Drop reason (SPEC §2).
+    /// Drop reason (contract §2).
     pub reason: String,
 }
 

@@ -24,10 +24,9 @@ use crate::state::keys::StoreKey;
 use crate::state::{Claimed, StateStore};
 use crate::store::StoreError;
 
-/// Seconds a sender should wait after a 503 caused by the broker or the store.
-pub const RETRY_AFTER_UNAVAILABLE: u64 = 5;
-/// Seconds a sender should wait when the spool is full: the broker has been away a while.
-pub const RETRY_AFTER_SPOOL_FULL: u64 = 60;
+/// Seconds a sender should wait after a 503 no error caused: a claim or a guard lock held
+/// by another request for the whole wait.
+pub const RETRY_AFTER_BUSY: u64 = crate::store::RETRY_AFTER_TRANSIENT_SECS;
 
 /// How one delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,7 +306,7 @@ impl Pipeline {
                     "store failed; answering 503"
                 );
                 Outcome::Unavailable {
-                    retry_after: RETRY_AFTER_UNAVAILABLE,
+                    retry_after: error.retry_after_secs(),
                 }
             }
         }
@@ -370,7 +369,7 @@ impl Pipeline {
             }
             Claimed::Busy => {
                 return Ok(Outcome::Unavailable {
-                    retry_after: RETRY_AFTER_UNAVAILABLE,
+                    retry_after: RETRY_AFTER_BUSY,
                 });
             }
         }
@@ -389,7 +388,7 @@ impl Pipeline {
                         self.settings.ttl,
                     )
                     .await?;
-                // The guard state and the marks are on disk before the 200 (SPEC §4). If
+                // The guard state and the marks are on disk before the 200 (contract §4). If
                 // they cannot be, the answer is 503 and the retry finds the marks in memory.
                 self.state.sync().await?;
             }
@@ -452,11 +451,9 @@ impl Pipeline {
 
     fn unavailable(&self, name: &str, event: &Event, error: SpoolError) -> Outcome {
         tracing::warn!(route = name, event_id = %event.id, %error, "event not accepted; answering 503");
-        let retry_after = match error {
-            SpoolError::Full { .. } => RETRY_AFTER_SPOOL_FULL,
-            _ => RETRY_AFTER_UNAVAILABLE,
-        };
-        Outcome::Unavailable { retry_after }
+        Outcome::Unavailable {
+            retry_after: error.retry_after_secs(),
+        }
     }
 
     /// The audit copy of a dropped event, when the config names a key for it.

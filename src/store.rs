@@ -14,6 +14,11 @@ const CACHE_BYTES: u64 = 64 * 1024 * 1024;
 /// How long an open waits for a lock that may be on its way out (see [`Store::open`]).
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
+/// `Retry-After` of a delivery that met a transient store fault.
+pub const RETRY_AFTER_TRANSIENT_SECS: u64 = 5;
+/// `Retry-After` of a delivery that met a store fault an operator must fix.
+pub const RETRY_AFTER_FAULT_SECS: u64 = 30;
+
 /// The error a backend library reports, kept as the source of a [`StoreError`].
 pub type Cause = Box<dyn std::error::Error + Send + Sync>;
 
@@ -27,9 +32,13 @@ pub enum StoreError {
     /// The disk refused a read or a write (full or failing).
     #[error("store I/O failed: {0}")]
     Disk(#[from] sled::Error),
-    /// Writes did not reach the disk within the wait, or cannot now.
+    /// Writes did not reach the disk within the wait.
     #[error("{0}")]
     NotDurable(String),
+    /// Writes keep failing (a full or failing disk): kept and retried, but only an
+    /// operator ends it.
+    #[error("{0}")]
+    Unwritable(String),
     /// The shared store did not answer within its deadline, or refused the call.
     #[error("redis: {0}")]
     Unreachable(#[source] Cause),
@@ -54,12 +63,24 @@ impl StoreError {
         )
     }
 
+    /// Seconds a sender should wait before retrying a delivery that met this fault: a
+    /// transient one passes within seconds; one that needs an operator does not, and
+    /// retries every few seconds would only add load.
+    pub fn retry_after_secs(&self) -> u64 {
+        if self.is_transient() {
+            RETRY_AFTER_TRANSIENT_SECS
+        } else {
+            RETRY_AFTER_FAULT_SECS
+        }
+    }
+
     /// The fault's name, for logs.
     pub fn fault(&self) -> &'static str {
         match self {
             StoreError::Open { .. } => "open",
             StoreError::Disk(_) => "disk",
             StoreError::NotDurable(_) => "not_durable",
+            StoreError::Unwritable(_) => "unwritable",
             StoreError::Unreachable(_) => "unreachable",
             StoreError::Busy(_) => "busy",
             StoreError::Corrupt(_) => "corrupt",
@@ -245,7 +266,13 @@ mod tests {
         assert!(StoreError::Unreachable("no answer".into()).is_transient());
         assert!(!StoreError::Corrupt("bad json".into()).is_transient());
         assert!(!StoreError::Stopped("writer gone".into()).is_transient());
+        assert!(!StoreError::Unwritable("disk full".into()).is_transient());
         assert_eq!(StoreError::Busy("held").fault(), "busy");
+        assert_eq!(StoreError::Busy("held").retry_after_secs(), 5);
+        assert_eq!(
+            StoreError::Unwritable("disk full".into()).retry_after_secs(),
+            30
+        );
     }
 
     #[tokio::test]

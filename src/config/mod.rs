@@ -37,7 +37,7 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// The whole configuration file (SPEC §7).
+/// The whole configuration file (contract §7).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -185,7 +185,7 @@ pub enum Backend {
     Redis,
 }
 
-/// Duplicate detection (SPEC §3).
+/// Duplicate detection (contract §3).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Dedup {
@@ -237,7 +237,7 @@ impl Default for Redis {
     }
 }
 
-/// The durable spool (SPEC §6).
+/// The durable spool (contract §6).
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SpoolConfig {
@@ -514,7 +514,7 @@ impl Default for Fields {
     }
 }
 
-/// The out-of-order guard of one route (SPEC §4).
+/// The out-of-order guard of one route (contract §4).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GuardConfig {
@@ -536,7 +536,7 @@ pub struct StatusGuard {
     /// Pointer to the status; if absent, the event type's last segment is used. Default `/data/status`.
     #[serde(default = "default_status_ptr")]
     pub status: String,
-    /// Status → rank. Default queued 0 … read 4 (SPEC §4).
+    /// Status → rank. Default queued 0 … read 4 (contract §4).
     #[serde(default = "default_ranks")]
     pub ranks: BTreeMap<String, u32>,
     /// How long per-message state is kept. Default 7d.
@@ -788,7 +788,7 @@ impl Config {
         Ok(())
     }
 
-    /// Limits that keep unauthenticated clients small (SPEC §9).
+    /// Limits that keep unauthenticated clients small (SECURITY.md).
     fn validate_hardening(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
         let invalid = |m: &str| Err(ConfigError::Invalid(m.to_owned()));

@@ -1,4 +1,4 @@
-//! Out-of-order guard decisions (SPEC §4): pure functions that judge one status or keyword event against the stored state.
+//! Out-of-order guard decisions (contract §4): pure functions that judge one status or keyword event against the stored state.
 //!
 //! Nothing here does I/O, locks or awaits. The caller reads the state for a key, asks
 //! [`decide_status`] or [`decide_keyword`], publishes, and stores the new state only if the
@@ -15,7 +15,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 use unicode_normalization::UnicodeNormalization;
 
-/// Why the guard dropped an event; `as_str()` gives the SPEC's reason string.
+/// Why the guard dropped an event; `as_str()` gives the contract's reason string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum GuardDrop {
     /// A status ranked below the stored one, or an equal-rank status not later than it.
@@ -44,7 +44,7 @@ impl GuardDrop {
         GuardDrop::StaleKeyword,
     ];
 
-    /// The reason string of SPEC §2, used in the HTTP answer, logs and metric labels.
+    /// The reason string of contract §2, used in the HTTP answer, logs and metric labels.
     pub fn as_str(self) -> &'static str {
         match self {
             GuardDrop::StaleStatus => "stale_status",
@@ -156,13 +156,13 @@ pub fn status_of(event_type: &str, status_field: Option<&str>) -> String {
 pub struct StatusState {
     /// Last accepted status, lowercase.
     pub status: String,
-    /// Its rank at the time it was accepted (SPEC §4 compares against the stored rank).
+    /// Its rank at the time it was accepted (contract §4 compares against the stored rank).
     pub rank: u32,
     /// The accepted event's own timestamp, Unix milliseconds; breaks ties between equal ranks.
     pub timestamp_ms: i64,
 }
 
-/// Judges a status event (SPEC §4) against the stored state of its message.
+/// Judges a status event (contract §4) against the stored state of its message.
 ///
 /// `status` is usually the output of [`status_of`]; it is lowercased again here so the
 /// "same status" comparison is case-insensitive like the rank lookup. `timestamp_ms` is the
@@ -205,7 +205,7 @@ pub fn decide_status(
     }
 }
 
-/// The three keyword kinds of SPEC §4.
+/// The three keyword kinds of contract §4.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keyword {
     /// Opt out.
@@ -268,10 +268,10 @@ impl Default for KeywordLists {
 
 /// Trim white space (Unicode), strip trailing punctuation (Unicode punctuation like ! . ? , ; : and also trailing whitespace after it, e.g. "  Stop! " -> "STOP"), upper-case (Unicode-aware, so "стоп" matches a configured "СТОП").
 ///
-/// Only trailing punctuation goes (SPEC §4), so "¡Basta!" keeps its leading "¡". Inner
+/// Only trailing punctuation goes (contract §4), so "¡Basta!" keeps its leading "¡". Inner
 /// white space is kept: "STOP ALL" is not "STOPALL".
 ///
-/// Compatibility forms are folded first (NFKC, SPEC §4): a full-width `ＳＴＯＰ！` is `STOP`,
+/// Compatibility forms are folded first (NFKC, contract §4): a full-width `ＳＴＯＰ！` is `STOP`,
 /// and a ligature or a circled letter reads as the plain letters it stands for.
 pub fn normalise_keyword_text(text: &str) -> String {
     let folded: String = text.nfkc().collect();
@@ -348,10 +348,10 @@ pub struct KeywordState {
     pub last_help_ms: Option<i64>,
 }
 
-/// Judges a keyword event (SPEC §4) against the stored state of its (contact, channel).
+/// Judges a keyword event (contract §4) against the stored state of its (contact, channel).
 ///
 /// Order of checks: the "repeated" rule is checked before the "stale" rule, in the order
-/// SPEC §4 lists them. A STOP that is both older than the last change and arriving while
+/// contract §4 lists them. A STOP that is both older than the last change and arriving while
 /// opted out (or such a START while opted in by START) is therefore `repeated_stop` /
 /// `repeated_start`; either way it is dropped and the state is unchanged, and "repeated"
 /// tells the operator the more useful fact: the contact is already in that state.
@@ -447,16 +447,16 @@ mod tests {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/data/guard_scenarios.json"
     );
-    /// SPEC §7 default `help_window`.
+    /// contract §7 default `help_window`.
     const HELP_WINDOW_MS: i64 = 60_000;
-    /// SPEC §7 example route: event types judged by the status rules.
+    /// contract §7 example route: event types judged by the status rules.
     const STATUS_EVENTS: [&str; 4] = [
         "message.status",
         "message.sent",
         "message.delivered",
         "message.failed",
     ];
-    /// SPEC §7 example route: event types judged by the keyword rules.
+    /// contract §7 example route: event types judged by the keyword rules.
     const KEYWORD_EVENTS: [&str; 1] = ["message.received"];
 
     fn st(status: &str, rank: u32, timestamp_ms: i64) -> StatusState {
@@ -554,7 +554,7 @@ mod tests {
         assert_eq!(status_of("", None), "");
     }
 
-    // ---- decide_status: every row of the SPEC §4 table ----
+    // ---- decide_status: every row of the contract §4 table ----
 
     #[test]
     fn status_no_state_accepts_and_stores() {
@@ -648,7 +648,7 @@ mod tests {
 
     #[test]
     fn status_judges_against_stored_rank() {
-        // The stored rank is what SPEC §4 compares against, even under a changed table.
+        // The stored rank is what contract §4 compares against, even under a changed table.
         let ranks = StatusRanks::new([("a".to_owned(), 5), ("b".to_owned(), 1)]);
         let s = st("a", 0, 0);
         assert_eq!(
@@ -657,7 +657,7 @@ mod tests {
         );
     }
 
-    /// Known limit of the SPEC's state (one status, one timestamp) together with "a drop
+    /// Known limit of the contract's state (one status, one timestamp) together with "a drop
     /// leaves the state unchanged": a repeated status with a later timestamp cannot refresh
     /// the stored timestamp, so an equal-rank status between the two is still accepted.
     #[test]

@@ -248,6 +248,16 @@ where
                     if let Err(error) = result {
                         tracing::debug!(%error, "connection ended with an error");
                     }
+                    // hyper's own header-read timer (HTTP/1) ends a silent connection just
+                    // after the setup deadline; on a busy runtime both are ready in one poll
+                    // and either branch may run. It is the same close, counted once.
+                    let setup_due = activity.accepted + limits.header_read_timeout;
+                    if closing.is_none()
+                        && activity.requests.load(Ordering::Acquire) == 0
+                        && TokioInstant::now() >= setup_due
+                    {
+                        self.count_close("setup_timeout");
+                    }
                     return;
                 }
                 _ = activity.changed.notified() => {}

@@ -218,7 +218,7 @@ async fn handle_webhook(
             let resp = json(
                 StatusCode::SERVICE_UNAVAILABLE,
                 r#"{"error":"unavailable"}"#.into(),
-                Some(crate::pipeline::RETRY_AFTER_UNAVAILABLE),
+                Some(crate::store::RETRY_AFTER_TRANSIENT_SECS),
             );
             return with_request_id(resp, &RequestId::generated().value);
         }
@@ -316,7 +316,7 @@ async fn reserve(
     charge.grow(missing).await;
 }
 
-/// Maps an outcome to the SPEC §2 answer.
+/// Maps an outcome to the contract §2 answer.
 fn answer(outcome: &Outcome, request_id: &str) -> Answer {
     let (status, body, retry_after) = match outcome {
         Outcome::Accepted { event_id } => (

@@ -13,7 +13,7 @@ const FITTED_PREFIX_BYTES: usize = 128;
 /// Between the kept prefix and the digest of a fitted `message_id`.
 const FITTED_MARK: &str = "~sha256:";
 
-/// One message as SPEC §5 describes it; also the unit stored in the spool, as a record of
+/// One message as contract §5 describes it; also the unit stored in the spool, as a record of
 /// its own layout ([`super::record`]), so this type's shape is free to change. Its texts
 /// borrow from the event and the route where they can (a message read back from the spool
 /// owns them), so building one on the request path copies only what it has to.

@@ -80,6 +80,21 @@ pub enum SpoolError {
     Store(#[from] StoreError),
 }
 
+/// `Retry-After` of a delivery refused because the spool is full: the broker has been away
+/// a while and will not be back in seconds.
+pub const RETRY_AFTER_FULL_SECS: u64 = 60;
+
+impl SpoolError {
+    /// Seconds a sender should wait before retrying a delivery that met this error.
+    pub fn retry_after_secs(&self) -> u64 {
+        match self {
+            SpoolError::Full { .. } => RETRY_AFTER_FULL_SECS,
+            SpoolError::Store(e) => e.retry_after_secs(),
+            _ => crate::store::RETRY_AFTER_TRANSIENT_SECS,
+        }
+    }
+}
+
 /// Depth, size and age of the spool.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct SpoolStatus {

@@ -385,7 +385,7 @@ impl Journal {
         .await;
         match reached {
             Ok(Ok(p)) if p.durable_below >= point.0 => Ok(()),
-            Ok(Ok(_)) => Err(StoreError::NotDurable(
+            Ok(Ok(_)) => Err(StoreError::Unwritable(
                 "state journal cannot be written to disk".into(),
             )),
             Ok(Err(_)) => Err(StoreError::Stopped("state journal writer stopped".into())),
