@@ -3,7 +3,6 @@
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -349,32 +348,13 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_peer() {
 
 /// Runs a short-lived hookgate command to completion (bounded).
 async fn run_hookgate(args: &[&str], config: &std::path::Path) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+    let mut cmd = hookgate();
     cmd.args(args)
         .arg("--config")
         .arg(config)
         .arg("--log-format")
-        .arg("text")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn");
-    let pid = child.id();
-    match tokio::time::timeout(
-        POLL_DEADLINE,
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await
-    {
-        Ok(out) => out.expect("join").expect("output"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(pid.to_string())
-                .status();
-            panic!("hookgate {args:?} did not exit");
-        }
-    }
+        .arg("text");
+    run_bounded(cmd, POLL_DEADLINE).await
 }
 
 #[tokio::test]

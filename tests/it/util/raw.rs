@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
+use std::net::SocketAddr;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::POLL_DEADLINE;
@@ -59,4 +61,16 @@ pub async fn read_until_closed_or(stream: &mut TcpStream, needle: &[u8]) -> bool
     tokio::time::timeout(Duration::from_secs(5), read)
         .await
         .unwrap_or(false)
+}
+
+/// Sends `request` on a fresh connection to `addr` and returns everything the server sent
+/// until it closed, as text. Raw, because a client library would not send a body slower than
+/// the limit, a lying Content-Length or a head over the limit.
+pub async fn raw_exchange(addr: SocketAddr, request: impl AsRef<[u8]>) -> String {
+    let mut s = TcpStream::connect(addr).await.expect("connect");
+    s.write_all(request.as_ref()).await.expect("write");
+    let answer = read_until_closed(&mut s, POLL_DEADLINE)
+        .await
+        .expect("the server neither answered nor closed");
+    String::from_utf8_lossy(&answer).into_owned()
 }
