@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::require_broker;
 use crate::util::*;
@@ -460,83 +460,6 @@ async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
         status, 503,
         "once the spool refuses events, not ready: {why}"
     );
-    broker.delete().await;
-}
-
-/// Measurements, not assertions: the latency of a 200 while spooling (fsync included) and
-/// how long 10,000 spooled events take to drain. Run in release mode:
-/// `cargo test --release --test it spool::measure -- --ignored --nocapture`
-#[tokio::test]
-#[ignore = "measurement; run by hand in release mode"]
-async fn measure_spool_latency_and_drain_of_10k() {
-    require_broker!();
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = unreachable_amqp_url();
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-
-    const SEQUENTIAL: usize = 2000;
-    const TOTAL: usize = 10_000;
-    let mut latencies = Vec::with_capacity(SEQUENTIAL);
-    for i in 0..SEQUENTIAL {
-        let id = format!("evt_s_{i:05}");
-        let body = event_body(&id);
-        let started = Instant::now();
-        let a = gw
-            .deliver_answer(&client, &body, &format!("req_{id}"))
-            .await;
-        latencies.push(started.elapsed());
-        assert_eq!(a.status, 200, "{}", a.body);
-    }
-    latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-    eprintln!(
-        "MEASURE spooling 200 latency over {SEQUENTIAL} sequential deliveries: p50 {:?}, p99 {:?}, max {:?}",
-        pct(0.50),
-        pct(0.99),
-        latencies[latencies.len() - 1]
-    );
-
-    let gw = Arc::new(gw);
-    let fill_started = Instant::now();
-    let tasks = 16;
-    let rest = TOTAL - SEQUENTIAL;
-    let mut senders = Vec::new();
-    for t in 0..tasks {
-        let (gw, client) = (gw.clone(), client.clone());
-        senders.push(tokio::spawn(async move {
-            for i in (t..rest).step_by(tasks) {
-                gw.accept(&client, &format!("evt_c_{i:05}")).await;
-            }
-        }));
-    }
-    for s in senders {
-        s.await.expect("sender");
-    }
-    eprintln!(
-        "MEASURE {rest} more spooled by {tasks} concurrent senders in {:?}",
-        fill_started.elapsed()
-    );
-    assert_eq!(spool_depth(&gw, &client).await, TOTAL as u64);
-    let mut gw = Arc::into_inner(gw).expect("sole owner");
-    gw.stop().await;
-
-    cfg.amqp_url = AMQP_URL.to_owned();
-    let started = Instant::now();
-    let gw = Gateway::start(&cfg).await;
-    let listening = started.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut count = 0;
-    while count < TOTAL as u32 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        count = broker.message_count().await;
-    }
-    eprintln!(
-        "MEASURE drain of {TOTAL}: {count} in the queue {:?} after start ({listening:?} to listening)",
-        started.elapsed()
-    );
-    assert_eq!(count, TOTAL as u32, "drain did not finish");
-    drop(gw);
     broker.delete().await;
 }
 
