@@ -27,7 +27,9 @@ pub use gateway::{Answer, Gateway, GatewayConfig};
 pub use inprocess::InProcess;
 pub use metrics::{scrape, Exposition};
 pub use proxy::Proxy;
-pub use raw::{raw_exchange, read_until, read_until_closed, read_until_closed_or};
+pub use raw::{
+    accept_on, raw_exchange, read_until, read_until_closed, read_until_closed_or, signed_request,
+};
 pub use scenarios::{concurrent_status_rounds, run_shared_scenarios};
 
 /// The secret every test route accepts first.
