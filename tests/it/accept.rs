@@ -42,11 +42,7 @@ async fn signed_delivery_over_tls_becomes_exactly_one_spec_message() {
         serde_json::json!({"status": "accepted", "event_id": "evt_one"})
     );
 
-    let (s, _) = gw
-        .deliver(&client, &event_body("sentinel"), "req_sentinel")
-        .await;
-    assert_eq!(s, 200);
-    let got = broker.until("sentinel").await;
+    let got = published_before_sentinel(&client, &gw, &broker).await;
     assert_eq!(got.len(), 1, "exactly one message");
     let m = &got[0];
     assert_eq!(m.body, body.as_bytes(), "raw body byte for byte");
@@ -125,8 +121,10 @@ async fn bad_signatures_get_401_and_publish_nothing() {
         )
         .await;
     assert_eq!(status, 200);
-    gw.deliver(&client, &event_body("sentinel"), "r-s").await;
-    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_rotated"]);
+    assert_eq!(
+        ids_before_sentinel(&client, &gw, &broker).await,
+        vec!["evt_rotated"]
+    );
     assert!(
         !gw.logs().join("\n").contains(SECRET),
         "a secret reached the log"
@@ -205,8 +203,7 @@ async fn limits_and_bad_requests_get_the_spec_answers() {
         .expect("healthz");
     assert_eq!(health.status(), 200);
     // None of the refused requests reached the broker.
-    gw.accept(&client, "sentinel").await;
-    let published = ids(&broker.until("sentinel").await);
+    let published = ids_before_sentinel(&client, &gw, &broker).await;
     assert!(published.is_empty(), "published: {published:?}");
     broker.delete().await;
 }
@@ -221,10 +218,7 @@ async fn unroutable_or_unreachable_broker_without_spool_is_503_with_retry_after(
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     // Wait for the connection, so the 503 below is about routing, not connecting.
-    assert!(
-        wait_until_ready_connected(&client, &gw).await,
-        "broker never connected"
-    );
+    wait_broker_connected(&client, &gw).await;
     let (status, _) = gw
         .deliver(&client, &event_body("evt_unroutable"), "r1")
         .await;
@@ -239,7 +233,7 @@ async fn unroutable_or_unreachable_broker_without_spool_is_503_with_retry_after(
 
     let dir2 = tempfile::tempdir().expect("tempdir");
     let mut cfg = GatewayConfig::new(dir2.path(), &broker.exchange);
-    cfg.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
+    cfg.amqp_url = unreachable_amqp_url();
     cfg.extra = "spool:\n  enabled: false\n".into();
     let gw = Gateway::start(&cfg).await;
     let body = event_body("evt_no_broker");
@@ -259,23 +253,6 @@ async fn unroutable_or_unreachable_broker_without_spool_is_503_with_retry_after(
         .expect("readyz");
     assert_eq!(ready.status(), 503, "no broker and no spool → not ready");
     broker.delete().await;
-}
-
-async fn wait_until_ready_connected(client: &reqwest::Client, gw: &Gateway) -> bool {
-    let deadline = tokio::time::Instant::now() + BROKER_TIMEOUT;
-    while tokio::time::Instant::now() < deadline {
-        if let Ok(r) = client.get(gw.admin_url("/readyz")).send().await {
-            if r.text()
-                .await
-                .unwrap_or_default()
-                .contains("broker connected")
-            {
-                return true;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    false
 }
 
 /// `amqps://` must really speak TLS (lapin falls back to plain TCP without its rustls

@@ -2,21 +2,8 @@
 //! (408) and a request head over the limit (431). Each ends with the broker check that
 //! nothing of them was published.
 
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-
 use crate::require_broker;
 use crate::util::*;
-
-/// Sends `request` on a fresh connection and reads everything until the server closes.
-async fn raw_exchange(gw: &Gateway, request: &[u8]) -> String {
-    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
-    s.write_all(request).await.expect("write");
-    let answer = read_until_closed(&mut s, POLL_DEADLINE)
-        .await
-        .expect("the server neither answered nor closed");
-    String::from_utf8_lossy(&answer).into_owned()
-}
 
 #[tokio::test]
 async fn a_body_that_stalls_gets_408_and_nothing_is_published() {
@@ -31,12 +18,11 @@ async fn a_body_that_stalls_gets_408_and_nothing_is_published() {
         sign(SECRET, body.as_bytes()),
         &body[..body.len() / 2]
     );
-    let answer = raw_exchange(&gw, request.as_bytes()).await;
+    let answer = raw_exchange(gw.addr, &request).await;
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("body_read_timeout"), "{answer}");
 
-    gw.accept(&client(None), "sentinel").await;
-    let ids = ids(&broker.until("sentinel").await);
+    let ids = ids_before_sentinel(&client(None), &gw, &broker).await;
     assert!(ids.is_empty(), "published before the sentinel: {ids:?}");
     broker.delete().await;
 }
@@ -55,11 +41,10 @@ async fn a_request_head_over_max_header_bytes_gets_431_and_nothing_is_published(
         "a".repeat(20 * 1024),
         body
     );
-    let answer = raw_exchange(&gw, request.as_bytes()).await;
+    let answer = raw_exchange(gw.addr, &request).await;
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
 
-    gw.accept(&client(None), "sentinel").await;
-    let ids = ids(&broker.until("sentinel").await);
+    let ids = ids_before_sentinel(&client(None), &gw, &broker).await;
     assert!(ids.is_empty(), "published before the sentinel: {ids:?}");
     broker.delete().await;
 }

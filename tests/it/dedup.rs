@@ -39,8 +39,7 @@ async fn same_delivery_twice_and_a_new_request_id_are_duplicates() {
     let (s, a) = gw.deliver(&client, &resend, "req_manual").await;
     assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
 
-    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
-    let got = broker.until("sentinel").await;
+    let got = published_before_sentinel(&client, &gw, &broker).await;
     assert_eq!(ids(&got), vec!["evt_twice"]);
     assert_eq!(got[0].body, body.as_bytes());
     broker.delete().await;
@@ -71,8 +70,10 @@ async fn fifty_concurrent_identical_deliveries_publish_once() {
     let duplicate = outcomes.iter().filter(|o| *o == "duplicate").count();
     assert_eq!((accepted, duplicate), (1, 49), "{outcomes:?}");
 
-    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
-    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_50"]);
+    assert_eq!(
+        ids_before_sentinel(&client, &gw, &broker).await,
+        vec!["evt_50"]
+    );
     broker.delete().await;
 }
 
@@ -86,20 +87,20 @@ async fn failed_publish_is_not_recorded_and_restarts_keep_the_mark() {
 
     // Broker unreachable, no spool: 503, and nothing recorded as seen.
     let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
-    cfg.amqp_url = "amqp://guest:guest@127.0.0.1:1/%2f".into();
+    cfg.amqp_url = unreachable_amqp_url();
     cfg.extra = "spool:\n  enabled: false\n".into();
-    let gw = Gateway::start(&cfg).await;
+    let mut gw = Gateway::start(&cfg).await;
     let (s, a) = gw.deliver(&client, &body, "req_retry").await;
     assert_eq!(s, 503, "{a}");
-    stop(gw).await;
+    gw.stop().await;
 
     // The broker is back (same store): the sender's retry is accepted, not a duplicate.
     cfg.amqp_url = AMQP_URL.into();
-    let gw = Gateway::start(&cfg).await;
+    let mut gw = Gateway::start(&cfg).await;
     wait_broker_connected(&client, &gw).await;
     let (s, a) = gw.deliver(&client, &body, "req_retry").await;
     assert_eq!((s, outcome(&a)), (200, "accepted".into()));
-    stop(gw).await;
+    gw.stop().await;
 
     // Another restart on the same store: the mark survived.
     let gw = Gateway::start(&cfg).await;
@@ -108,8 +109,10 @@ async fn failed_publish_is_not_recorded_and_restarts_keep_the_mark() {
         let (s, a) = gw.deliver(&client, &body, request_id).await;
         assert_eq!((s, outcome(&a)), (200, "duplicate".into()), "{request_id}");
     }
-    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
-    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_retry"]);
+    assert_eq!(
+        ids_before_sentinel(&client, &gw, &broker).await,
+        vec!["evt_retry"]
+    );
     broker.delete().await;
 }
 
@@ -187,14 +190,9 @@ async fn freshness_drops_expired_and_future_and_reads_every_timestamp_form() {
 
     let metrics = scrape(&client, &gw).await;
     for (reason, n) in [("expired", 1.0), ("future_timestamp", 1.0)] {
-        assert_eq!(
-            crate::guard::dropped_total(&metrics, reason),
-            n,
-            "{reason} in\n{metrics:?}"
-        );
+        assert_eq!(metrics.dropped_total(reason), n, "{reason} in\n{metrics:?}");
     }
-    gw.deliver(&client, &event_body("sentinel"), "req_s").await;
-    assert_eq!(ids(&broker.until("sentinel").await), accepted);
+    assert_eq!(ids_before_sentinel(&client, &gw, &broker).await, accepted);
     broker.delete().await;
 }
 
@@ -327,14 +325,12 @@ async fn on_a_full_disk_nothing_is_answered_200_before_its_marks_are_on_disk() {
         s == 200 && (again == "accepted" || again == "duplicate"),
         "{s} {again}"
     );
-    let sentinel = unique("sentinel");
-    gw.deliver(&client, &event_body(&sentinel), "req_s").await;
     accepted.push(refused.clone());
     if again == "accepted" {
         accepted.push(refused);
     }
     assert_eq!(
-        ids(&broker.until(&sentinel).await),
+        ids_before_sentinel(&client, &gw, &broker).await,
         accepted,
         "each event answered 200 once"
     );

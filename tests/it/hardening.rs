@@ -3,7 +3,6 @@
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -281,13 +280,22 @@ async fn forged_deliveries_do_not_spend_the_senders_rate_limit() {
         "the flood is refused cheaply: {statuses:?}"
     );
 
-    // The real sender's bucket is untouched: its whole burst goes through.
-    for i in 0..5 {
+    // The real sender's bucket is untouched: its whole burst goes through, the sentinel
+    // last. Exactly those deliveries arrive before it; no forged one does.
+    let mut accepted = Vec::new();
+    for i in 0..4 {
+        let id = unique("evt");
         let (status, answer) = gw
-            .deliver(&client, &event_body(&unique("evt")), &format!("req_{i}"))
+            .deliver(&client, &event_body(&id), &format!("req_{i}"))
             .await;
         assert_eq!(status, 200, "delivery {i} after the flood: {answer}");
+        accepted.push(id);
     }
+    assert_eq!(
+        ids_before_sentinel(&client, &gw, &broker).await,
+        accepted,
+        "the sentinel is the burst's fifth delivery"
+    );
     let m = scrape(&client, &gw).await;
     assert!(m.get("hookgate_refusals_total", &[("reason", "peer_failures")]) >= 40.0);
     assert!(
@@ -341,6 +349,10 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_peer() {
         429,
         "a limited address is refused before its body is read, signed or not"
     );
+    // Nothing was accepted, so nothing arrives before the sentinel: not the refused signed
+    // delivery, nor a forged one.
+    let published = ids_before_sentinel(&client, &gw, &broker).await;
+    assert!(published.is_empty(), "published: {published:?}");
     broker.delete().await;
 }
 
@@ -349,32 +361,13 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_peer() {
 
 /// Runs a short-lived hookgate command to completion (bounded).
 async fn run_hookgate(args: &[&str], config: &std::path::Path) -> std::process::Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+    let mut cmd = hookgate();
     cmd.args(args)
         .arg("--config")
         .arg(config)
         .arg("--log-format")
-        .arg("text")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let child = cmd.spawn().expect("spawn");
-    let pid = child.id();
-    match tokio::time::timeout(
-        POLL_DEADLINE,
-        tokio::task::spawn_blocking(move || child.wait_with_output()),
-    )
-    .await
-    {
-        Ok(out) => out.expect("join").expect("output"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .arg("-KILL")
-                .arg(pid.to_string())
-                .status();
-            panic!("hookgate {args:?} did not exit");
-        }
-    }
+        .arg("text");
+    run_bounded(cmd, POLL_DEADLINE).await
 }
 
 #[tokio::test]

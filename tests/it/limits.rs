@@ -94,18 +94,21 @@ async fn connections_beyond_max_connections_are_refused() {
     let (_dir, broker, mut cfg) = fixture().await;
     cfg.extra = "limits:\n  max_connections: 2\n  header_read_timeout: 60s\n".into();
     let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    // Connected first, so every accepted delivery is published, not spooled.
+    wait_broker_connected(&client, &gw).await;
 
-    let request = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n";
+    let mut accepted = Vec::new();
     // Two keep-alive connections, each proven served, then held idle.
     let mut held = Vec::new();
-    for _ in 0..2 {
+    for i in 0..2 {
         let mut s = TcpStream::connect(gw.addr).await.expect("connect");
-        s.write_all(request).await.expect("write");
-        let got = read_until(&mut s, b"not_found").await;
-        assert!(got.starts_with(b"HTTP/1.1 404"));
+        let id = format!("evt_held_{i}");
+        accept_on(&mut s, &id).await;
+        accepted.push(id);
         held.push(s);
     }
-    let metrics = scrape(&client(None), &gw).await;
+    let metrics = scrape(&client, &gw).await;
     assert_eq!(metrics.get("hookgate_connections_max", &[]), 2.0);
     assert_eq!(
         metrics.get("hookgate_connections_open", &[]),
@@ -115,7 +118,9 @@ async fn connections_beyond_max_connections_are_refused() {
     let mut third = TcpStream::connect(gw.addr)
         .await
         .expect("the kernel completes the handshake");
-    let _ = third.write_all(request).await;
+    let _ = third
+        .write_all(&signed_request(&event_body("evt_refused")))
+        .await;
     let got = read_until_closed(&mut third, POLL_DEADLINE)
         .await
         .expect("the third connection was neither closed nor refused");
@@ -127,10 +132,11 @@ async fn connections_beyond_max_connections_are_refused() {
 
     // The held connections still work, and a freed slot is usable again.
     let mut first = held.remove(0);
-    first.write_all(request).await.expect("write");
-    read_until(&mut first, b"not_found").await;
+    accept_on(&mut first, "evt_held_again").await;
+    accepted.push("evt_held_again".to_owned());
     drop(first);
     let addr = gw.addr;
+    let request = b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n";
     assert!(
         eventually(POLL_DEADLINE, || async {
             let Ok(mut s) = TcpStream::connect(addr).await else {
@@ -144,6 +150,12 @@ async fn connections_beyond_max_connections_are_refused() {
         .await,
         "a closed connection never freed its slot"
     );
+
+    // The sentinel goes over the connection still held, so no slot is needed: exactly the
+    // accepted deliveries arrive before it, and the refused one never does.
+    let sentinel = unique("sentinel");
+    accept_on(&mut held[0], &sentinel).await;
+    assert_eq!(ids(&broker.until(&sentinel).await), accepted);
     broker.delete().await;
 }
 
@@ -156,14 +168,13 @@ async fn the_third_quick_request_is_rate_limited_with_retry_after_and_a_second_r
     cfg.route_extra = "    rate_limit:\n      per_second: 1\n      burst: 2\n".into();
     let gw = InProcess::start(&cfg.yaml()).await;
     let client = client(None);
-    let deliver = || async {
-        gw.post(&client, &event_body(&unique("evt")), &unique("req"))
-            .await
-    };
+    let mut accepted = Vec::new();
 
     for what in ["first of the burst", "second of the burst"] {
-        let (status, answer) = deliver().await;
+        let id = unique("evt");
+        let (status, answer) = gw.post(&client, &event_body(&id), &id).await;
         assert_eq!(status, 200, "{what}: {answer}");
+        accepted.push(id);
     }
     let body = event_body("evt_limited");
     let resp = client
@@ -184,10 +195,21 @@ async fn the_third_quick_request_is_rate_limited_with_retry_after_and_a_second_r
     assert_eq!(answer["error"], "rate_limited");
 
     gw.set_now(gw.now() + 1000);
-    let (status, answer) = deliver().await;
+    let id = unique("evt");
+    let (status, answer) = gw.post(&client, &event_body(&id), &id).await;
     assert_eq!(status, 200, "a second later one token is back: {answer}");
-    let (status, answer) = deliver().await;
+    accepted.push(id);
+    let refused = unique("evt_refused");
+    let (status, answer) = gw.post(&client, &event_body(&refused), &refused).await;
     assert_eq!(status, 429, "and only one: {answer}");
+
+    // Another second for the sentinel's token: exactly the accepted events arrive before
+    // it, and neither refused one does.
+    gw.set_now(gw.now() + 1000);
+    let sentinel = unique("sentinel");
+    let (status, answer) = gw.post(&client, &event_body(&sentinel), &sentinel).await;
+    assert_eq!(status, 200, "the sentinel: {answer}");
+    assert_eq!(ids(&broker.until(&sentinel).await), accepted);
     gw.stop().await;
     broker.delete().await;
 }

@@ -222,7 +222,7 @@ async fn a_reordered_twilio_status_chain_goes_through_the_guard() {
         );
     }
     let metrics = scrape(&client, &gw).await;
-    assert_eq!(crate::guard::dropped_total(&metrics, "stale_status"), 1.0);
+    assert_eq!(metrics.dropped_total("stale_status"), 1.0);
 }
 
 /// A Telnyx delivery from the vector file, with fresh ids and time, signed with the

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use crate::guard::{concurrent_status_rounds, run_shared_scenarios};
 use crate::require_broker;
 use crate::util::proxy::Proxy;
 use crate::util::*;
@@ -128,9 +127,7 @@ async fn deliveries_alternated_between_two_instances_publish_each_event_once() {
         assert_eq!((s2, outcome(&r2).as_str()), (200, "duplicate"), "{id}");
         expected.push(id);
     }
-    let sentinel = unique("sentinel");
-    a.deliver(&client, &event_body(&sentinel), "req_s").await;
-    assert_eq!(ids(&broker.until(&sentinel).await), expected);
+    assert_eq!(ids_before_sentinel(&client, &a, &broker).await, expected);
     broker.delete().await;
 }
 
@@ -176,9 +173,10 @@ async fn fifty_concurrent_deliveries_spread_over_two_instances_publish_once() {
         }
     }
     assert_eq!(accepted, 1);
-    let sentinel = unique("sentinel");
-    b.deliver(&client, &event_body(&sentinel), "req_s").await;
-    assert_eq!(ids(&broker.until(&sentinel).await), vec!["evt_fifty"]);
+    assert_eq!(
+        ids_before_sentinel(&client, &b, &broker).await,
+        vec!["evt_fifty"]
+    );
     broker.delete().await;
 }
 
@@ -205,9 +203,10 @@ async fn a_status_regression_and_a_repeated_stop_are_dropped_across_instances() 
     assert_eq!(outcome(&r), "accepted");
     let (_, r) = a.deliver(&client, &stop("k2", "stop"), "r4").await;
     assert_eq!(outcome(&r), "dropped:repeated_stop");
-    let sentinel = unique("sentinel");
-    a.deliver(&client, &event_body(&sentinel), "req_s").await;
-    assert_eq!(ids(&broker.until(&sentinel).await), vec!["e1", "k1"]);
+    assert_eq!(
+        ids_before_sentinel(&client, &a, &broker).await,
+        vec!["e1", "k1"]
+    );
     broker.delete().await;
 }
 
@@ -294,10 +293,8 @@ async fn redis_cut_mid_stream_gives_503s_no_duplicate_and_recovers() {
         .deliver(&client, &event_body("evt_before_0"), "again")
         .await;
     assert_eq!(outcome(&r), "duplicate");
-    let sentinel = unique("sentinel");
-    gw.deliver(&client, &event_body(&sentinel), "req_s").await;
     assert_eq!(
-        ids(&broker.until(&sentinel).await),
+        ids_before_sentinel(&client, &gw, &broker).await,
         accepted,
         "each event exactly once"
     );
@@ -449,10 +446,8 @@ async fn a_rediss_url_keeps_the_state_in_a_tls_redis_and_refuses_an_untrusted_ce
         c.logs().join("\n")
     );
 
-    let sentinel = unique("sentinel");
-    a.deliver(&client, &event_body(&sentinel), "req_s").await;
     assert_eq!(
-        ids(&broker.until(&sentinel).await),
+        ids_before_sentinel(&client, &a, &broker).await,
         vec!["evt_tls_1".to_owned()],
         "the accepted event once, the refused one never"
     );
@@ -535,10 +530,8 @@ async fn a_redis_that_refuses_writes_is_not_ready_while_it_still_answers_reads()
         (200, "accepted"),
         "the refused event's retry: {r}"
     );
-    let sentinel = unique("sentinel");
-    gw.deliver(&client, &event_body(&sentinel), "req_s").await;
     assert_eq!(
-        ids(&broker.until(&sentinel).await),
+        ids_before_sentinel(&client, &gw, &broker).await,
         ["evt_oom_1", "evt_oom_2"],
         "each event once"
     );
@@ -611,8 +604,10 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
         (200, "accepted".into()),
         "the dead instance's claim was not taken over: {answer}"
     );
-    b.accept(&client, "sentinel").await;
-    assert_eq!(ids(&broker.until("sentinel").await), vec!["evt_orphaned"]);
+    assert_eq!(
+        ids_before_sentinel(&client, &b, &broker).await,
+        vec!["evt_orphaned"]
+    );
     broker.delete().await;
 }
 
@@ -635,10 +630,8 @@ async fn contacts_and_channels_that_join_to_the_same_redis_key_keep_their_own_op
             "{contact} -> {channel}"
         );
     }
-    let sentinel = unique("sentinel");
-    a.deliver(&client, &event_body(&sentinel), "req_s").await;
     assert_eq!(
-        ids(&broker.until(&sentinel).await),
+        ids_before_sentinel(&client, &a, &broker).await,
         vec!["kw_colon_0", "kw_colon_1"]
     );
     broker.delete().await;

@@ -1,24 +1,8 @@
 //! `X-Request-Id` on every answer of the webhook listener, including the ones given before
 //! the pipeline runs (404, 405, 408, 413) and the rate limiter's 429.
 
-use std::net::SocketAddr;
-
-use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
-
 use crate::require_broker;
 use crate::util::*;
-
-/// Sends raw HTTP/1.1 bytes and returns the answer's head and body as text. Raw, because a
-/// client library would not send a body slower than the limit nor a lying Content-Length.
-async fn raw_exchange(addr: SocketAddr, request: &str) -> String {
-    let mut s = TcpStream::connect(addr).await.expect("connect");
-    s.write_all(request.as_bytes()).await.expect("write");
-    let answer = read_until_closed(&mut s, POLL_DEADLINE)
-        .await
-        .expect("the server neither answered nor closed");
-    String::from_utf8_lossy(&answer).into_owned()
-}
 
 /// The value of `name` in a raw HTTP answer head.
 fn raw_header(answer: &str, name: &str) -> Option<String> {

@@ -4,63 +4,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::require_broker;
-use crate::util::broker::Received;
 use crate::util::*;
 
 /// How long a test waits for a drain or a reconnect before it fails.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(90);
 
-/// An AMQP URL to a port nothing listens on.
-fn closed_port_url() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = l.local_addr().expect("addr").port();
-    drop(l);
-    format!("amqp://guest:guest@127.0.0.1:{port}/%2f")
-}
-
-/// An answer with the header the spool tests look at.
-struct Answer {
-    status: u16,
-    retry_after: Option<String>,
-    body: serde_json::Value,
-}
-
-async fn send(gw: &Gateway, client: &reqwest::Client, body: &str, request_id: &str) -> Answer {
-    let resp = client
-        .post(gw.url("/webhooks/botix"))
-        .header("x-botix-signature", sign(SECRET, body.as_bytes()))
-        .header("x-botix-request-id", request_id)
-        .body(body.to_owned())
-        .send()
-        .await
-        .unwrap_or_else(|e| {
-            panic!(
-                "request: {e:?}; the gateway's log:\n{}",
-                gw.logs().join("\n")
-            )
-        });
-    let status = resp.status().as_u16();
-    let retry_after = resp
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().expect("ascii").to_owned());
-    let text = resp.text().await.expect("body");
-    Answer {
-        status,
-        retry_after,
-        body: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-    }
-}
-
-/// Sends a fresh event `id` and asserts it was accepted.
+/// The spool's depth, from the admin `/spool`.
 async fn spool_depth(gw: &Gateway, client: &reqwest::Client) -> u64 {
-    let (status, body) = gw.admin_get(client, "/spool").await;
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).expect("spool json");
-    v["depth"].as_u64().expect("depth")
+    spool_json(gw, client).await["depth"]
+        .as_u64()
+        .expect("depth")
 }
 
 /// Waits until the spool is empty; fails after `timeout`.
@@ -71,57 +27,11 @@ async fn wait_drained(gw: &Gateway, client: &reqwest::Client, timeout: Duration)
     assert!(body.contains("\"depth\":0"), "spool did not drain: {body}");
 }
 
-/// The `message_id` of every message before the sentinel, waiting up to `deadline` in all
-/// (a drain after a reconnect can take longer than one `BROKER_TIMEOUT`).
-async fn collect(broker: &Broker, sentinel: &str, deadline: Duration) -> Vec<String> {
-    collect_messages(broker, sentinel, deadline)
-        .await
-        .into_iter()
-        .map(|m| m.message_id.expect("message_id"))
-        .collect()
-}
-
-/// Every message before the sentinel, waiting up to `deadline` in all.
-async fn collect_messages(broker: &Broker, sentinel: &str, deadline: Duration) -> Vec<Received> {
-    let end = Instant::now() + deadline;
-    let mut out = Vec::new();
-    loop {
-        let left = end.saturating_duration_since(Instant::now());
-        match broker.next(left.min(BROKER_TIMEOUT)).await {
-            Some(m) => {
-                if m.message_id.as_deref() == Some(sentinel) {
-                    return out;
-                }
-                out.push(m);
-            }
-            None if Instant::now() >= end => panic!(
-                "sentinel {sentinel} never arrived; got {} messages before it",
-                out.len()
-            ),
-            None => {}
-        }
-    }
-}
-
 /// `hookgate spool ARGS --config PATH`: (success, stdout, stderr).
 async fn spool_cli(config: &Path, args: &[&str]) -> (bool, String, String) {
-    let config = config.to_owned();
-    let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
-    let out = tokio::time::timeout(
-        Duration::from_secs(30),
-        tokio::task::spawn_blocking(move || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"))
-                .arg("spool")
-                .args(&args)
-                .arg("--config")
-                .arg(&config)
-                .output()
-                .expect("run hookgate spool")
-        }),
-    )
-    .await
-    .expect("hookgate spool timed out")
-    .expect("join");
+    let mut cmd = hookgate();
+    cmd.arg("spool").args(args).arg("--config").arg(config);
+    let out = run_bounded(cmd, Duration::from_secs(30)).await;
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -148,16 +58,6 @@ fn config_for_cli(gw: &Gateway, dir: &Path) -> std::path::PathBuf {
     running
 }
 
-/// SIGTERM and a clean exit.
-async fn stop(gw: &mut Gateway) {
-    gw.signal("TERM");
-    let status = gw
-        .wait_exit(Duration::from_secs(40))
-        .await
-        .expect("gateway did not exit after SIGTERM");
-    assert!(status.success(), "exit status {status:?}");
-}
-
 /// Ids seen more than once, with their counts.
 fn duplicates(received: &[String]) -> BTreeMap<String, usize> {
     let mut counts = BTreeMap::new();
@@ -181,12 +81,12 @@ fn missing(accepted: &[String], received: &[String]) -> Vec<String> {
 async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_restart() {
     require_broker!();
     let (dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = closed_port_url();
+    cfg.amqp_url = unreachable_amqp_url();
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
 
-    let ids: Vec<String> = (0..20).map(|i| format!("evt_{i:03}")).collect();
-    for id in &ids {
+    let spooled: Vec<String> = (0..20).map(|i| format!("evt_{i:03}")).collect();
+    for id in &spooled {
         gw.accept(&client, id).await;
     }
     // The CLI asks the running gateway (its store is locked).
@@ -196,7 +96,7 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
     assert!(out.contains("depth: 20\n"), "{out}");
     assert_eq!(broker.message_count().await, 0, "nothing published yet");
 
-    stop(&mut gw).await;
+    gw.stop().await;
     // With no gateway running the CLI reads the store itself.
     let (ok, out, err) = spool_status_cli(&gw.config_path).await;
     assert!(ok, "spool status (stopped) failed: {err}");
@@ -205,8 +105,8 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
     gw.accept(&client, "sentinel").await;
-    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
-    assert_eq!(got, ids, "every spooled event once, in arrival order");
+    let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
+    assert_eq!(got, spooled, "every spooled event once, in arrival order");
     assert_eq!(
         broker.message_count().await,
         0,
@@ -227,10 +127,7 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
     cfg.confirm_timeout = "1s".into();
     let gw = Arc::new(Gateway::start(&cfg).await);
     let client = client(None);
-    gw.admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
-        b.contains("broker connected")
-    })
-    .await;
+    wait_broker_connected(&client, &gw).await;
 
     // Senders run until told to stop (at most MAX_PER_TASK each), so every phase of the
     // link happens while deliveries are flowing.
@@ -254,7 +151,9 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
                     break;
                 }
                 let id = format!("evt_{t}_{i:04}");
-                let a = send(&gw, &client, &event_body(&id), &format!("req_{id}")).await;
+                let a = gw
+                    .deliver_answer(&client, &event_body(&id), &format!("req_{id}"))
+                    .await;
                 answers.lock().expect("answers").push((id, a.status));
                 done.fetch_add(1, Ordering::SeqCst);
             }
@@ -310,7 +209,7 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
         .collect();
 
     gw.accept(&client, "sentinel").await;
-    let received = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let received = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     let dups = duplicates(&received);
     let lost = missing(&accepted, &received);
     let logged = |what: &str| {
@@ -355,7 +254,7 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
 async fn kill_9_while_the_spool_drains_loses_nothing() {
     require_broker!();
     let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = closed_port_url();
+    cfg.amqp_url = unreachable_amqp_url();
     let gw = Arc::new(Gateway::start(&cfg).await);
     let client = client(None);
 
@@ -403,7 +302,7 @@ async fn kill_9_while_the_spool_drains_loses_nothing() {
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
     gw.accept(&client, "sentinel").await;
-    let received = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let received = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     let lost = missing(&accepted, &received);
     assert!(lost.is_empty(), "accepted events lost: {lost:?}");
     // Only what went out before the kill may come twice.
@@ -435,7 +334,7 @@ async fn fill_until_refused(
         let id = format!("evt_{i:03}");
         let body = event_body(&id);
         let request_id = format!("req_{id}");
-        let a = send(gw, client, &body, &request_id).await;
+        let a = gw.deliver_answer(client, &body, &request_id).await;
         match a.status {
             200 => {
                 assert_eq!(a.body["status"], "accepted", "{}", a.body);
@@ -467,7 +366,7 @@ fn assert_retry_later(a: &Answer, what: &str) {
 async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
     require_broker!();
     let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = closed_port_url();
+    cfg.amqp_url = unreachable_amqp_url();
     cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
@@ -476,15 +375,15 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
     assert!(!accepted.is_empty(), "nothing fitted in the spool");
     assert_retry_later(&refused, "spool full");
     // The refused event was not recorded as seen: its retry is judged afresh (still full).
-    let again = send(&gw, &client, &body, &request_id).await;
+    let again = gw.deliver_answer(&client, &body, &request_id).await;
     assert_retry_later(&again, "retry while still full");
 
-    stop(&mut gw).await;
+    gw.stop().await;
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
     // The sender retries after Retry-After; by then the spool has drained.
     wait_drained(&gw, &client, DRAIN_DEADLINE).await;
-    let retry = send(&gw, &client, &body, &request_id).await;
+    let retry = gw.deliver_answer(&client, &body, &request_id).await;
     assert_eq!(retry.status, 200, "{}", retry.body);
     assert_eq!(
         retry.body,
@@ -492,7 +391,7 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
         "the retry is accepted, not a duplicate"
     );
     gw.accept(&client, "sentinel").await;
-    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     let mut expected = accepted.clone();
     expected.push(id);
     assert_eq!(got, expected);
@@ -503,27 +402,27 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
 async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded() {
     require_broker!();
     let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = closed_port_url();
+    cfg.amqp_url = unreachable_amqp_url();
     cfg.extra = "spool:\n  enabled: false\n".into();
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
 
     let body = event_body("evt_nospool");
-    let first = send(&gw, &client, &body, "req_nospool").await;
+    let first = gw.deliver_answer(&client, &body, "req_nospool").await;
     assert_retry_later(&first, "spool disabled");
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 503, "{why}");
-    let again = send(&gw, &client, &body, "req_nospool").await;
+    let again = gw.deliver_answer(&client, &body, "req_nospool").await;
     assert_retry_later(&again, "retry, broker still away");
 
-    stop(&mut gw).await;
+    gw.stop().await;
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
     let (status, why) = gw
         .admin_until(&client, "/readyz", BROKER_TIMEOUT, |s, _| s == 200)
         .await;
     assert_eq!(status, 200, "{why}");
-    let retry = send(&gw, &client, &body, "req_nospool").await;
+    let retry = gw.deliver_answer(&client, &body, "req_nospool").await;
     assert_eq!(
         retry.body,
         serde_json::json!({"status": "accepted", "event_id": "evt_nospool"}),
@@ -531,7 +430,7 @@ async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded
     );
     gw.accept(&client, "sentinel").await;
     assert_eq!(
-        collect(&broker, "sentinel", DRAIN_DEADLINE).await,
+        ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await),
         vec!["evt_nospool".to_owned()]
     );
     broker.delete().await;
@@ -541,7 +440,7 @@ async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded
 async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
     require_broker!();
     let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = closed_port_url();
+    cfg.amqp_url = unreachable_amqp_url();
     cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
@@ -561,81 +460,6 @@ async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
         status, 503,
         "once the spool refuses events, not ready: {why}"
     );
-    broker.delete().await;
-}
-
-/// Measurements, not assertions: the latency of a 200 while spooling (fsync included) and
-/// how long 10,000 spooled events take to drain. Run in release mode:
-/// `cargo test --release --test it spool::measure -- --ignored --nocapture`
-#[tokio::test]
-#[ignore = "measurement; run by hand in release mode"]
-async fn measure_spool_latency_and_drain_of_10k() {
-    require_broker!();
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = closed_port_url();
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-
-    const SEQUENTIAL: usize = 2000;
-    const TOTAL: usize = 10_000;
-    let mut latencies = Vec::with_capacity(SEQUENTIAL);
-    for i in 0..SEQUENTIAL {
-        let id = format!("evt_s_{i:05}");
-        let body = event_body(&id);
-        let started = Instant::now();
-        let a = send(&gw, &client, &body, &format!("req_{id}")).await;
-        latencies.push(started.elapsed());
-        assert_eq!(a.status, 200, "{}", a.body);
-    }
-    latencies.sort();
-    let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-    eprintln!(
-        "MEASURE spooling 200 latency over {SEQUENTIAL} sequential deliveries: p50 {:?}, p99 {:?}, max {:?}",
-        pct(0.50),
-        pct(0.99),
-        latencies[latencies.len() - 1]
-    );
-
-    let gw = Arc::new(gw);
-    let fill_started = Instant::now();
-    let tasks = 16;
-    let rest = TOTAL - SEQUENTIAL;
-    let mut senders = Vec::new();
-    for t in 0..tasks {
-        let (gw, client) = (gw.clone(), client.clone());
-        senders.push(tokio::spawn(async move {
-            for i in (t..rest).step_by(tasks) {
-                gw.accept(&client, &format!("evt_c_{i:05}")).await;
-            }
-        }));
-    }
-    for s in senders {
-        s.await.expect("sender");
-    }
-    eprintln!(
-        "MEASURE {rest} more spooled by {tasks} concurrent senders in {:?}",
-        fill_started.elapsed()
-    );
-    assert_eq!(spool_depth(&gw, &client).await, TOTAL as u64);
-    let mut gw = Arc::into_inner(gw).expect("sole owner");
-    stop(&mut gw).await;
-
-    cfg.amqp_url = AMQP_URL.to_owned();
-    let started = Instant::now();
-    let gw = Gateway::start(&cfg).await;
-    let listening = started.elapsed();
-    let deadline = Instant::now() + Duration::from_secs(600);
-    let mut count = 0;
-    while count < TOTAL as u32 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        count = broker.message_count().await;
-    }
-    eprintln!(
-        "MEASURE drain of {TOTAL}: {count} in the queue {:?} after start ({listening:?} to listening)",
-        started.elapsed()
-    );
-    assert_eq!(count, TOTAL as u32, "drain did not finish");
-    drop(gw);
     broker.delete().await;
 }
 
@@ -665,7 +489,7 @@ async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_roo
     );
 
     gw.accept(&client, "sentinel").await;
-    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     assert_eq!(got, ["evt_fits", "evt_nacked"], "each once, in order");
     broker.delete().await;
 }
@@ -698,7 +522,9 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     let mut refused = None;
     for i in 3..200 {
         let id = format!("evt_{i:03}");
-        let a = send(&gw, &client, &event_body(&id), &format!("req_{id}")).await;
+        let a = gw
+            .deliver_answer(&client, &event_body(&id), &format!("req_{id}"))
+            .await;
         if a.status == 200 {
             assert_eq!(a.body["status"], "accepted", "{}", a.body);
             accepted.push(id);
@@ -739,7 +565,7 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     let gw = Gateway::start(&cfg).await;
     wait_drained(&gw, &client, DRAIN_DEADLINE).await;
     gw.accept(&client, "sentinel").await;
-    let mut got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let mut got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     // The refused event's entry may have reached the disk before its flush failed: then it
     // is published too (its sender, told 503, retries; consumers dedup on message_id).
     if got.last() == Some(&refused) {
@@ -785,7 +611,7 @@ async fn an_event_id_over_255_bytes_spooled_while_the_broker_is_away_arrives_and
     proxy.restore();
     wait_broker_connected(&client, &gw).await;
     gw.accept(&client, "sentinel").await;
-    let got = collect_messages(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let got = broker.until_within("sentinel", DRAIN_DEADLINE).await;
     let ids: Vec<_> = got.iter().map(|m| m.header("x-event-id")).collect();
     assert_eq!(
         got.len(),
@@ -848,16 +674,6 @@ fn typed_status_body(event_id: &str, event_type: &str, message_id: &str, status:
     .to_string()
 }
 
-async fn accept_body(gw: &Gateway, client: &reqwest::Client, id: &str, body: &str) {
-    let a = send(gw, client, body, &format!("req_{id}")).await;
-    assert_eq!(a.status, 200, "{id}: {}", a.body);
-    assert_eq!(
-        a.body,
-        serde_json::json!({"status": "accepted", "event_id": id}),
-        "{id}"
-    );
-}
-
 #[tokio::test]
 async fn an_unroutable_event_waits_apart_while_other_keys_flow_and_its_guard_key_keeps_order() {
     require_broker!();
@@ -883,21 +699,22 @@ async fn an_unroutable_event_waits_apart_while_other_keys_flow_and_its_guard_key
         ),
     ];
     for (id, body) in &held {
-        accept_body(&gw, &client, id, body).await;
+        gw.accept_body(&client, id, body).await;
     }
     let mut flowing = Vec::new();
     for i in 0..5 {
         let id = format!("evt_received_{i}");
         let body = received_body(&id, &format!("+1555000100{i}"), "hello");
-        accept_body(&gw, &client, &id, &body).await;
+        gw.accept_body(&client, &id, &body).await;
         flowing.push(id);
     }
     let id = "evt_delivered_2";
-    accept_body(&gw, &client, id, &status_body(id, "msg_2", "delivered")).await;
+    gw.accept_body(&client, id, &status_body(id, "msg_2", "delivered"))
+        .await;
     flowing.push(id.to_owned());
     let sentinel = received_body("sentinel", "+15550009999", "last");
-    accept_body(&gw, &client, "sentinel", &sentinel).await;
-    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    gw.accept_body(&client, "sentinel", &sentinel).await;
+    let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     assert_eq!(got, flowing, "routable events of other keys flow, in order");
 
     let spool = spool_json(&gw, &client).await;
@@ -996,7 +813,7 @@ async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_d
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
     gw.accept(&client, "sentinel").await;
-    let got = collect(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     assert_eq!(
         got,
         ["evt_ok"],
@@ -1061,7 +878,7 @@ async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_d
     assert!(body.contains("\"parked\":1"), "{body}");
 
     // With the gateway stopped, the CLI works on the store itself.
-    stop(&mut gw).await;
+    gw.stop().await;
     let (ok, listing, err) = spool_cli(&gw.config_path, &["parked"]).await;
     assert!(ok, "spool parked (stopped) failed: {err}");
     assert!(listing.contains("evt_long_key"), "{listing}");
@@ -1145,14 +962,14 @@ async fn a_routing_key_over_255_bytes_is_refused_before_anything_is_recorded() {
     let fits = "t".repeat(247);
     let too_long = "t".repeat(248);
 
-    let a = send(&gw, &client, &body(&too_long), "req_1").await;
+    let a = gw.deliver_answer(&client, &body(&too_long), "req_1").await;
     assert_eq!(a.status, 400, "{}", a.body);
     assert_eq!(
         a.body,
         serde_json::json!({"error": "routing key made from the event type is too long"})
     );
     // Nothing was recorded: the same event id with a type that fits is accepted.
-    accept_body(&gw, &client, "evt_long_type", &body(&fits)).await;
+    gw.accept_body(&client, "evt_long_type", &body(&fits)).await;
     let m = broker.next(BROKER_TIMEOUT).await.expect("published");
     assert_eq!(m.routing_key, format!("botix.{fits}"));
     assert_eq!(m.message_id.as_deref(), Some("evt_long_type"));

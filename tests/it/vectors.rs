@@ -51,9 +51,7 @@ async fn every_signature_vector_gets_its_answer_from_the_binary_and_arrives_byte
             expected.push(body);
         }
     }
-    gw.accept(&client, "sentinel").await;
-    let got: Vec<Vec<u8>> = broker
-        .until("sentinel")
+    let got: Vec<Vec<u8>> = published_before_sentinel(&client, &gw, &broker)
         .await
         .into_iter()
         .map(|m| m.body)

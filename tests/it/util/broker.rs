@@ -200,9 +200,15 @@ impl Broker {
     /// sentinel sent after the others got their 200 arrives after them, so this sees all
     /// of them without guessing how long to wait.
     pub async fn until(&self, sentinel: &str) -> Vec<Received> {
+        self.until_within(sentinel, BROKER_TIMEOUT).await
+    }
+
+    /// [`Self::until`], waiting up to `patience` for each message (a drain after a
+    /// reconnect can take longer than one [`BROKER_TIMEOUT`] to start).
+    pub async fn until_within(&self, sentinel: &str, patience: Duration) -> Vec<Received> {
         let mut out = Vec::new();
         loop {
-            let m = self.next(BROKER_TIMEOUT).await.unwrap_or_else(|| {
+            let m = self.next(patience).await.unwrap_or_else(|| {
                 panic!(
                     "sentinel {sentinel} never arrived; got {} messages before",
                     out.len()

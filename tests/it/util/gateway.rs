@@ -82,6 +82,15 @@ impl GatewayConfig {
     }
 }
 
+/// An answer of the gateway: status, `Retry-After` and the body (JSON, or the text as a
+/// JSON string).
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub body: serde_json::Value,
+}
+
 /// A running gateway process. Killed when dropped.
 pub struct Gateway {
     child: Child,
@@ -198,12 +207,15 @@ impl Gateway {
 
     /// Delivers a fresh event `id` (request id `req_<id>`) and asserts it was accepted.
     pub async fn accept(&self, client: &reqwest::Client, id: &str) {
-        let (status, body) = self
-            .deliver(client, &super::event_body(id), &format!("req_{id}"))
-            .await;
-        assert_eq!(status, 200, "{id}: {body}");
+        self.accept_body(client, id, &super::event_body(id)).await;
+    }
+
+    /// Delivers `body`, the event `id` (request id `req_<id>`), and asserts it was accepted.
+    pub async fn accept_body(&self, client: &reqwest::Client, id: &str, body: &str) {
+        let (status, answer) = self.deliver(client, body, &format!("req_{id}")).await;
+        assert_eq!(status, 200, "{id}: {answer}");
         assert_eq!(
-            body,
+            answer,
             serde_json::json!({"status": "accepted", "event_id": id}),
             "{id}"
         );
@@ -240,6 +252,16 @@ impl Gateway {
         }
     }
 
+    /// SIGTERM, and a clean exit within 40 s (so the store is flushed and unlocked).
+    pub async fn stop(&mut self) {
+        self.signal("TERM");
+        let status = self.wait_exit(Duration::from_secs(40)).await;
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "gateway did not stop cleanly: {status:?}"
+        );
+    }
+
     /// `kill -9` and reap.
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
@@ -253,15 +275,23 @@ impl Gateway {
         body: &str,
         request_id: &str,
     ) -> (u16, serde_json::Value) {
-        self.post(
-            client,
-            body,
-            &[
-                ("x-botix-signature", sign(SECRET, body.as_bytes())),
-                ("x-botix-request-id", request_id.to_owned()),
-            ],
-        )
-        .await
+        let a = self.deliver_answer(client, body, request_id).await;
+        (a.status, a.body)
+    }
+
+    /// [`Self::deliver`], with the answer's `Retry-After`.
+    pub async fn deliver_answer(
+        &self,
+        client: &reqwest::Client,
+        body: &str,
+        request_id: &str,
+    ) -> Answer {
+        let headers = [
+            ("x-botix-signature", sign(SECRET, body.as_bytes())),
+            ("x-botix-request-id", request_id.to_owned()),
+        ];
+        self.post_answer(client, "/webhooks/botix", body, &headers)
+            .await
     }
 
     /// POSTs `body` to the botix route with these headers.
@@ -282,17 +312,39 @@ impl Gateway {
         body: &str,
         headers: &[(&str, String)],
     ) -> (u16, serde_json::Value) {
+        let a = self.post_answer(client, path, body, headers).await;
+        (a.status, a.body)
+    }
+
+    /// POSTs `body` to `path` with these headers: the whole [`Answer`].
+    pub async fn post_answer(
+        &self,
+        client: &reqwest::Client,
+        path: &str,
+        body: &str,
+        headers: &[(&str, String)],
+    ) -> Answer {
         let mut req = client.post(self.url(path)).body(body.to_owned());
         for (k, v) in headers {
             req = req.header(*k, v);
         }
-        let resp = req.send().await.expect("request");
+        let resp = req.send().await.unwrap_or_else(|e| {
+            panic!(
+                "request: {e:?}; the gateway's log:\n{}",
+                self.logs().join("\n")
+            )
+        });
         let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().expect("ascii").to_owned());
         let text = resp.text().await.expect("body");
-        (
+        Answer {
             status,
-            serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
-        )
+            retry_after,
+            body: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+        }
     }
 }
 

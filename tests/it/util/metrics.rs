@@ -13,7 +13,6 @@ pub struct Sample {
 }
 
 /// Parsed `/metrics` output.
-/// A parsed exposition.
 #[derive(Debug)]
 pub struct Exposition(pub Vec<Sample>);
 
@@ -100,6 +99,14 @@ impl Exposition {
     pub fn get(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.find(name, labels).unwrap_or(0.0)
     }
+
+    /// The `hookgate_dropped_events_total` of route botix for `reason` (0 before the first).
+    pub fn dropped_total(&self, reason: &str) -> f64 {
+        self.get(
+            "hookgate_dropped_events_total",
+            &[("route", "botix"), ("reason", reason)],
+        )
+    }
 }
 
 #[test]
@@ -121,6 +128,7 @@ pub fn exposition_parser_reads_labels_escapes_and_values() {
     assert_eq!(e.get("missing_total", &[("route", "r")]), 0.0);
 }
 
+/// The gateway's `/metrics`, parsed.
 pub async fn scrape(client: &reqwest::Client, gw: &Gateway) -> Exposition {
     let resp = client
         .get(gw.admin_url("/metrics"))

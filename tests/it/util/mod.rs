@@ -11,6 +11,7 @@ pub mod inprocess;
 pub mod metrics;
 pub mod proxy;
 pub mod raw;
+pub mod scenarios;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,13 +20,17 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 pub use broker::Broker;
+pub use broker::Received;
 pub use cli::{hookgate, run_bounded};
 pub use disk::fixture_on_small_disk;
-pub use gateway::{Gateway, GatewayConfig};
+pub use gateway::{Answer, Gateway, GatewayConfig};
 pub use inprocess::InProcess;
 pub use metrics::{scrape, Exposition};
 pub use proxy::Proxy;
-pub use raw::{read_until, read_until_closed, read_until_closed_or};
+pub use raw::{
+    accept_on, raw_exchange, read_until, read_until_closed, read_until_closed_or, signed_request,
+};
+pub use scenarios::{concurrent_status_rounds, run_shared_scenarios};
 
 /// The secret every test route accepts first.
 pub const SECRET: &str = "whsec_test_8f2c1d9e4b7a6035";
@@ -371,14 +376,34 @@ pub fn outcome(answer: &serde_json::Value) -> String {
     }
 }
 
-/// SIGTERM and wait for a clean exit, so the store is flushed and unlocked.
-pub async fn stop(mut gw: Gateway) {
-    gw.signal("TERM");
-    let status = gw.wait_exit(Duration::from_secs(40)).await;
-    assert!(
-        status.is_some_and(|s| s.success()),
-        "gateway did not stop cleanly: {status:?}"
-    );
+/// Every message published before a sentinel: a fresh event sent through `gw` after the
+/// requests under test, asserted accepted. It arrives after everything accepted before it,
+/// so this sees all of them without guessing how long to wait.
+pub async fn published_before_sentinel(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    broker: &Broker,
+) -> Vec<Received> {
+    let sentinel = unique("sentinel");
+    gw.accept(client, &sentinel).await;
+    broker.until(&sentinel).await
+}
+
+/// The message ids of [`published_before_sentinel`], in order.
+pub async fn ids_before_sentinel(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    broker: &Broker,
+) -> Vec<String> {
+    ids(&published_before_sentinel(client, gw, broker).await)
+}
+
+/// An AMQP URL to a port of this machine that nothing listens on.
+pub fn unreachable_amqp_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = l.local_addr().expect("addr").port();
+    drop(l);
+    format!("amqp://guest:guest@127.0.0.1:{port}/%2f")
 }
 
 /// The message ids of `messages`, in order.
