@@ -1,4 +1,4 @@
-//! Field extraction (`event::parse`, SPEC §2 step 4) of a status event and an inbound message.
+//! Field extraction (`event::parse`, contract §2 step 4) of a status event and an inbound message.
 //! A `Verified` can only come from `Delivery::verify`, so each iteration's input is verified
 //! in the untimed setup.
 

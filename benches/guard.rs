@@ -1,4 +1,4 @@
-//! The pure out-of-order decisions (SPEC §4): status ranks and keywords.
+//! The pure out-of-order decisions (contract §4): status ranks and keywords.
 
 use std::hint::black_box;
 

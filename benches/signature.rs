@@ -1,4 +1,4 @@
-//! HMAC verification of the botix scheme (SPEC §2 step 3) for typical and maximum bodies.
+//! HMAC verification of the botix scheme (contract §2 step 3) for typical and maximum bodies.
 
 use std::hint::black_box;
 

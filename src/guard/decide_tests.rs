@@ -1,4 +1,4 @@
-//! Tests of the pure guard decisions ([`super`]): the SPEC §4 status and keyword rules as
+//! Tests of the pure guard decisions ([`super`]): the contract §4 status and keyword rules as
 //! named tables, normalisation and classification, the shared scenario file, and
 //! properties of the status order.
 
@@ -11,16 +11,16 @@ const SCENARIOS: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/tests/data/guard_scenarios.json"
 );
-/// SPEC §7 default `help_window`.
+/// contract §7 default `help_window`.
 const HELP_WINDOW_MS: i64 = 60_000;
-/// SPEC §7 example route: event types judged by the status rules.
+/// contract §7 example route: event types judged by the status rules.
 const STATUS_EVENTS: [&str; 4] = [
     "message.status",
     "message.sent",
     "message.delivered",
     "message.failed",
 ];
-/// SPEC §7 example route: event types judged by the keyword rules.
+/// contract §7 example route: event types judged by the keyword rules.
 const KEYWORD_EVENTS: [&str; 1] = ["message.received"];
 
 fn st(status: &str, rank: u32, timestamp_ms: i64) -> StatusState {
@@ -114,7 +114,7 @@ fn status_of_falls_back_to_the_last_event_segment() {
     assert_eq!(status_of("", None), "");
 }
 
-// ---- decide_status: every row of the SPEC §4 table ----
+// ---- decide_status: every row of the contract §4 table ----
 
 /// One status case: the stored state of the message, the incoming status and its
 /// timestamp, and the verdict the guard must give.
@@ -166,13 +166,13 @@ fn status_cases() -> Vec<StatusCase> {
         case("same rank, other status, later: accepted", Some(st("failed", 3, 100)), "delivered", 101, stores(st("delivered", 3, 101))),
         case("same rank, other status, earlier: stale", delivered_at_100(), "failed", 99, Verdict::Drop(StaleStatus)),
         case("same rank, other status, same time: stale", delivered_at_100(), "failed", 100, Verdict::Drop(StaleStatus)),
-        // A known limit of the SPEC's state (one status, one timestamp) together with "a
+        // A known limit of the contract's state (one status, one timestamp) together with "a
         // drop leaves the state unchanged": a repeated status with a later timestamp
         // cannot refresh the stored timestamp, so an equal-rank status between the two is
         // still accepted.
         case("a repeat does not refresh the timestamp: the repeat", Some(st("delivered", 3, 1_000)), "delivered", 5_000, Verdict::Drop(RepeatedStatus)),
         case("a repeat does not refresh the timestamp: a status between", Some(st("delivered", 3, 1_000)), "failed", 3_000, stores(st("failed", 3, 3_000))),
-        // The stored rank is what SPEC §4 compares against, even under a changed table.
+        // The stored rank is what contract §4 compares against, even under a changed table.
         StatusCase {
             ranks: Some(&[("a", 5), ("b", 1)]),
             ..case("judged against the stored rank, not the table's", Some(st("a", 0, 0)), "b", 1, stores(st("b", 1, 1)))

@@ -1,4 +1,4 @@
-//! The accept path: signature, limits, answers, and the AMQP message of SPEC §5.
+//! The accept path: signature, limits, answers, and the AMQP message of contract §5.
 
 use std::io::{Read, Write};
 use std::time::Duration;

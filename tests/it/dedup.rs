@@ -1,4 +1,4 @@
-//! Dedup (SPEC §3) and freshness (SPEC §2 step 5): the real binary or the real app, the
+//! Dedup (contract §3) and freshness (contract §2 step 5): the real binary or the real app, the
 //! real sled store, the real RabbitMQ.
 
 use std::sync::Arc;
@@ -318,7 +318,7 @@ async fn on_a_full_disk_nothing_is_answered_200_before_its_marks_are_on_disk() {
         );
     }
     // The refused event was published, but its mark may never have reached the disk: its
-    // retry is accepted (published again, as SPEC §3 allows across a store failure) or a
+    // retry is accepted (published again, as contract §3 allows across a store failure) or a
     // duplicate.
     let (s, again) = retry(&gw, &client, &refused).await;
     assert!(

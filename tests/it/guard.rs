@@ -1,4 +1,4 @@
-//! The out-of-order guard (SPEC §4) through the real binary and the real RabbitMQ.
+//! The out-of-order guard (contract §4) through the real binary and the real RabbitMQ.
 
 use std::sync::Arc;
 

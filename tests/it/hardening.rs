@@ -1,4 +1,4 @@
-//! What an unauthenticated client can take (SPEC §9): connection slots, the sender's rate
+//! What an unauthenticated client can take (SECURITY.md): connection slots, the sender's rate
 //! limit, an empty secret, and memory before verification.
 
 use std::convert::Infallible;

@@ -1,4 +1,4 @@
-//! The process's life (SPEC §8): SIGTERM and SIGINT, a shutdown grace that runs out, and a
+//! The process's life (contract §8): SIGTERM and SIGINT, a shutdown grace that runs out, and a
 //! certificate rotation that fails.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Slow and hostile clients, and the connection and rate limits (SPEC §9).
+//! Slow and hostile clients, and the connection and rate limits (SECURITY.md).
 
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;

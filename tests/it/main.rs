@@ -12,6 +12,7 @@ mod durability;
 mod fuzz;
 mod guard;
 mod hardening;
+mod layout;
 mod lifecycle;
 mod limits;
 mod metrics;

@@ -1,4 +1,4 @@
-//! Metrics (SPEC §8): the counters and gauges follow the traffic.
+//! Metrics (contract §8): the counters and gauges follow the traffic.
 
 use crate::require_broker;
 use crate::util::*;

@@ -1,4 +1,4 @@
-//! The Redis backend (SPEC §3 "Backends"): several gateways sharing one Redis behave as one
+//! The Redis backend (contract §3 "Backends"): several gateways sharing one Redis behave as one
 //! for dedup and the guard, and a Redis outage is a 503, never a duplicate.
 
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! Certificate and secret rotation without a restart (SPEC §8): by polling the files and
+//! Certificate and secret rotation without a restart (contract §8): by polling the files and
 //! on SIGHUP.
 
 use std::time::Duration;

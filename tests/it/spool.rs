@@ -1,4 +1,4 @@
-//! The spool (SPEC §6): a 200 is never lost, even while the broker is away.
+//! The spool (contract §6): a 200 is never lost, even while the broker is away.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -1012,7 +1012,7 @@ async fn a_spool_left_in_the_legacy_format_drains_in_order_after_an_upgrade() {
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     gw.accept(&client, "sentinel").await;
-    let got = collect_messages(&broker, "sentinel", DRAIN_DEADLINE).await;
+    let got = broker.until_within("sentinel", DRAIN_DEADLINE).await;
     let ids: Vec<_> = got.iter().map(|m| m.message_id.as_deref()).collect();
     assert_eq!(
         ids,

@@ -50,7 +50,7 @@ impl GatewayConfig {
         }
     }
 
-    /// The route guard of SPEC §7 with its defaults.
+    /// The route guard of contract §7 with its defaults.
     pub fn with_spec_guard(mut self) -> Self {
         self.route_extra.push_str(
             "    guard:\n      status:\n        events: [message.status, message.sent, message.delivered, message.failed]\n      keywords:\n        events: [message.received]\n",

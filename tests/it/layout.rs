@@ -1,0 +1,198 @@
+//! The source layout: no module of `src/` depends, through its `crate::` paths, on a module
+//! that depends back on it; and ARCHITECTURE.md's code map names every source file, and
+//! only files that exist.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The `.rs` files under `dir`, as paths relative to the repository root.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{dir:?}: {e}"));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path.strip_prefix(root()).expect("under root").to_path_buf());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The module path of a library source file (`src/state/mod.rs` → `state`,
+/// `src/state/marks.rs` → `state::marks`); `None` for the crate roots.
+fn module_of(file: &Path) -> Option<String> {
+    let rel = file.strip_prefix("src").ok()?;
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    let path = parts.join("::");
+    (!path.is_empty() && path != "lib" && path != "main").then_some(path)
+}
+
+/// The non-test code of a source file: everything before its `#[cfg(test)]` module, without
+/// comment lines.
+fn code_of(text: &str) -> String {
+    let end = text.find("#[cfg(test)]\nmod ").unwrap_or(text.len());
+    text[..end]
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `crate::a::b::…` paths named in `code`, each as its segments.
+fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    let mut paths = Vec::new();
+    let mut rest = code;
+    while let Some(at) = rest.find("crate::") {
+        rest = &rest[at + "crate::".len()..];
+        let end = rest
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .unwrap_or(rest.len());
+        let segments = rest[..end]
+            .split("::")
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        paths.push(segments);
+    }
+    paths
+}
+
+/// Module → the modules its non-test code names.
+fn dependency_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let files = rust_files(&root().join("src"));
+    let modules: BTreeMap<String, PathBuf> = files
+        .iter()
+        .filter_map(|f| module_of(f).map(|m| (m, f.clone())))
+        .collect();
+    let mut graph = BTreeMap::new();
+    for (module, file) in &modules {
+        let text = std::fs::read_to_string(root().join(file)).expect("source file");
+        let mut deps = BTreeSet::new();
+        for segments in crate_paths(&code_of(&text)) {
+            // The longest prefix of the path that is a module.
+            let target = (1..=segments.len())
+                .rev()
+                .map(|n| segments[..n].join("::"))
+                .find(|m| modules.contains_key(m));
+            if let Some(target) = target.filter(|t| t != module) {
+                deps.insert(target);
+            }
+        }
+        graph.insert(module.clone(), deps);
+    }
+    graph
+}
+
+/// Each cycle of `graph` as one of its paths, `a -> b -> a`.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    let mut found = Vec::new();
+    for start in graph.keys() {
+        // Depth-first from `start`, looking for a way back to it through larger names only,
+        // so each cycle is reported once (from its smallest module).
+        let mut stack = vec![(start.clone(), vec![start.clone()])];
+        let mut seen = BTreeSet::new();
+        while let Some((node, path)) = stack.pop() {
+            for next in graph.get(&node).into_iter().flatten() {
+                if next == start {
+                    found.push(format!("{} -> {start}", path.join(" -> ")));
+                } else if next > start && seen.insert(next.clone()) {
+                    let mut longer = path.clone();
+                    longer.push(next.clone());
+                    stack.push((next.clone(), longer));
+                }
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn no_module_depends_on_a_module_that_depends_back_on_it() {
+    let graph = dependency_graph();
+    assert!(graph.len() > 20, "the scan found the modules: {graph:?}");
+    let found = cycles(&graph);
+    assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
+}
+
+#[test]
+fn no_folder_depends_on_a_folder_that_depends_back_on_it() {
+    // The same check one level up: `state/` and `guard/` count as one module each.
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_owned();
+    let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (module, deps) in dependency_graph() {
+        let entry = folders.entry(top(&module)).or_default();
+        entry.extend(deps.iter().map(|d| top(d)).filter(|d| *d != top(&module)));
+    }
+    let found = cycles(&folders);
+    assert!(
+        found.is_empty(),
+        "import cycles between folders:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles() {
+    let graph: BTreeMap<String, BTreeSet<String>> = [
+        ("a", vec!["b"]),
+        ("b", vec!["c"]),
+        ("c", vec!["a"]),
+        ("d", vec!["a"]),
+    ]
+    .into_iter()
+    .map(|(m, deps)| (m.to_owned(), deps.into_iter().map(str::to_owned).collect()))
+    .collect();
+    assert_eq!(cycles(&graph), ["a -> b -> c -> a"]);
+    assert_eq!(
+        crate_paths("use crate::state::marks::{Claim};\nlet x = crate::clock::now();"),
+        [vec!["state", "marks"], vec!["clock", "now"]]
+    );
+}
+
+/// The repository paths of Rust files that ARCHITECTURE.md names: in its code map block
+/// and in backquotes.
+fn mapped_files(text: &str) -> BTreeSet<String> {
+    text.split(|c: char| c.is_whitespace() || "`(),|".contains(c))
+        .filter(|word| word.ends_with(".rs") && word.contains('/'))
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_path_reader_finds_paths_in_blocks_and_backquotes() {
+    let named = mapped_files("src/a.rs  what\n| `src/b/c.rs` (`f`) |\nsee lib.rs");
+    assert_eq!(named, ["src/a.rs", "src/b/c.rs"].map(str::to_owned).into());
+}
+
+#[test]
+fn the_code_map_names_every_source_file_and_only_existing_ones() {
+    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+    let named = mapped_files(&text);
+    let missing: Vec<_> = named.iter().filter(|f| !root().join(f).exists()).collect();
+    assert!(missing.is_empty(), "named but absent: {missing:?}");
+    let unmapped: Vec<_> = rust_files(&root().join("src"))
+        .into_iter()
+        .map(|f| f.to_string_lossy().into_owned())
+        .filter(|f| !named.contains(f))
+        .collect();
+    assert!(
+        unmapped.is_empty(),
+        "source files not in the code map: {unmapped:?}"
+    );
+}
