@@ -1350,6 +1350,99 @@ routes:
         assert!(c.routes[0].guard.status.is_none() && c.routes[0].guard.keywords.is_none());
     }
 
+    /// Each refusal of `validate`, one config a row: what is wrong, and the key the error
+    /// must name. A row whose config is accepted, or refused for another key, fails.
+    #[test]
+    fn each_refusal_names_its_key() {
+        let route = |extra: &str| MINIMAL.replace("    secrets:", &format!("{extra}    secrets:"));
+        let second_route = |name: &str, path: &str| {
+            format!("{MINIMAL}  - name: \"{name}\"\n    path: {path}\n    secrets:\n      - secret: x\n")
+        };
+        let rows: Vec<(&str, String, &str)> = vec![
+            (
+                "empty route name",
+                MINIMAL.replace("name: botix", "name: \"\""),
+                "routes[0].name",
+            ),
+            (
+                "a second route with the first's name",
+                second_route("botix", "/other"),
+                "routes[1].name",
+            ),
+            (
+                "a path without a leading slash",
+                MINIMAL.replace("path: /webhooks/botix", "path: webhooks"),
+                "routes[0].path",
+            ),
+            (
+                "a signature block with the botix profile",
+                route("    signature: {header: x-sig, encoding: hex}\n"),
+                "routes[0].signature",
+            ),
+            (
+                "a public_url with the botix profile",
+                route("    public_url: https://example.org/hook\n"),
+                "routes[0].public_url",
+            ),
+            (
+                "a rate limit of zero per second",
+                route("    rate_limit: {per_second: 0, burst: 5}\n"),
+                "routes[0].rate_limit",
+            ),
+            (
+                "a rate limit with no burst",
+                route("    rate_limit: {per_second: 5, burst: 0}\n"),
+                "routes[0].rate_limit",
+            ),
+            (
+                "a zero body limit",
+                format!("{MINIMAL}limits: {{max_body_bytes: 0}}\n"),
+                "limits.max_body_bytes",
+            ),
+            (
+                "no connections",
+                format!("{MINIMAL}limits: {{max_connections: 0}}\n"),
+                "limits.max_connections",
+            ),
+            (
+                "a header limit under 1KiB",
+                format!("{MINIMAL}limits: {{max_header_bytes: 1000}}\n"),
+                "limits.max_header_bytes",
+            ),
+            (
+                "a lease no longer than the confirm timeout",
+                format!("{MINIMAL}dedup: {{in_flight_lease: 5s}}\namqp: {{confirm_timeout: 5s}}\n"),
+                "dedup.in_flight_lease",
+            ),
+            (
+                "the admin listener on the webhook address",
+                format!("{MINIMAL}admin: {{addr: 127.0.0.1:8080}}\n"),
+                "admin.addr",
+            ),
+            (
+                "a broker URL of another scheme",
+                format!("{MINIMAL}amqp: {{url: http://x}}\n"),
+                "amqp.url",
+            ),
+            (
+                "a Redis URL of another scheme",
+                format!("{MINIMAL}dedup: {{backend: redis}}\nredis: {{url: http://x}}\n"),
+                "redis.url",
+            ),
+        ];
+        for (what, text, key) in rows {
+            let error = match Config::parse(&text) {
+                Ok(_) => panic!("{what}: accepted"),
+                Err(e) => e.to_string(),
+            };
+            assert!(error.contains(key), "{what}: {error}");
+        }
+        // The admin listener may share port 0 (tests bind both on any free port).
+        let both_any =
+            MINIMAL.replace("127.0.0.1:8080", "127.0.0.1:0") + "admin: {addr: 127.0.0.1:0}\n";
+        assert!(Config::parse(&both_any).is_ok());
+    }
+
     #[test]
     fn duplicate_paths_and_empty_routes_are_rejected() {
         assert!(err("listen:\n  addr: 127.0.0.1:1\nroutes: []\n").contains("at least one"));
