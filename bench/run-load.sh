@@ -22,6 +22,9 @@
 #   OPEN_RATE [empty; a rate: only open-loop runs, at that rate instead of the half rate]
 #   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
 #   CLIENT [the load tool just built; another build of it, to compare two clients]
+#   BASELINE [empty; the path of another hookgate build: it runs beside the first, as target
+#            "baseline", with the same config on ports of its own, so two builds are
+#            compared in one run (closed loop only)]
 # Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -57,6 +60,8 @@ EXCHANGE=hookgate-bench-$RUN
 QUEUE=hookgate-bench-$RUN
 BASE=$((20000 + RANDOM % 20000))
 PORT_HG=$BASE PORT_ADMIN=$((BASE + 1)) PORT_HTTP=$((BASE + 2)) PORT_PUB=$((BASE + 3))
+PORT_BASE_HG=$((BASE + 4)) PORT_BASE_ADMIN=$((BASE + 5))
+BASELINE=${BASELINE:-}
 PIDS=()
 
 cleanup() {
@@ -110,6 +115,16 @@ BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json
     >"$TMP/hookgate.log" 2>&1 &
 PID_hookgate=$!
 PIDS+=("$PID_hookgate")
+if [[ -n $BASELINE ]]; then
+    sed -e "s/127.0.0.1:$PORT_HG/127.0.0.1:$PORT_BASE_HG/" \
+        -e "s/127.0.0.1:$PORT_ADMIN/127.0.0.1:$PORT_BASE_ADMIN/" \
+        -e "s#path: $TMP/store#path: $TMP/store-baseline#" "$TMP/hookgate.yaml" >"$TMP/baseline.yaml"
+    BENCH_SECRET=$SECRET "$BASELINE" --config "$TMP/baseline.yaml" --log-format json \
+        >"$TMP/baseline.log" 2>&1 &
+    PID_baseline=$!
+    PIDS+=("$PID_baseline")
+    TARGETS="$TARGETS baseline"
+fi
 "$LOAD" --serve-baseline http --listen "127.0.0.1:$PORT_HTTP" \
     --cert "$TMP/tls.crt" --key "$TMP/tls.key" >"$TMP/http.log" 2>&1 &
 PID_http=$!
@@ -132,6 +147,7 @@ wait_for() { # name command...
     exit 1
 }
 wait_for hookgate curl -sf "http://127.0.0.1:$PORT_ADMIN/readyz"
+[[ -z $BASELINE ]] || wait_for baseline curl -sf "http://127.0.0.1:$PORT_BASE_ADMIN/readyz"
 wait_for http bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT_HTTP"
 wait_for publish bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT_PUB"
 sleep 1
@@ -140,6 +156,7 @@ declare -A URL=(
     [hookgate]="https://127.0.0.1:$PORT_HG/webhooks/botix"
     [http]="https://127.0.0.1:$PORT_HTTP/webhooks/botix"
     [publish]="https://127.0.0.1:$PORT_PUB/webhooks/botix"
+    [baseline]="https://127.0.0.1:$PORT_BASE_HG/webhooks/botix"
 )
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -272,6 +289,10 @@ jq -s '
           | transpose | map(.[0] / .[1])) catch null),
       accepted_ratio_to_publish: (try ($r["hookgate-closed"].accepted_per_s / $r["publish-closed"].accepted_per_s) catch null),
       ratio_to_http: (try ($r["hookgate-closed"].rps / $r["http-closed"].rps) catch null),
+      baseline_rps: $r["baseline-closed"].rps,
+      baseline_ratio_to_publish: (try ($r["baseline-closed"].rps / $r["publish-closed"].rps) catch null),
+      baseline_ratio_to_publish_each_round: (try ([$r["baseline-closed"].rps_each, $r["publish-closed"].rps_each]
+          | transpose | map(.[0] / .[1])) catch null),
       half_rate: '"${HALF:-null}"',
       hookgate_p99_ms_at_half: $r["hookgate-half"].p99_ms,
       hookgate_p99_ms_at_half_each: $r["hookgate-half"].p99_ms_each,
