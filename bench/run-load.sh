@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# hookgate against its two ceilings, in one run (issue 8; results in BENCHMARKS.md):
+# hookgate against its two ceilings, in one run (results in BENCHMARKS.md):
 #   http     bare hyper+rustls server: reads the body, answers 200      (the HTTP limit)
 #   publish  bare server: verifies the HMAC, publishes with a confirm   (the broker limit)
 #   hookgate the real gateway: TLS, temp sled store, guard on, random exchange + bound queue

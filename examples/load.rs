@@ -1,4 +1,4 @@
-//! Load generator and baselines for hookgate (issue 8; results in BENCHMARKS.md).
+//! Load generator and baselines for hookgate (results in BENCHMARKS.md).
 //!
 //! Load: pre-signs realistic botix deliveries (status events, some out of order; inbound
 //! messages, a few of them keywords; a share of duplicates), then sends them closed-loop over

@@ -1437,6 +1437,9 @@ routes:
             };
             assert!(error.contains(key), "{what}: {error}");
         }
+        // The limits' edges are allowed.
+        let header_at_limit = format!("{MINIMAL}limits: {{max_header_bytes: 1024}}\n");
+        assert!(Config::parse(&header_at_limit).is_ok());
         // The admin listener may share port 0 (tests bind both on any free port).
         let both_any =
             MINIMAL.replace("127.0.0.1:8080", "127.0.0.1:0") + "admin: {addr: 127.0.0.1:0}\n";
