@@ -1424,6 +1424,26 @@ routes:
                 format!("{MINIMAL}amqp: {{url: http://x}}\n"),
                 "amqp.url",
             ),
+            ("no HTTP/2 streams", format!("{MINIMAL}limits: {{h2_max_concurrent_streams: 0}}\n"), "limits.h2_max_concurrent_streams"),
+            (
+                "an unverified budget smaller than one body",
+                format!("{MINIMAL}limits: {{max_body_bytes: 2KiB, max_unverified_body_bytes: 1KiB}}\n"),
+                "limits.max_unverified_body_bytes",
+            ),
+            ("no header read time", format!("{MINIMAL}limits: {{header_read_timeout: 0s}}\n"), "limits: timeouts"),
+            ("no body read time", format!("{MINIMAL}limits: {{body_read_timeout: 0s}}\n"), "limits: timeouts"),
+            ("no idle time", format!("{MINIMAL}limits: {{idle_timeout: 0s}}\n"), "limits: timeouts"),
+            ("no connection age", format!("{MINIMAL}limits: {{max_connection_age: 0s}}\n"), "limits: timeouts"),
+            (
+                "no failed verifications per second",
+                format!("{MINIMAL}limits: {{failed_verification_per_peer: {{per_second: 0, burst: 5}}}}\n"),
+                "limits.failed_verification_per_peer",
+            ),
+            (
+                "no burst of failed verifications",
+                format!("{MINIMAL}limits: {{failed_verification_per_peer: {{per_second: 5, burst: 0}}}}\n"),
+                "limits.failed_verification_per_peer",
+            ),
             (
                 "a Redis URL of another scheme",
                 format!("{MINIMAL}dedup: {{backend: redis}}\nredis: {{url: http://x}}\n"),
@@ -1440,6 +1460,9 @@ routes:
         // The limits' edges are allowed.
         let header_at_limit = format!("{MINIMAL}limits: {{max_header_bytes: 1024}}\n");
         assert!(Config::parse(&header_at_limit).is_ok());
+        let budget_of_one_body =
+            format!("{MINIMAL}limits: {{max_body_bytes: 2KiB, max_unverified_body_bytes: 2KiB}}\n");
+        assert!(Config::parse(&budget_of_one_body).is_ok());
         // The admin listener may share port 0 (tests bind both on any free port).
         let both_any =
             MINIMAL.replace("127.0.0.1:8080", "127.0.0.1:0") + "admin: {addr: 127.0.0.1:0}\n";
