@@ -1463,6 +1463,16 @@ routes:
         let budget_of_one_body =
             format!("{MINIMAL}limits: {{max_body_bytes: 2KiB, max_unverified_body_bytes: 2KiB}}\n");
         assert!(Config::parse(&budget_of_one_body).is_ok());
+        // A Redis URL is checked only where Redis is used, and both of its schemes pass.
+        for (backend, url) in [
+            ("sled", "http://x"),
+            ("redis", "redis://r:6379"),
+            ("redis", "rediss://r:6380"),
+        ] {
+            let text =
+                format!("{MINIMAL}dedup: {{backend: {backend}}}\nredis: {{url: \"{url}\"}}\n");
+            assert!(Config::parse(&text).is_ok(), "{backend} with {url}");
+        }
         // The admin listener may share port 0 (tests bind both on any free port).
         let both_any =
             MINIMAL.replace("127.0.0.1:8080", "127.0.0.1:0") + "admin: {addr: 127.0.0.1:0}\n";
