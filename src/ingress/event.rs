@@ -580,4 +580,64 @@ mod tests {
             Some(ParseError::BadTimestamp)
         );
     }
+
+    #[test]
+    fn a_pointer_the_guard_adds_is_read_as_text() {
+        let mut fields = EventFields::new(&Fields::default());
+        let status = fields.add("/data/status");
+        let count = fields.add("/data/count");
+        let absent = fields.add("/data/absent");
+        let v = verified(
+            r#"{"id":"e1","data":{"status":"delivered","count":7}}"#,
+            &[],
+        );
+        let e = parse(v, &fields, RequestId::generated()).expect("parses");
+        assert_eq!(e.field(status).as_deref(), Some("delivered"));
+        assert_eq!(e.field(count).as_deref(), Some("7"), "a number as text");
+        assert_eq!(e.field(absent), None);
+    }
+
+    #[test]
+    fn ids_and_types_up_to_their_limits_are_read_and_longer_ones_refused() {
+        let body = |id: &str, event_type: &str| {
+            serde_json::json!({"id": id, "event": event_type}).to_string()
+        };
+        let read = |id: &str, event_type: &str| {
+            parse_one(&body(id, event_type), &[]).map(|e| (e.id.len(), e.event_type.len()))
+        };
+        let (id, event_type) = ("i".repeat(MAX_ID_BYTES), "t".repeat(MAX_EVENT_TYPE_BYTES));
+        assert_eq!(read(&id, &event_type), Ok((512, 255)));
+        assert_eq!(read(&(id + "i"), "t"), Err(ParseError::IdTooLong));
+        assert_eq!(read("e", &(event_type + "t")), Err(ParseError::TypeTooLong));
+    }
+
+    #[test]
+    fn twilio_ids_fall_back_to_the_idempotency_token_and_are_bounded() {
+        let e = parse_twilio_body("Body=hello", &[(TWILIO_IDEMPOTENCY_TOKEN, "tok-9")])
+            .expect("the token stands in");
+        assert_eq!((e.id.as_str(), e.request_id.as_str()), ("tok-9", "tok-9"));
+        let sid = "S".repeat(MAX_ID_BYTES);
+        let e = parse_twilio_body(&format!("MessageSid={sid}"), &[]).expect("512 bytes");
+        assert_eq!(e.id, sid);
+        assert_eq!(
+            parse_twilio_body(&format!("MessageSid={sid}S"), &[]).err(),
+            Some(ParseError::IdTooLong)
+        );
+    }
+
+    #[test]
+    fn a_twilio_content_type_that_cannot_be_an_amqp_short_string_is_replaced() {
+        let content_type = |value: &str| {
+            parse_twilio_body("MessageSid=SM1", &[("content-type", value)])
+                .expect("parses")
+                .content_type
+        };
+        let longest = format!("application/x-www-form-urlencoded; x={}", "a".repeat(218));
+        assert_eq!(longest.len(), 255);
+        assert_eq!(content_type(&longest), Some(longest.clone()));
+        assert_eq!(
+            content_type(&(longest + "a")).as_deref(),
+            Some(FORM_CONTENT_TYPE)
+        );
+    }
 }

@@ -389,6 +389,7 @@ mod tests {
         "/01",
         "/n",
         "/f",
+        "/neg",
         "/t",
         "/esc",
         "no-slash",
@@ -415,7 +416,7 @@ mod tests {
     #[test]
     fn finds_what_value_pointer_finds() {
         let body = r#"{"id":"e1","data":{"status":"sent","items":[10,11,{"x":true}]},
-            "a/b":1,"m~n":2,"":3,"01":4,"n":null,"f":-1.5e3,"t":true,"esc":"a\"b\u00e9"}"#;
+            "a/b":1,"m~n":2,"":3,"01":4,"n":null,"f":-1.5e3,"neg":-7,"t":true,"esc":"a\"b\u00e9"}"#;
         assert_finds_what_value_finds(POINTERS, body);
     }
 
@@ -515,5 +516,26 @@ mod tests {
             );
         }
         assert!(plan.extract(br#" {"id": 1} "#).is_ok());
+    }
+
+    #[test]
+    fn text_that_is_not_a_pointer_gets_a_slot_of_its_own() {
+        let mut plan = FieldPlan::default();
+        let not_a_pointer = plan.add("no-slash");
+        let id = plan.add("/id");
+        assert_ne!(not_a_pointer, id);
+        let got = plan.extract(br#"{"id":"e"}"#).expect("object");
+        assert_eq!(got.get(not_a_pointer), None);
+        assert_eq!(got.get(id), Some(&Field::Text("e".into())));
+    }
+
+    #[test]
+    fn members_no_pointer_names_are_skipped_whole() {
+        let mut plan = FieldPlan::default();
+        let id = plan.add("/id");
+        let got = plan
+            .extract(br#"{"other":[1,[2],{"a":[3]}],"more":{"b":{"c":4},"d":[5]},"id":"e"}"#)
+            .expect("object");
+        assert_eq!(got.get(id), Some(&Field::Text("e".into())));
     }
 }

@@ -1001,4 +1001,40 @@ mod tests {
             );
         }
     }
+
+    #[test]
+    fn botix_header_is_the_prefixed_hex_hmac_the_botix_scheme_verifies() {
+        let body = b"The quick brown fox jumps over the lazy dog";
+        let header = botix_header(b"key", body);
+        assert_eq!(
+            header,
+            "sha256=f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
+        );
+        let h = headers(BOTIX_SIGNATURE, &header);
+        assert_eq!(botix().verify(&h, body, &[Secret::new(b"key")], 0), Ok(()));
+    }
+
+    #[test]
+    fn a_telnyx_signing_key_is_the_seed_or_the_seed_and_public_key() {
+        let engine = base64::engine::general_purpose::STANDARD;
+        let v = provider_vectors("telnyx.json");
+        let seed = engine.decode(text(&v["seed"])).expect("base64 seed");
+        assert_eq!(seed.len(), 32);
+        let from_seed = telnyx_signature(text(&v["seed"]).as_bytes(), 7, b"{}").expect("seed");
+        let public = engine.decode(&from_seed.1).expect("public key");
+        let pair = engine.encode([seed.as_slice(), public.as_slice()].concat());
+        assert_eq!(
+            telnyx_signature(pair.as_bytes(), 7, b"{}"),
+            Some(from_seed),
+            "64 bytes: the seed and the public key"
+        );
+        for len in [31, 33, 48, 63, 65] {
+            let key = engine.encode(vec![7u8; len]);
+            assert_eq!(
+                telnyx_signature(key.as_bytes(), 7, b"{}"),
+                None,
+                "{len} bytes"
+            );
+        }
+    }
 }
