@@ -254,6 +254,9 @@ fn run(cli: &Cli) -> ExitCode {
         }
     };
     let result: anyhow::Result<()> = runtime.block_on(async {
+        // Before the ports are bound: a SIGTERM from the moment a probe can see the gateway
+        // starts a graceful shutdown, never the default action that kills the process.
+        let first_signal = hookgate::shutdown::signal();
         let webhooks = tokio::net::TcpListener::bind(config.listen.addr)
             .await
             .with_context(|| format!("cannot bind listen.addr {}", config.listen.addr))?;
@@ -261,7 +264,7 @@ fn run(cli: &Cli) -> ExitCode {
             .await
             .with_context(|| format!("cannot bind admin.addr {}", config.admin.addr))?;
         let shutdown = async {
-            hookgate::shutdown::signal().await;
+            first_signal.await;
             // A second signal means "now": skip the drain.
             tokio::spawn(async {
                 hookgate::shutdown::signal().await;

@@ -1,14 +1,23 @@
 //! SIGTERM / SIGINT as one future: Kubernetes sends SIGTERM to start a graceful shutdown.
 
-/// Completes on the first SIGTERM or SIGINT.
-pub async fn signal() {
+use std::future::Future;
+
+/// A future that completes on the first SIGTERM or SIGINT. The handlers are installed when
+/// this is called, not when the future is first polled: a signal that arrives while the
+/// gateway is still starting is held for it instead of ending the process. Call it inside
+/// the runtime.
+pub fn signal() -> impl Future<Output = ()> {
     #[cfg(unix)]
-    {
+    let streams = {
         use tokio::signal::unix::{signal, SignalKind};
-        match (
+        (
             signal(SignalKind::terminate()),
             signal(SignalKind::interrupt()),
-        ) {
+        )
+    };
+    async move {
+        #[cfg(unix)]
+        match streams {
             (Ok(mut term), Ok(mut int)) => {
                 tokio::select! {
                     _ = term.recv() => tracing::info!("SIGTERM received; shutting down"),
@@ -19,10 +28,10 @@ pub async fn signal() {
                 let _ = tokio::signal::ctrl_c().await;
             }
         }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
 
