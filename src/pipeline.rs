@@ -214,7 +214,7 @@ impl Pipeline {
     }
 
     /// The current time of the injected clock.
-    pub fn now_ms(&self) -> i64 {
+    fn now_ms(&self) -> i64 {
         (self.clock)()
     }
 

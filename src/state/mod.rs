@@ -150,7 +150,7 @@ impl StateStore {
     }
 
     /// The state of a dedup key at `now_ms`.
-    pub async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
+    async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
             StateStore::Sled(s) => Ok(s.marks.state(key, now_ms)),
             StateStore::Redis { redis, .. } => redis.state(key).await,
@@ -158,7 +158,7 @@ impl StateStore {
     }
 
     /// Claims a dedup key for `token`.
-    pub async fn try_claim(
+    async fn try_claim(
         &self,
         key: &StoreKey,
         token: u64,
