@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use hookgate::state::journal::Journal;
+use hookgate::state::journal::{Journal, Settings};
 use hookgate::state::keys::StoreKey;
 use hookgate::state::marks::{Claim, SledMarks};
 use hookgate::store::Store;
@@ -18,10 +18,16 @@ fn claim_and_done(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = Store::open(dir.path()).expect("open store");
     let now = 1_800_000_000_000_i64;
+    let settings = Settings {
+        hot_entries: 262_144,
+        ttl: Duration::from_secs(72 * 3600),
+        clock: std::sync::Arc::new(move || now),
+    };
     let journal = Journal::open(
         store.tree("state").expect("tree"),
+        &dir.path().join("runs"),
         now,
-        Duration::from_secs(72 * 3600),
+        settings,
     )
     .expect("journal");
     let marks = SledMarks::new(journal, Duration::from_secs(30));
@@ -32,18 +38,20 @@ fn claim_and_done(c: &mut Criterion) {
             n += 1;
             let ev = StoreKey::event("botix", &format!("evt_{n}"));
             let req = StoreKey::request("botix", &format!("req_{n}"));
-            let claim = marks.try_claim(&ev, n, now);
+            let claim = marks.try_claim(&ev, n, now).expect("claim");
             assert_eq!(claim, Claim::Claimed);
-            marks.mark_done(&[&ev, &req], now + TTL_MS, now);
+            marks
+                .mark_done(&[&ev, &req], now + TTL_MS, now)
+                .expect("done");
             black_box(claim)
         })
     });
 
     c.bench_function("dedup claim of a done key (duplicate)", |b| {
         let ev = StoreKey::event("botix", "evt_dup");
-        marks.mark_done(&[&ev], now + TTL_MS, now);
+        marks.mark_done(&[&ev], now + TTL_MS, now).expect("done");
         b.iter(|| {
-            let claim = marks.try_claim(black_box(&ev), 1, now);
+            let claim = marks.try_claim(black_box(&ev), 1, now).expect("claim");
             assert_eq!(claim, Claim::Done);
             claim
         })

@@ -136,7 +136,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         routes,
         tls,
     } = resolve(config)?;
-    let store = Store::open(&config.store.path)?;
+    let store = Store::open_with_cache(&config.store.path, config.store.cache)?;
     Ok(Prepared {
         config,
         backend,
@@ -265,7 +265,7 @@ pub async fn serve(
         &backend,
         &config,
         &store,
-        (options.clock)(),
+        options.clock.clone(),
     )?);
     tracing::info!(backend = state.name(), "dedup and guard state store");
     // A no-op for sled; for Redis it keeps readiness current while no requests flow.

@@ -441,7 +441,7 @@ fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
         Err(e) => e,
     };
     hookgate::tls::install_crypto_provider();
-    let store = hookgate::store::Store::open(&config.store.path).with_context(|| {
+    let store = hookgate::store::Store::open_with_cache(&config.store.path, config.store.cache).with_context(|| {
         format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
     })?;
     let metrics = std::sync::Arc::new(hookgate::metrics::Metrics::new());

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-/// sled's page cache. Its default (1 GiB) would let a large store grow the process past a
-/// sidecar's memory limit; hot keys (recent marks, the spool head) fit in far less.
-const CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// sled's page cache when the config does not say (`store.cache`). sled's own default
+/// (1 GiB) would let the process grow past a sidecar's memory limit; sled holds only the
+/// state journal's recent batches and the spool, which fit in far less.
+pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 /// How long an open waits for a lock that may be on its way out (see [`Store::open`]).
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
@@ -89,6 +90,14 @@ impl StoreError {
     }
 }
 
+/// A failed read or write of a file beside the database (the runs of state on disk) is a
+/// disk fault like sled's own.
+impl From<std::io::Error> for StoreError {
+    fn from(error: std::io::Error) -> Self {
+        StoreError::Disk(sled::Error::Io(error))
+    }
+}
+
 /// Whether sled failed to open because the directory's lock file is taken. sled reports it
 /// as an I/O error of kind `Other` with the lock error in its text.
 fn is_locked(e: &sled::Error) -> bool {
@@ -101,6 +110,7 @@ fn is_locked(e: &sled::Error) -> bool {
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
+    dir: PathBuf,
     flush: Arc<GroupFlush>,
 }
 
@@ -115,9 +125,14 @@ struct GroupFlush {
 }
 
 impl Store {
-    /// Opens (or creates) the database directory. A locked, unreadable or corrupt store is
-    /// an error naming the path.
+    /// Opens (or creates) the database directory with the default cache.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
+    }
+
+    /// Opens (or creates) the database directory with a page cache of `cache_bytes`. A
+    /// locked, unreadable or corrupt store is an error naming the path.
+    pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let open_err = |reason: String| StoreError::Open {
             path: path.to_owned(),
             reason,
@@ -126,7 +141,7 @@ impl Store {
         let open = || {
             sled::Config::new()
                 .path(path)
-                .cache_capacity(CACHE_BYTES)
+                .cache_capacity(cache_bytes)
                 .open()
         };
         // sled's write threads keep the directory locked for a moment after the last handle
@@ -149,12 +164,18 @@ impl Store {
         };
         Ok(Self {
             db,
+            dir: path.to_owned(),
             flush: Arc::new(GroupFlush {
                 requested: AtomicU64::new(0),
                 done: AtomicU64::new(0),
                 lock: tokio::sync::Mutex::new(()),
             }),
         })
+    }
+
+    /// The database directory (the state's runs live in a folder inside it).
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// A named tree (created if absent).

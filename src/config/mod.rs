@@ -127,12 +127,20 @@ impl Default for AdminConfig {
 pub struct StoreConfig {
     /// Directory of the sled database. Default `/var/lib/hookgate`.
     pub path: PathBuf,
+    /// sled's page cache (the journal, the spool). Default 32MiB.
+    #[serde(with = "size")]
+    pub cache: u64,
+    /// Dedup marks and guard entries held in memory before they are written to a run on
+    /// disk (sled backend). Default 262144.
+    pub hot_entries: usize,
 }
 
 impl Default for StoreConfig {
     fn default() -> Self {
         Self {
             path: PathBuf::from("/var/lib/hookgate"),
+            cache: 32 << 20,
+            hot_entries: 262_144,
         }
     }
 }
@@ -757,6 +765,12 @@ impl Config {
         }
         if self.limits.max_header_bytes < 1024 {
             return invalid("limits.max_header_bytes: must be at least 1KiB".into());
+        }
+        if self.store.hot_entries < 1024 {
+            return invalid("store.hot_entries: must be at least 1024".into());
+        }
+        if self.store.cache < 1 << 20 {
+            return invalid("store.cache: must be at least 1MiB".into());
         }
         self.validate_hardening()?;
         if self.dedup.in_flight_lease <= self.amqp.confirm_timeout {
@@ -1405,6 +1419,16 @@ routes:
                 "limits.max_connections",
             ),
             (
+                "a hot set under 1024 entries",
+                format!("{MINIMAL}store: {{hot_entries: 1023}}\n"),
+                "store.hot_entries",
+            ),
+            (
+                "a sled cache under 1MiB",
+                format!("{MINIMAL}store: {{cache: 1000KiB}}\n"),
+                "store.cache",
+            ),
+            (
                 "a header limit under 1KiB",
                 format!("{MINIMAL}limits: {{max_header_bytes: 1000}}\n"),
                 "limits.max_header_bytes",
@@ -1460,6 +1484,8 @@ routes:
         // The limits' edges are allowed.
         let header_at_limit = format!("{MINIMAL}limits: {{max_header_bytes: 1024}}\n");
         assert!(Config::parse(&header_at_limit).is_ok());
+        let store_at_limits = format!("{MINIMAL}store: {{hot_entries: 1024, cache: 1MiB}}\n");
+        assert!(Config::parse(&store_at_limits).is_ok());
         let budget_of_one_body =
             format!("{MINIMAL}limits: {{max_body_bytes: 2KiB, max_unverified_body_bytes: 2KiB}}\n");
         assert!(Config::parse(&budget_of_one_body).is_ok());

@@ -1,29 +1,31 @@
-//! The sled backend's dedup marks and guard state: held in memory while the gateway runs,
-//! made durable as an append-only journal of batches in one sled tree.
+//! The sled backend's dedup marks and guard state: a bounded hot set in memory, the rest in
+//! sorted runs on disk ([`Runs`]), and a journal in sled that makes the hot set durable.
 //!
-//! Why not one sled key per mark: an accepted event wrote three to four keys (claim, two done
-//! marks, guard state), and those tree writes were about 40 % of hookgate's CPU per request
-//! (BENCHMARKS.md, "The state layer"). Here a request changes one of 1,024 maps (chosen by key
-//! hash) under its mutex and appends a record to a buffer; a writer thread stores the buffer
-//! as one sled entry. sled locks its directory, so one process owns
-//! the journal and memory is the single source of truth while it runs; opening replays it.
+//! Requests read and change the hot set: one of 1,024 maps (chosen by key hash) under its
+//! mutex. A key the hot set does not hold is looked up in the runs, newest first: the
+//! runs' filters rule most of them out without a disk read. Every durable change appends a
+//! record to the open journal batch; a writer thread stores the batch as one sled entry and
+//! fsyncs (a group commit: the batch that arrives during one flush shares the next), and a
+//! request that changed or read state waits with [`Journal::durable`] for the batch holding
+//! everything it saw before it answers 200. Claims are never written: after a crash nothing
+//! is in flight.
 //!
-//! Durability is a group commit: the writer thread takes every record appended so far as
-//! one batch, hands it to sled and fsyncs, and starts the next batch as soon as that flush
-//! ends (no timer on the way), so the records that arrived during one flush share the next.
-//! A request that changed or read state waits with [`Journal::durable`] until the batch
-//! holding everything it saw is on disk, and only then answers 200: a crash or a power loss
-//! after the 200 forgets nothing the answer depended on. Claims are never written: after a
-//! crash nothing is in flight.
+//! Why not one sled key per mark: at five million random keys sled took 7 GB of memory
+//! with a 64 MiB cache and 24,000 inserts a second (ARCHITECTURE.md, "State on disk").
 //!
-//! Space: a batch is deleted once none of its records is the current value of its key,
-//! oldest batches first, so a superseded record never outlives the record that superseded
-//! it (no tombstones are needed). An oldest batch that is mostly dead, or older than
-//! `copy_after`, has its live records copied forward so it can go.
+//! Once the hot set holds `hot_entries` entries, a flush thread writes those whose records
+//! are on disk as a run, then forgets them and the journal batches the run now holds. A
+//! merge thread merges runs and deletes expired ones. Neither holds a lock a request needs
+//! while it writes: a request waits for neither.
+//!
+//! A record never expires before the record of its key it supersedes (a write keeps the
+//! later expiry), so forgetting an expired record, in memory or in a run, never brings an
+//! older value back.
 
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -31,7 +33,10 @@ use std::time::Duration;
 use nohash_hasher::BuildNoHashHasher;
 use tokio::sync::watch;
 
+use crate::clock::Clock;
 use crate::state::keys::{Digest, StoreKey};
+use crate::state::run::Record;
+use crate::state::runs::Runs;
 use crate::store::{StoreError, Tree};
 
 /// The open batch's buffer is allocated with room for this much; a batch grows beyond it
@@ -40,15 +45,25 @@ const BATCH_CAPACITY: usize = 32 * 1024;
 /// After a failed write or flush the writer waits this long before it tries again, so a
 /// full disk is not retried in a busy loop.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// After a failed run flush or merge, the background thread waits this long.
+const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
 /// Batch header: created_ms (i64) and record count (u32), little-endian.
 const HEADER_BYTES: usize = 12;
-/// The map is split so that a sweep holds up only the requests whose keys fall in the part
-/// being swept, two runtime workers rarely want the same lock, and growing a part (which
-/// rehashes it under its lock) is short. Keys spread evenly, so all parts double at about
-/// the same moment. With 64 parts the slowest single claim+done was 1.3 ms at a million
-/// marks and 2.4 ms at three million, many of them close together; with 1,024 it is 0.2-0.4
-/// and 0.7 ms (`examples/dedup_million.rs`).
+/// The hot set is split so that two runtime workers rarely want the same lock and growing a
+/// part (which rehashes it under its lock) is short.
 const SHARDS: usize = 1024;
+
+/// How the hot set and the runs are sized and kept.
+#[derive(Clone)]
+pub struct Settings {
+    /// Entries the hot set holds before a flush writes them to a run.
+    pub hot_entries: usize,
+    /// The dedup window: a run is rewritten alone this long after it was written, so that
+    /// long-lived records do not keep expired ones on disk.
+    pub ttl: Duration,
+    /// The clock of the background threads (expiry of runs).
+    pub clock: Clock,
+}
 
 /// What [`Journal::modify`] does to a key.
 pub enum Change<'v> {
@@ -64,9 +79,9 @@ pub enum Change<'v> {
 
 struct Entry {
     value: Value,
-    /// When a sweep may forget the entry.
+    /// When the entry may be forgotten.
     expires_ms: i64,
-    /// The batch holding its current record; `None` for memory-only values.
+    /// The journal batch holding its current record; `None` for memory-only values.
     batch: Option<u64>,
 }
 
@@ -98,17 +113,8 @@ impl Value {
     }
 }
 
-/// A hash map: a lookup costs one or two cache misses, where an ordered map of a million
-/// marks walks five levels of nodes (the ordered map cost about 4 µs a request). Growing a shard rehashes it under its lock; a shard of a 3-million-mark
-/// store holds about 3,000 entries (see [`SHARDS`]).
+/// A hash map: a lookup costs one or two cache misses.
 type Shard = HashMap<Digest, Entry, BuildNoHashHasher<Digest>>;
-
-struct BatchInfo {
-    /// Records of this batch that are still the current value of their key.
-    live: u32,
-    records: u32,
-    created_ms: i64,
-}
 
 /// Records appended since the last write.
 struct Open {
@@ -129,32 +135,41 @@ struct Progress {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncPoint(u64);
 
-/// The open batch and what is known of the written ones.
-struct Log {
-    open: Open,
-    batches: BTreeMap<u64, BatchInfo>,
+/// Work asked of the background threads.
+#[derive(Default)]
+struct Asked {
+    /// The hot set is full: write a run.
+    flush: bool,
+    /// A run was written, or a sweep is due: merge and delete runs.
+    merge: bool,
 }
 
-/// Dedup marks and guard state with an append-only journal in sled. Dropping it stops the
-/// writer thread and writes what is left.
+/// Dedup marks and guard state. Dropping it stops its threads and writes what is left.
 pub struct Journal {
     shared: Arc<Shared>,
-    writer: Option<JoinHandle<()>>,
+    threads: Vec<JoinHandle<()>>,
 }
 
-/// What the requests and the writer thread share. Lock order: `writes`, `unwritten`, a
-/// shard, `log`.
+/// What the requests and the threads share. Lock order: `writes`, `unwritten`, a shard,
+/// `open`.
 struct Shared {
     shards: Vec<Mutex<Shard>>,
-    log: Mutex<Log>,
-    /// Wakes the writer for a batch's first record and when the batch is full (waits on
-    /// `log`).
+    open: Mutex<Open>,
+    /// Wakes the writer for a batch's first record (waits on `open`).
     wake: Condvar,
-    /// Held while a batch is written or deleted, so batches land in sequence order and a
-    /// batch is never deleted while it is being written. Taken before any other lock.
+    /// Held while a batch is written, so batches land in sequence order.
     writes: Mutex<()>,
     tree: Tree,
-    copy_after: Duration,
+    runs: Runs,
+    settings: Settings,
+    /// Entries in the hot set.
+    held: AtomicUsize,
+    asked: Mutex<Asked>,
+    /// Held by a flush to a run, and by a round of merges: one of each at a time.
+    flushing: Mutex<()>,
+    merging: Mutex<()>,
+    /// Wakes the flush and merge threads (waits on `asked`).
+    asked_wake: Condvar,
     stop: AtomicBool,
     /// Batches taken from memory that sled has not accepted yet (a failing disk).
     unwritten: Mutex<Vec<Open>>,
@@ -167,14 +182,20 @@ struct Shared {
 }
 
 impl Journal {
-    /// Replays `tree` (values that expired by `now_ms` are dropped) and starts the writer
-    /// thread. `copy_after` bounds how long a live record pins an old batch.
-    pub fn open(tree: Tree, now_ms: i64, copy_after: Duration) -> Result<Arc<Self>, StoreError> {
+    /// Opens the runs in `runs_dir`, replays the journal batches they do not hold from `tree`
+    /// (values that expired by `now_ms` are dropped) and starts the threads. A store written
+    /// before runs existed holds its whole state in the journal: the replay reads it, and
+    /// the first flush moves it to runs.
+    pub fn open(
+        tree: Tree,
+        runs_dir: &Path,
+        now_ms: i64,
+        settings: Settings,
+    ) -> Result<Arc<Self>, StoreError> {
+        let runs = Runs::open(runs_dir)?;
+        let held_by_runs = runs.journal_below();
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
-        let mut log = Log {
-            open: Open::new(0),
-            batches: BTreeMap::new(),
-        };
+        let mut next_seq = held_by_runs;
         let mut after: Option<Vec<u8>> = None;
         loop {
             let page = tree.page(after.as_deref(), 256)?;
@@ -184,68 +205,87 @@ impl Journal {
                 let Some(seq) = decode_seq(&key) else {
                     continue;
                 };
-                log.open = Open::new(seq + 1);
-                let Some((created_ms, records)) = decode_batch(&value) else {
+                if seq < held_by_runs {
+                    // Its records are in a run; the flush that wrote it did not get to
+                    // delete the batch.
+                    tree.remove(&key)?;
+                    continue;
+                }
+                next_seq = seq + 1;
+                let Some((_, records)) = decode_batch(&value) else {
                     tracing::warn!(batch = seq, "unreadable state batch ignored");
-                    log.batches.insert(seq, BatchInfo::empty(now_ms));
                     continue;
                 };
-                let mut info = BatchInfo::empty(created_ms);
-                info.records = records.len() as u32;
-                log.batches.insert(seq, info);
                 for (key, expires_ms, value) in records {
                     let entry = Entry {
                         value: Value::new(value),
                         expires_ms,
                         batch: Some(seq),
                     };
-                    if let Some(old) = shards[shard_of(&key)].insert(key, entry) {
-                        log.release(old.batch);
-                    }
-                    log.take(seq);
+                    shards[shard_of(&key)].insert(key, entry);
                 }
             }
         }
-        let replayed_below = log.open.seq;
+        let held = shards.iter().map(HashMap::len).sum();
         let shared = Arc::new(Shared {
             shards: shards.into_iter().map(Mutex::new).collect(),
-            log: Mutex::new(log),
+            open: Mutex::new(Open::new(next_seq)),
             wake: Condvar::new(),
             writes: Mutex::new(()),
             tree,
-            copy_after,
+            runs,
+            settings,
+            held: AtomicUsize::new(held),
+            asked: Mutex::new(Asked::default()),
+            flushing: Mutex::new(()),
+            merging: Mutex::new(()),
+            asked_wake: Condvar::new(),
             stop: AtomicBool::new(false),
             unwritten: Mutex::new(Vec::new()),
             failing: AtomicBool::new(false),
-            inserted_below: AtomicU64::new(replayed_below),
+            inserted_below: AtomicU64::new(next_seq),
             progress: watch::Sender::new(Progress {
-                durable_below: replayed_below,
+                durable_below: next_seq,
                 failed_below: 0,
             }),
         });
         shared.forget_expired(now_ms);
-        let for_writer = shared.clone();
-        let writer = std::thread::Builder::new()
-            .name("state-journal".into())
-            .spawn(move || write_loop(&for_writer))
-            .map_err(|e| StoreError::Stopped(format!("cannot start the journal writer: {e}")))?;
-        Ok(Arc::new(Self {
-            shared,
-            writer: Some(writer),
-        }))
+        let mut threads = Vec::new();
+        for (name, work) in [
+            ("state-journal", write_loop as fn(&Shared)),
+            ("state-flush", flush_loop),
+            ("state-merge", merge_loop),
+        ] {
+            let for_thread = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(name.into())
+                .spawn(move || work(&for_thread))
+                .map_err(|e| StoreError::Stopped(format!("cannot start {name}: {e}")))?;
+            threads.push(thread);
+        }
+        shared.ask_flush_if_full();
+        shared.ask(|a| a.merge = true);
+        Ok(Arc::new(Self { shared, threads }))
     }
 
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
-    pub fn get(&self, key: &StoreKey) -> Option<Vec<u8>> {
+    pub fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key.digest();
-        self.shared
-            .shard(&key)
-            .get(&key)
-            .map(|e| e.value.as_slice().to_vec())
+        if let Some(entry) = self.shared.shard(&key).get(&key) {
+            return Ok(Some(entry.value.as_slice().to_vec()));
+        }
+        // After the hot set: a flush registers its run before it forgets the entries.
+        Ok(self.shared.runs.get(&key)?.map(|r| r.value))
     }
 
     /// Sets `key` durably.
-    pub fn put(&self, key: &StoreKey, value: &[u8], expires_ms: i64, now_ms: i64) {
+    pub fn put(
+        &self,
+        key: &StoreKey,
+        value: &[u8],
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         self.modify(key, now_ms, |_| {
             (
                 Change::Put {
@@ -255,7 +295,7 @@ impl Journal {
                 },
                 (),
             )
-        });
+        })
     }
 
     /// Reads and changes `key` atomically: `decide` sees the current value and says what
@@ -265,15 +305,24 @@ impl Journal {
         key: &StoreKey,
         now_ms: i64,
         decide: impl FnOnce(Option<&[u8]>) -> (Change<'v>, R),
-    ) -> R {
+    ) -> Result<R, StoreError> {
         let key = key.digest();
         let mut shard = self.shared.shard(&key);
-        // One probe of the table for the read and the write: in a map of a million entries
-        // each probe is a cache miss.
+        // One probe of the table for the read and the write.
         let slot = shard.entry(key);
-        let current = match &slot {
-            MapEntry::Occupied(found) => Some(found.get().value.as_slice()),
-            MapEntry::Vacant(_) => None,
+        // A key the hot set lacks is read from the runs under the shard lock, so a
+        // concurrent claim of the same key waits for this one's decision.
+        let on_disk = match &slot {
+            MapEntry::Occupied(_) => None,
+            MapEntry::Vacant(_) => self.shared.runs.get(&key)?,
+        };
+        let (current, current_expires) = match (&slot, &on_disk) {
+            (MapEntry::Occupied(found), _) => {
+                let e = found.get();
+                (Some(e.value.as_slice()), e.expires_ms)
+            }
+            (MapEntry::Vacant(_), Some(record)) => (Some(&record.value[..]), record.expires_ms),
+            (MapEntry::Vacant(_), None) => (None, i64::MIN),
         };
         let (change, result) = decide(current);
         let Change::Put {
@@ -282,33 +331,22 @@ impl Journal {
             durable,
         } = change
         else {
-            return result;
+            return Ok(result);
         };
+        // Never earlier than the record it supersedes (see the module's last paragraph).
+        let expires_ms = expires_ms.max(current_expires);
         let value = Value::new(value);
-        let superseded = match &slot {
-            MapEntry::Occupied(found) => found.get().batch,
-            MapEntry::Vacant(_) => None,
-        };
-        // Every durable change of every shard needs the log lock, so only the log's own
-        // bookkeeping happens under it: not the allocation above, nor the insert below, which
-        // may grow (rehash) the shard. The shard lock is held throughout, so records of one
-        // key enter the journal in the order their changes were made.
-        let batch = if durable || superseded.is_some() {
-            let mut log = self.shared.lock_log();
-            log.release(superseded);
-            durable.then(|| {
-                let was_empty = log.open.buf.len() == HEADER_BYTES;
-                let seq = log.append(&key, expires_ms, value.as_slice(), now_ms);
-                // The writer sleeps while there is nothing to write: wake it for the first
-                // record of a batch (it takes the batch as soon as its last flush ends).
-                if was_empty {
-                    self.shared.wake.notify_one();
-                }
-                seq
-            })
-        } else {
-            None
-        };
+        let batch = durable.then(|| {
+            let mut open = self.shared.lock_open();
+            let was_empty = open.buf.len() == HEADER_BYTES;
+            let seq = open.append(&key, expires_ms, value.as_slice(), now_ms);
+            // The writer sleeps while there is nothing to write: wake it for the first
+            // record of a batch (it takes the batch as soon as its last flush ends).
+            if was_empty {
+                self.shared.wake.notify_one();
+            }
+            seq
+        });
         let entry = Entry {
             value,
             expires_ms,
@@ -320,13 +358,16 @@ impl Journal {
             }
             MapEntry::Vacant(free) => {
                 free.insert(entry);
+                drop(shard);
+                self.shared.held.fetch_add(1, Ordering::Relaxed);
+                self.shared.ask_flush_if_full();
             }
         }
-        result
+        Ok(result)
     }
 
     /// Forgets `key` if its value is memory-only and `forget` says so. Durable values are
-    /// only forgotten by expiry: without a tombstone, a removed one would come back on replay.
+    /// only forgotten by expiry: a removed one would come back on replay.
     pub fn forget_volatile_if(&self, key: &StoreKey, forget: impl FnOnce(&[u8]) -> bool) {
         let key = key.digest();
         let mut shard = self.shared.shard(&key);
@@ -335,26 +376,43 @@ impl Journal {
             .is_some_and(|e| e.batch.is_none() && forget(e.value.as_slice()))
         {
             shard.remove(&key);
+            self.shared.held.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
-    /// Number of keys held.
-    pub fn len(&self) -> usize {
-        self.shared.shards.iter().map(|s| lock(s).len()).sum()
+    /// Entries in the hot set.
+    pub fn hot_len(&self) -> usize {
+        self.shared.held.load(Ordering::Relaxed)
     }
 
-    /// Whether no key is held.
+    /// Records in the hot set and on disk (superseded and expired ones on disk included
+    /// until a merge drops them).
+    pub fn len(&self) -> usize {
+        self.hot_len() + self.shared.runs.entries() as usize
+    }
+
+    /// Whether nothing is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Forgets values that expired by `now_ms` and deletes the batches nothing needs any
-    /// more. Returns how many values went.
+    /// Bytes of memory the runs' filters and indexes hold.
+    pub fn runs_memory_bytes(&self) -> usize {
+        self.shared.runs.memory_bytes()
+    }
+
+    /// Number of runs on disk.
+    pub fn runs(&self) -> usize {
+        self.shared.runs.snapshot().len()
+    }
+
+    /// Forgets hot values that expired by `now_ms` and asks the merge thread to delete
+    /// expired runs. Returns how many hot values went.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
         let removed = self.shared.forget_expired(now_ms);
         // Also retries batches sled refused while no new records woke the writer.
         self.shared.write_now()?;
-        self.shared.compact(now_ms)?;
+        self.shared.ask(|a| a.merge = true);
         Ok(removed)
     }
 
@@ -363,12 +421,24 @@ impl Journal {
         self.shared.write_now()
     }
 
+    /// Writes the hot set's durable entries as a run now, as the flush thread does when the
+    /// hot set is full (tests and the dedup benchmark).
+    pub fn flush_to_run(&self) -> Result<(), StoreError> {
+        self.shared.write_now()?;
+        self.shared.flush_to_run()
+    }
+
+    /// Does every merge and deletion that is due now (tests and the dedup benchmark).
+    pub fn merge_now(&self) -> Result<(), StoreError> {
+        self.shared.merge_due()
+    }
+
     /// The point everything appended so far ends at: once it is durable, so is every
     /// change made before this call (and every value read before it).
     pub fn sync_point(&self) -> SyncPoint {
-        let log = self.shared.lock_log();
-        let has_records = log.open.buf.len() > HEADER_BYTES;
-        SyncPoint(log.open.seq + u64::from(has_records))
+        let open = self.shared.lock_open();
+        let has_records = open.buf.len() > HEADER_BYTES;
+        SyncPoint(open.seq + u64::from(has_records))
     }
 
     /// Waits until everything before `point` is on disk (the writer's group commit), at
@@ -400,7 +470,7 @@ impl Journal {
         self.shared.failing.load(Ordering::SeqCst)
     }
 
-    /// Number of batches in sled (for tests and the dedup example).
+    /// Number of journal batches in sled (for tests).
     pub fn batches_on_disk(&self) -> usize {
         self.shared.tree.len()
     }
@@ -411,8 +481,24 @@ impl Shared {
         lock(&self.shards[shard_of(key)])
     }
 
-    fn lock_log(&self) -> MutexGuard<'_, Log> {
-        lock(&self.log)
+    fn lock_open(&self) -> MutexGuard<'_, Open> {
+        lock(&self.open)
+    }
+
+    /// Sets a task for the background threads and wakes them.
+    fn ask(&self, task: impl FnOnce(&mut Asked)) {
+        task(&mut lock(&self.asked));
+        self.asked_wake.notify_all();
+    }
+
+    fn ask_flush_if_full(&self) {
+        if self.held.load(Ordering::Relaxed) >= self.settings.hot_entries {
+            let mut asked = lock(&self.asked);
+            if !asked.flush {
+                asked.flush = true;
+                self.asked_wake.notify_all();
+            }
+        }
     }
 
     fn write_now(&self) -> Result<(), StoreError> {
@@ -424,13 +510,13 @@ impl Shared {
     /// the caller holds `writes`.
     fn write_open(&self) -> Result<(), StoreError> {
         let mut unwritten = lock(&self.unwritten);
-        // The next batch's buffer is allocated before the log lock, which requests wait for.
+        // The next batch's buffer is allocated before the lock requests wait for.
         let mut next = Open::new(0);
         let taken = {
-            let mut log = self.lock_log();
-            (log.open.buf.len() > HEADER_BYTES).then(|| {
-                next.seq = log.open.seq + 1;
-                std::mem::replace(&mut log.open, next)
+            let mut open = self.lock_open();
+            (open.buf.len() > HEADER_BYTES).then(|| {
+                next.seq = open.seq + 1;
+                std::mem::replace(&mut *open, next)
             })
         };
         unwritten.extend(taken);
@@ -471,102 +557,116 @@ impl Shared {
         error
     }
 
-    /// Forgets expired values, one shard at a time. The log lock, which every durable change
-    /// needs, is taken only to account for what went, not during the scan.
+    /// Forgets hot values that expired by `now_ms`, one shard at a time.
     fn forget_expired(&self, now_ms: i64) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
-            let mut released = Vec::new();
-            {
-                let mut shard = lock(shard);
-                shard.retain(|_, e| {
-                    let keep = e.expires_ms > now_ms;
-                    if !keep {
-                        released.push(e.batch);
-                    }
-                    keep
-                });
-            }
-            removed += released.len();
-            if !released.is_empty() {
-                let mut log = self.lock_log();
-                for batch in released {
-                    log.release(batch);
-                }
-            }
+            let mut shard = lock(shard);
+            let before = shard.len();
+            shard.retain(|_, e| e.expires_ms > now_ms);
+            removed += before - shard.len();
         }
+        self.held.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 
-    /// Deletes dead batches from the oldest on; copies a mostly dead (or old) oldest batch's
-    /// live records forward first.
-    fn compact(&self, now_ms: i64) -> Result<(), StoreError> {
-        let _writing = lock(&self.writes);
-        // Batches written by this compaction (the copies) wait for the next one, and so does
-        // everything from the first batch sled has not taken yet.
-        let end = {
-            let unwritten = lock(&self.unwritten);
-            unwritten
-                .first()
-                .map_or_else(|| self.lock_log().open.seq, |b| b.seq)
-        };
-        loop {
-            let (seq, copy) = {
-                let log = self.lock_log();
-                let Some((&seq, info)) = log.batches.first_key_value() else {
-                    return Ok(());
-                };
-                if seq >= end {
-                    return Ok(());
-                }
-                let old = now_ms - info.created_ms >= self.copy_after.as_millis() as i64;
-                let mostly_dead = info.live * 2 <= info.records;
-                match (info.live, old || mostly_dead) {
-                    (0, _) => (seq, false),
-                    (_, true) => (seq, true),
-                    (_, false) => return Ok(()),
-                }
-            };
-            if copy {
-                self.copy_forward(seq, now_ms)?;
-                // The copies must be in sled before the batch they came from goes.
-                self.write_open()?;
-            }
-            self.tree.remove(&seq.to_be_bytes())?;
-            self.lock_log().batches.remove(&seq);
+    /// Writes the hot entries whose records are on disk in the journal as a run, then
+    /// forgets them and deletes the journal batches the run holds.
+    fn flush_to_run(&self) -> Result<(), StoreError> {
+        let _flushing = lock(&self.flushing);
+        let below = self.progress.borrow().durable_below;
+        let in_run = |e: &Entry| e.batch.is_some_and(|b| b < below);
+        let mut records = Vec::new();
+        for shard in &self.shards {
+            let shard = lock(shard);
+            records.extend(
+                shard
+                    .iter()
+                    .filter(|(_, e)| in_run(e))
+                    .map(|(key, e)| Record {
+                        key: *key,
+                        expires_ms: e.expires_ms,
+                        value: e.value.as_slice().to_vec(),
+                    }),
+            );
         }
+        if records.is_empty() {
+            return Ok(());
+        }
+        records.sort_unstable_by_key(|r| r.key.0);
+        let rewrite_after_ms = (self.settings.clock)()
+            .saturating_add(i64::try_from(self.settings.ttl.as_millis()).unwrap_or(i64::MAX));
+        self.runs.flush(&records, below, rewrite_after_ms)?;
+        drop(records);
+        // The run is registered: lookups find these values there from now on. An entry
+        // changed since it was copied has a newer batch and stays.
+        let mut forgotten = 0;
+        for shard in &self.shards {
+            let mut shard = lock(shard);
+            let before = shard.len();
+            shard.retain(|_, e| !in_run(e));
+            forgotten += before - shard.len();
+        }
+        self.held.fetch_sub(forgotten, Ordering::Relaxed);
+        let mut after: Option<Vec<u8>> = None;
+        'pages: loop {
+            let page = self.tree.page(after.as_deref(), 256)?;
+            let Some((last, _)) = page.last() else { break };
+            after = Some(last.clone());
+            for (key, _) in page {
+                if decode_seq(&key).is_some_and(|seq| seq >= below) {
+                    break 'pages;
+                }
+                self.tree.remove(&key)?;
+            }
+        }
+        self.ask(|a| a.merge = true);
+        Ok(())
     }
 
-    /// Appends the records of batch `seq` that are still current to the open batch.
-    fn copy_forward(&self, seq: u64, now_ms: i64) -> Result<(), StoreError> {
-        let Some(bytes) = self.tree.get(&seq.to_be_bytes())? else {
-            return Ok(());
-        };
-        let records = decode_batch(&bytes).map(|(_, r)| r).unwrap_or_default();
-        for (key, _, _) in records {
-            let mut shard = self.shard(&key);
-            let Some(entry) = shard.get_mut(&key).filter(|e| e.batch == Some(seq)) else {
-                continue;
-            };
-            let mut log = self.lock_log();
-            let value = entry.value.as_slice();
-            entry.batch = Some(log.append(&key, entry.expires_ms, value, now_ms));
-            log.release(Some(seq));
-        }
+    /// Deletes expired runs, then merges until nothing is due.
+    fn merge_due(&self) -> Result<(), StoreError> {
+        let _merging = lock(&self.merging);
+        let ttl_ms = i64::try_from(self.settings.ttl.as_millis()).unwrap_or(i64::MAX);
+        self.runs.drop_expired((self.settings.clock)())?;
+        while !self.stopping() && self.runs.merge_one((self.settings.clock)(), ttl_ms)? {}
         Ok(())
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `take` finds work (it clears what it takes), or the journal stops.
+    fn wait_for_task(&self, take: impl Fn(&mut Asked) -> bool) -> bool {
+        let mut asked = lock(&self.asked);
+        loop {
+            if self.stopping() {
+                return false;
+            }
+            if take(&mut asked) {
+                return true;
+            }
+            asked = self
+                .asked_wake
+                .wait(asked)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
     }
 }
 
 impl Drop for Journal {
     fn drop(&mut self) {
         {
-            // Set under the lock the writer checks it under, so the wake-up cannot be missed.
-            let _log = self.shared.lock_log();
+            // Set under the locks the threads check it under, so no wake-up is missed.
+            let _open = self.shared.lock_open();
+            let _asked = lock(&self.shared.asked);
             self.shared.stop.store(true, Ordering::SeqCst);
-            self.shared.wake.notify_one();
+            self.shared.wake.notify_all();
+            self.shared.asked_wake.notify_all();
         }
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
         }
         if let Err(error) = self.shared.write_now() {
             tracing::error!(%error, "state journal not written at shutdown");
@@ -578,20 +678,41 @@ impl Drop for Journal {
 /// everything appended so far at once, and starts again as soon as that flush ends (records
 /// that arrive meanwhile share the next flush). Ends when the journal is dropped.
 fn write_loop(shared: &Shared) {
-    let stopping = || shared.stop.load(Ordering::SeqCst);
-    while !stopping() {
+    while !shared.stopping() {
         {
-            let mut log = shared.lock_log();
-            while log.open.buf.len() == HEADER_BYTES && !stopping() {
-                log = shared
+            let mut open = shared.lock_open();
+            while open.buf.len() == HEADER_BYTES && !shared.stopping() {
+                open = shared
                     .wake
-                    .wait(log)
+                    .wait(open)
                     .unwrap_or_else(PoisonError::into_inner);
             }
         }
         // A failure is logged (once), reported to the waiters, and retried by the next round.
         if shared.write_now().is_err() {
             std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+}
+
+/// The flush thread: writes a run whenever the hot set is full.
+fn flush_loop(shared: &Shared) {
+    while shared.wait_for_task(|a| std::mem::take(&mut a.flush)) {
+        if let Err(error) = shared.flush_to_run() {
+            tracing::error!(%error, "state run not written; the hot set keeps it and retries");
+            std::thread::sleep(BACKGROUND_RETRY);
+        }
+        shared.ask_flush_if_full();
+    }
+}
+
+/// The merge thread: merges and deletes runs after each flush and sweep.
+fn merge_loop(shared: &Shared) {
+    while shared.wait_for_task(|a| std::mem::take(&mut a.merge)) {
+        if let Err(error) = shared.merge_due() {
+            tracing::error!(%error, "state runs not merged; retrying");
+            std::thread::sleep(BACKGROUND_RETRY);
+            shared.ask(|a| a.merge = true);
         }
     }
 }
@@ -604,17 +725,18 @@ fn shard_of(key: &Digest) -> usize {
     usize::from(u16::from_le_bytes([key.0[0], key.0[1]])) % SHARDS
 }
 
-impl Log {
-    /// Appends a record to the open batch and returns the batch's sequence number.
+impl Open {
+    fn new(seq: u64) -> Self {
+        // Room for a full batch up front: growing the buffer record by record copied it
+        // again and again on the request path.
+        let mut buf = Vec::with_capacity(BATCH_CAPACITY);
+        buf.resize(HEADER_BYTES, 0);
+        Self { seq, buf }
+    }
+
+    /// Appends a record and returns the batch's sequence number.
     fn append(&mut self, key: &Digest, expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
-        let seq = self.open.seq;
-        let info = self
-            .batches
-            .entry(seq)
-            .or_insert_with(|| BatchInfo::empty(now_ms));
-        info.live += 1;
-        info.records += 1;
-        let buf = &mut self.open.buf;
+        let buf = &mut self.buf;
         if buf.len() == HEADER_BYTES {
             buf[..8].copy_from_slice(&now_ms.to_le_bytes());
         }
@@ -624,41 +746,7 @@ impl Log {
         buf.extend_from_slice(value);
         let count = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) + 1;
         buf[8..12].copy_from_slice(&count.to_le_bytes());
-        seq
-    }
-
-    /// A record of batch `seq` (read at replay) is the current value of its key.
-    fn take(&mut self, seq: u64) {
-        if let Some(info) = self.batches.get_mut(&seq) {
-            info.live += 1;
-        }
-    }
-
-    /// A record of `batch` is no longer the current value of its key.
-    fn release(&mut self, batch: Option<u64>) {
-        if let Some(info) = batch.and_then(|b| self.batches.get_mut(&b)) {
-            info.live = info.live.saturating_sub(1);
-        }
-    }
-}
-
-impl BatchInfo {
-    fn empty(created_ms: i64) -> Self {
-        Self {
-            live: 0,
-            records: 0,
-            created_ms,
-        }
-    }
-}
-
-impl Open {
-    fn new(seq: u64) -> Self {
-        // Room for a full batch up front: growing the buffer record by record copied it
-        // again and again on the request path.
-        let mut buf = Vec::with_capacity(BATCH_CAPACITY);
-        buf.resize(HEADER_BYTES, 0);
-        Self { seq, buf }
+        self.seq
     }
 }
 
@@ -666,10 +754,10 @@ fn decode_seq(key: &[u8]) -> Option<u64> {
     Some(u64::from_be_bytes(key.try_into().ok()?))
 }
 
-type Record<'a> = (Digest, i64, &'a [u8]);
+type BatchRecord<'a> = (Digest, i64, &'a [u8]);
 
 /// A batch's creation time and records; `None` if it is cut short or malformed.
-fn decode_batch(bytes: &[u8]) -> Option<(i64, Vec<Record<'_>>)> {
+fn decode_batch(bytes: &[u8]) -> Option<(i64, Vec<BatchRecord<'_>>)> {
     let created_ms = i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
     let count = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
     let mut rest = bytes.get(HEADER_BYTES..)?;
@@ -689,8 +777,9 @@ fn decode_batch(bytes: &[u8]) -> Option<(i64, Vec<Record<'_>>)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use std::sync::atomic::AtomicI64;
 
     const DAY: Duration = Duration::from_secs(86_400);
 
@@ -700,26 +789,45 @@ mod tests {
         (dir, store)
     }
 
-    fn open(store: &crate::store::Store, now_ms: i64) -> Arc<Journal> {
-        Journal::open(store.tree("state").expect("tree"), now_ms, DAY).expect("open")
+    fn settings(hot_entries: usize, now: &Arc<AtomicI64>) -> Settings {
+        let now = now.clone();
+        Settings {
+            hot_entries,
+            ttl: DAY,
+            clock: Arc::new(move || now.load(Ordering::SeqCst)),
+        }
     }
 
-    /// Runs `puts` with the writer thread held off, so that their records form one batch:
-    /// the writer takes whatever is open as soon as it wakes, which would split them at
-    /// random.
-    fn in_one_batch(j: &Journal, puts: impl FnOnce()) {
-        let _writing = lock(&j.shared.writes);
-        puts();
+    /// A journal whose background clock stands at `now_ms` and whose hot set is flushed
+    /// only when asked.
+    pub(crate) fn open_at(store: &crate::store::Store, dir: &Path, now_ms: i64) -> Arc<Journal> {
+        let now = Arc::new(AtomicI64::new(now_ms));
+        Journal::open(
+            store.tree("state").expect("tree"),
+            &dir.join("runs"),
+            now_ms,
+            settings(usize::MAX, &now),
+        )
+        .expect("open")
+    }
+
+    fn get(j: &Journal, key: &[u8]) -> Option<Vec<u8>> {
+        j.get(&StoreKey::raw(key)).expect("get")
+    }
+
+    fn put(j: &Journal, key: &[u8], value: &[u8], expires_ms: i64, now_ms: i64) {
+        j.put(&StoreKey::raw(key), value, expires_ms, now_ms)
+            .expect("put");
     }
 
     #[test]
     fn values_survive_a_reopen_and_expired_ones_do_not() {
-        let (_dir, store) = temp_store();
+        let (dir, store) = temp_store();
         {
-            let j = open(&store, 0);
-            j.put(&StoreKey::raw(b"a"), b"1", 1_000, 0);
-            j.put(&StoreKey::raw(b"b"), b"2", 100, 0);
-            j.put(&StoreKey::raw(b"a"), b"3", 2_000, 10); // supersedes the first record of a
+            let j = open_at(&store, dir.path(), 0);
+            put(&j, b"a", b"1", 1_000, 0);
+            put(&j, b"b", b"2", 100, 0);
+            put(&j, b"a", b"3", 2_000, 10); // supersedes the first record of a
             j.modify(&StoreKey::raw(b"c"), 10, |_| {
                 (
                     Change::Put {
@@ -729,122 +837,115 @@ mod tests {
                     },
                     (),
                 )
-            });
-            assert_eq!(j.len(), 3);
+            })
+            .expect("claim");
+            assert_eq!(j.hot_len(), 3);
         }
-        let j = open(&store, 500);
-        assert_eq!(j.get(&StoreKey::raw(b"a")).as_deref(), Some(&b"3"[..]));
-        assert_eq!(
-            j.get(&StoreKey::raw(b"b")),
-            None,
-            "expired before the reopen"
-        );
-        assert_eq!(
-            j.get(&StoreKey::raw(b"c")),
-            None,
-            "claims are never written"
-        );
-        assert_eq!(j.len(), 1);
+        let j = open_at(&store, dir.path(), 500);
+        assert_eq!(get(&j, b"a").as_deref(), Some(&b"3"[..]));
+        assert_eq!(get(&j, b"b"), None, "expired before the reopen");
+        assert_eq!(get(&j, b"c"), None, "claims are never written");
+        assert_eq!(j.hot_len(), 1);
     }
 
     #[test]
-    fn sweeping_deletes_dead_batches_oldest_first() {
-        let (_dir, store) = temp_store();
-        let j = open(&store, 0);
-        j.put(&StoreKey::raw(b"short"), b"x", 100, 0);
-        j.write_now().expect("write");
-        j.put(&StoreKey::raw(b"long"), b"y", 10_000, 1);
-        j.write_now().expect("write");
-        assert_eq!(j.batches_on_disk(), 2);
-        assert_eq!(j.sweep(50).expect("sweep"), 0);
-        assert_eq!(j.batches_on_disk(), 2);
-        assert_eq!(j.sweep(100).expect("sweep"), 1);
-        assert_eq!(
-            j.batches_on_disk(),
-            1,
-            "the first batch is dead and deleted"
-        );
-        assert_eq!(j.sweep(10_000).expect("sweep"), 1);
-        assert_eq!(j.batches_on_disk(), 0);
-        assert!(j.is_empty());
-    }
-
-    #[test]
-    fn a_superseded_record_never_outlives_its_successor() {
-        let (_dir, store) = temp_store();
+    fn a_flushed_hot_set_is_read_from_its_run_and_not_replayed() {
+        let (dir, store) = temp_store();
         {
-            let j = open(&store, 0);
-            // Batch 0: k (soon superseded) and pin (long-lived, keeps batch 0 alive).
-            in_one_batch(&j, || {
-                j.put(&StoreKey::raw(b"k"), b"old", 9_000, 0);
-                j.put(&StoreKey::raw(b"pin"), b"p", 9_000, 0);
-                j.put(&StoreKey::raw(b"filler"), b"f", 9_000, 0);
-            });
-            j.write_now().expect("write");
-            // Batch 1: k's new value, expiring sooner.
-            j.put(&StoreKey::raw(b"k"), b"new", 500, 1);
-            j.write_now().expect("write");
-            // k expires; batch 1 is dead, batch 0 still holds pin and filler.
-            j.sweep(600).expect("sweep");
-            assert_eq!(j.batches_on_disk(), 2, "batch 1 waits for batch 0");
+            let j = open_at(&store, dir.path(), 0);
+            for i in 0..10u8 {
+                put(&j, &[i], &[i, i], 1_000, 0);
+            }
+            j.flush_to_run().expect("flush");
+            assert_eq!((j.hot_len(), j.runs(), j.batches_on_disk()), (0, 1, 0));
+            for i in 0..10u8 {
+                assert_eq!(get(&j, &[i]), Some(vec![i, i]), "key {i} from the run");
+            }
+            put(&j, &[10], b"hot", 1_000, 0);
+            put(&j, &[0], b"newer", 1_000, 0);
         }
-        let j = open(&store, 600);
+        let j = open_at(&store, dir.path(), 0);
+        assert_eq!(j.hot_len(), 2, "the replay reads only what no run holds");
         assert_eq!(
-            j.get(&StoreKey::raw(b"k")),
-            None,
-            "the old record of k must not come back"
+            get(&j, &[0]).as_deref(),
+            Some(&b"newer"[..]),
+            "hot before disk"
         );
-        assert_eq!(j.get(&StoreKey::raw(b"pin")).as_deref(), Some(&b"p"[..]));
+        assert_eq!(get(&j, &[5]), Some(vec![5, 5]));
+        assert_eq!(get(&j, &[10]).as_deref(), Some(&b"hot"[..]));
+        assert_eq!(j.len(), 12, "the run's ten and the hot two");
     }
 
     #[test]
-    fn a_mostly_dead_oldest_batch_is_copied_forward() {
-        let (_dir, store) = temp_store();
-        {
-            let j = open(&store, 0);
-            in_one_batch(&j, || {
-                for i in 0..10u8 {
-                    j.put(
-                        &StoreKey::raw(&[i]),
-                        b"v",
-                        if i == 0 { 9_000 } else { 100 },
-                        0,
-                    );
-                }
-            });
+    fn a_batch_a_run_holds_is_not_replayed_over_the_run() {
+        let (dir, store) = temp_store();
+        let tree = store.tree("state").expect("tree");
+        let stale = {
+            let j = open_at(&store, dir.path(), 0);
+            put(&j, b"k", b"old", 1_000, 0);
             j.write_now().expect("write");
-            j.sweep(200).expect("sweep");
-            assert_eq!(j.len(), 1);
-            // Batch 0 went; its one live record now sits in batch 1.
-            assert_eq!(j.batches_on_disk(), 1);
-        }
-        let j = open(&store, 300);
-        assert_eq!(j.get(&StoreKey::raw(&[0])).as_deref(), Some(&b"v"[..]));
-        assert_eq!(j.len(), 1);
+            let stale = tree.first().expect("first").expect("the batch");
+            put(&j, b"k", b"new", 1_000, 0);
+            j.flush_to_run().expect("flush");
+            stale
+        };
+        // As if the flush had written its run but not deleted the batches it holds.
+        tree.insert(&stale.0, &stale.1).expect("insert");
+        let j = open_at(&store, dir.path(), 0);
+        assert_eq!(get(&j, b"k").as_deref(), Some(&b"new"[..]));
+        assert_eq!(j.batches_on_disk(), 0, "deleted at open");
     }
 
     #[test]
-    fn the_writer_thread_writes_without_being_asked() {
-        let (_dir, store) = temp_store();
-        let j = open(&store, 0);
-        j.put(&StoreKey::raw(b"a"), b"1", 1_000, 0);
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        while j.batches_on_disk() == 0 && std::time::Instant::now() < deadline {
-            std::thread::yield_now();
+    fn a_newer_record_keeps_the_later_expiry_of_the_one_it_supersedes() {
+        let (dir, store) = temp_store();
+        let j = open_at(&store, dir.path(), 0);
+        put(&j, b"k", b"long", 9_000, 0);
+        j.flush_to_run().expect("flush");
+        put(&j, b"k", b"short", 500, 1);
+        // Forgetting the newer record at 500 would bring "long" back from the run.
+        assert_eq!(j.sweep(600).expect("sweep"), 0);
+        assert_eq!(get(&j, b"k").as_deref(), Some(&b"short"[..]));
+        j.flush_to_run().expect("flush");
+        j.merge_now().expect("merge");
+        assert_eq!(get(&j, b"k").as_deref(), Some(&b"short"[..]));
+    }
+
+    #[test]
+    fn the_flush_thread_writes_a_run_once_the_hot_set_is_full() {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        let j = Journal::open(
+            store.tree("state").expect("tree"),
+            &dir.path().join("runs"),
+            0,
+            settings(8, &now),
+        )
+        .expect("open");
+        for i in 0..20u8 {
+            put(&j, &[i], b"v", 1_000, 0);
         }
-        assert_eq!(j.batches_on_disk(), 1);
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while j.runs() == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(j.runs() >= 1, "no run written");
+        assert!(j.hot_len() < 20);
+        for i in 0..20u8 {
+            assert_eq!(get(&j, &[i]).as_deref(), Some(&b"v"[..]), "key {i}");
+        }
     }
 
     #[tokio::test]
     async fn a_change_is_durable_once_the_group_commit_flushed_its_batch() {
-        let (_dir, store) = temp_store();
-        let j = open(&store, 0);
+        let (dir, store) = temp_store();
+        let j = open_at(&store, dir.path(), 0);
         // Nothing appended: nothing to wait for.
         let idle = j.sync_point();
         j.durable(idle, Duration::from_secs(5))
             .await
             .expect("nothing pending");
-        j.put(&StoreKey::raw(b"a"), b"1", 1_000, 0);
+        put(&j, b"a", b"1", 1_000, 0);
         let point = j.sync_point();
         assert!(point.0 > idle.0, "a change moves the point");
         j.durable(point, Duration::from_secs(5))
@@ -857,12 +958,9 @@ mod tests {
     #[test]
     fn a_truncated_batch_is_skipped_not_fatal() {
         assert!(decode_batch(&[0; 5]).is_none());
-        let mut log = Log {
-            open: Open::new(0),
-            batches: BTreeMap::new(),
-        };
-        log.append(&Digest::of(b"key"), 7, b"value", 1);
-        let full = log.open.buf;
+        let mut open = Open::new(0);
+        open.append(&Digest::of(b"key"), 7, b"value", 1);
+        let full = open.buf;
         let (created, records) = decode_batch(&full).expect("whole batch");
         assert_eq!((created, records.len()), (1, 1));
         assert!(decode_batch(&full[..full.len() - 1]).is_none());

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::state::journal::{Change, Journal};
 use crate::state::keys::StoreKey;
+use crate::store::StoreError;
 
 /// A stored mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,14 +100,14 @@ impl SledMarks {
     }
 
     /// The key's state now.
-    pub fn state(&self, key: &StoreKey, now_ms: i64) -> KeyState {
-        let mark = self.journal.get(key).as_deref().and_then(decode);
-        classify(mark.as_ref(), now_ms, self.lease_ms)
+    pub fn state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
+        let mark = self.journal.get(key)?.as_deref().and_then(decode);
+        Ok(classify(mark.as_ref(), now_ms, self.lease_ms))
     }
 
     /// Claims `key` for `token` if it is free (absent, expired or a stale lease). The check
     /// and the claim happen under one lock, so of two concurrent claims exactly one wins.
-    pub fn try_claim(&self, key: &StoreKey, token: u64, now_ms: i64) -> Claim {
+    pub fn try_claim(&self, key: &StoreKey, token: u64, now_ms: i64) -> Result<Claim, StoreError> {
         let claim = encode(&Mark::InFlight {
             token,
             since_ms: now_ms,
@@ -130,11 +131,17 @@ impl SledMarks {
     }
 
     /// Records the keys as done until `expires_ms`.
-    pub fn mark_done(&self, keys: &[&StoreKey], expires_ms: i64, now_ms: i64) {
+    pub fn mark_done(
+        &self,
+        keys: &[&StoreKey],
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
         let done = encode(&Mark::Done { expires_ms });
         for key in keys {
-            self.journal.put(key, &done, expires_ms, now_ms);
+            self.journal.put(key, &done, expires_ms, now_ms)?;
         }
+        Ok(())
     }
 
     /// Gives a claim back, if `token` still holds it, so the sender's retry can claim it.
@@ -188,37 +195,39 @@ mod tests {
     }
 
     #[test]
-    fn claim_done_release_and_sweep_with_an_injected_clock() {
+    fn claim_done_release_and_expiry_in_memory_and_on_disk() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = crate::store::Store::open(dir.path()).expect("open");
-        let journal = Journal::open(
-            store.tree("state").expect("tree"),
-            0,
-            Duration::from_secs(3600),
-        )
-        .expect("journal");
+        let journal = crate::state::journal::tests::open_at(&store, dir.path(), 0);
         let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
         let key = StoreKey::event("r", "e1");
-        assert_eq!(marks.try_claim(&key, 1, 0), Claim::Claimed);
-        assert_eq!(marks.try_claim(&key, 2, 10), Claim::InFlight);
+        let claim = |token, now| marks.try_claim(&key, token, now).expect("claim");
+        let state = |now| marks.state(&key, now).expect("state");
+        assert_eq!(claim(1, 0), Claim::Claimed);
+        assert_eq!(claim(2, 10), Claim::InFlight);
         // A lease older than 30 s is a leftover and can be taken over.
-        assert_eq!(marks.try_claim(&key, 2, 30_000), Claim::Claimed);
+        assert_eq!(claim(2, 30_000), Claim::Claimed);
         // The first owner's release must not free the new owner's claim.
         marks.release(&key, 1);
-        assert_eq!(marks.state(&key, 30_001), KeyState::InFlight);
+        assert_eq!(state(30_001), KeyState::InFlight);
         marks.release(&key, 2);
-        assert_eq!(marks.state(&key, 30_001), KeyState::Free);
+        assert_eq!(state(30_001), KeyState::Free);
 
         let ttl_end = 72 * 3600 * 1000;
-        marks.mark_done(&[&key], ttl_end, 30_002);
-        assert_eq!(marks.try_claim(&key, 3, ttl_end - 1), Claim::Done);
-        assert_eq!(journal.sweep(ttl_end - 1).expect("sweep"), 0);
-        assert_eq!(marks.try_claim(&key, 3, ttl_end), Claim::Claimed);
+        marks.mark_done(&[&key], ttl_end, 30_002).expect("done");
+        assert_eq!(claim(3, ttl_end - 1), Claim::Done);
+        // On disk, the mark counts the same.
+        journal.flush_to_run().expect("flush");
+        assert_eq!((journal.hot_len(), journal.runs()), (0, 1));
+        assert_eq!(claim(3, ttl_end - 1), Claim::Done);
+        assert_eq!(claim(3, ttl_end), Claim::Claimed, "expired on disk");
+        // A released claim leaves the expired mark on disk, which is free.
         marks.release(&key, 3);
-        marks.mark_done(&[&key], ttl_end, ttl_end);
-        journal.write_now().expect("write");
-        assert_eq!(journal.sweep(ttl_end).expect("sweep"), 1);
-        assert!(journal.is_empty());
-        assert_eq!(journal.batches_on_disk(), 0, "dead batches deleted");
+        assert_eq!(state(ttl_end), KeyState::Free);
+        assert_eq!(claim(4, ttl_end), Claim::Claimed);
+        marks
+            .mark_done(&[&key], 2 * ttl_end, ttl_end)
+            .expect("done");
+        assert_eq!(claim(5, 2 * ttl_end - 1), Claim::Done);
     }
 }

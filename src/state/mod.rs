@@ -3,17 +3,21 @@
 //! of the code calls these methods and does not know which one runs.
 
 pub mod backoff;
+pub mod bloom;
 pub mod journal;
 pub mod keys;
 pub mod locks;
 pub mod marks;
 pub mod redis;
+pub mod run;
+pub mod runs;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::OwnedMutexGuard;
 
+use crate::clock::Clock;
 use crate::config::{Backend, Config};
 use crate::state::backoff::Backoff;
 use crate::state::journal::Journal;
@@ -25,6 +29,8 @@ use crate::store::{Store, StoreError};
 
 /// Name of the sled tree that holds the state journal.
 pub const JOURNAL_TREE: &str = "state";
+/// Folder of the state's runs, inside the store's directory.
+pub const RUNS_DIR: &str = "state-runs";
 
 /// How long a request waits for the group commit that puts its state on disk before it
 /// answers 503 instead of 200 (a disk that stalls, or a full one).
@@ -95,19 +101,28 @@ impl BackendChoice {
 }
 
 impl StateStore {
-    /// Opens the chosen backend (replaying the sled journal at `now_ms`). Must run inside
-    /// the tokio runtime.
+    /// Opens the chosen backend (sled: its runs, and the journal replayed at the clock's
+    /// time). Must run inside the tokio runtime.
     pub fn open(
         choice: &BackendChoice,
         config: &Config,
         store: &Store,
-        now_ms: i64,
+        clock: Clock,
     ) -> Result<Self, StoreError> {
         match choice {
             BackendChoice::Sled => {
-                // A live record older than the dedup TTL can only be long-lived guard state;
-                // it is copied forward so its batch can go.
-                let journal = Journal::open(store.tree(JOURNAL_TREE)?, now_ms, config.dedup.ttl)?;
+                let now_ms = clock();
+                let settings = journal::Settings {
+                    hot_entries: config.store.hot_entries,
+                    ttl: config.dedup.ttl,
+                    clock,
+                };
+                let journal = Journal::open(
+                    store.tree(JOURNAL_TREE)?,
+                    &store.dir().join(RUNS_DIR),
+                    now_ms,
+                    settings,
+                )?;
                 Ok(StateStore::Sled(SledState {
                     marks: SledMarks::new(journal.clone(), config.dedup.in_flight_lease),
                     journal,
@@ -152,7 +167,7 @@ impl StateStore {
     /// The state of a dedup key at `now_ms`.
     async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
-            StateStore::Sled(s) => Ok(s.marks.state(key, now_ms)),
+            StateStore::Sled(s) => s.marks.state(key, now_ms),
             StateStore::Redis { redis, .. } => redis.state(key).await,
         }
     }
@@ -166,7 +181,7 @@ impl StateStore {
         lease: Duration,
     ) -> Result<Claim, StoreError> {
         match self {
-            StateStore::Sled(s) => Ok(s.marks.try_claim(key, token, now_ms)),
+            StateStore::Sled(s) => s.marks.try_claim(key, token, now_ms),
             StateStore::Redis { redis, .. } => redis.try_claim(key, token, lease).await,
         }
     }
@@ -215,10 +230,7 @@ impl StateStore {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_ms = from_ms.saturating_add(ttl_ms);
         match self {
-            StateStore::Sled(s) => {
-                s.marks.mark_done(keys, expires_ms, now_ms);
-                Ok(())
-            }
+            StateStore::Sled(s) => s.marks.mark_done(keys, expires_ms, now_ms),
             StateStore::Redis { redis, .. } => {
                 let lifetime =
                     Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
@@ -291,7 +303,7 @@ impl StateStore {
     /// Reads guard state.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
-            StateStore::Sled(s) => Ok(s.journal.get(key)),
+            StateStore::Sled(s) => s.journal.get(key),
             StateStore::Redis { redis, .. } => redis.get(key).await,
         }
     }
@@ -307,8 +319,7 @@ impl StateStore {
         match self {
             StateStore::Sled(s) => {
                 s.journal
-                    .put(key, value, expires_ms.unwrap_or(i64::MAX), now_ms);
-                Ok(())
+                    .put(key, value, expires_ms.unwrap_or(i64::MAX), now_ms)
             }
             StateStore::Redis { redis, .. } => {
                 let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
@@ -317,8 +328,9 @@ impl StateStore {
         }
     }
 
-    /// Forgets expired marks and guard state (sled; Redis expires keys by itself).
-    /// Returns how many entries went.
+    /// Forgets expired marks and guard state (sled: those in memory now, and the runs on
+    /// disk by the merge thread; Redis expires keys by itself). Returns how many entries
+    /// went from memory.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
         match self {
             StateStore::Sled(s) => s.journal.sweep(now_ms),
@@ -330,6 +342,14 @@ impl StateStore {
     pub fn entries(&self) -> Option<usize> {
         match self {
             StateStore::Sled(s) => Some(s.journal.len()),
+            StateStore::Redis { .. } => None,
+        }
+    }
+
+    /// The sled backend's journal (benchmarks and tests look inside it).
+    pub fn journal(&self) -> Option<&Arc<Journal>> {
+        match self {
+            StateStore::Sled(s) => Some(&s.journal),
             StateStore::Redis { .. } => None,
         }
     }
@@ -355,7 +375,8 @@ mod tests {
             "listen:\n  addr: 127.0.0.1:0\ndedup:\n  in_flight_wait: 50ms\nroutes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n",
         )
         .expect("config");
-        let state = StateStore::open(&BackendChoice::Sled, &config, &store, 0).expect("state");
+        let state =
+            StateStore::open(&BackendChoice::Sled, &config, &store, Arc::new(|| 0)).expect("state");
         let held = state
             .lock(&StoreKey::raw(b"key"))
             .await

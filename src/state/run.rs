@@ -1,0 +1,502 @@
+//! One run: an immutable file of state records sorted by key digest, with the first key of
+//! each page and a membership filter held in memory. A lookup is at most one page read
+//! (`pread`), and none when the filter says the key is absent.
+//!
+//! Layout, little-endian:
+//! - header ([`HEADER_BYTES`]): magic, the run's span of flushes (`first`, `last`), level,
+//!   entries, latest expiry, the journal point it covers, when it is due for a rewrite, page
+//!   count, filter size;
+//! - pages of records (16-byte digest, `expires_ms` i64, value length u32, value), a new
+//!   page started once a page reaches [`PAGE_BYTES`];
+//! - the index: per page, the first 8 bytes of its first digest (big-endian, so numbers
+//!   sort as digests do) and the page's offset;
+//! - the filter's words.
+//!
+//! A run is written to a temporary name, synced, then renamed: a run file under its final
+//! name is whole.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::state::bloom::Bloom;
+use crate::state::keys::Digest;
+use crate::store::StoreError;
+
+const MAGIC: [u8; 8] = *b"hgrun\0\0\x01";
+const HEADER_BYTES: u64 = 80;
+/// A page is read whole for a lookup: one 4 KiB read from the OS page cache or the disk.
+const PAGE_BYTES: usize = 4096;
+/// Bytes of a record before its value.
+const RECORD_HEAD: usize = 16 + 8 + 4;
+/// Bytes of one index entry.
+const INDEX_ENTRY: u64 = 16;
+
+/// A stored value with the time it may be forgotten.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub key: Digest,
+    pub expires_ms: i64,
+    pub value: Vec<u8>,
+}
+
+/// What a run's header says of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RunInfo {
+    /// The first and last flush the run holds: runs are ordered by them, and a run whose
+    /// span lies inside another's was merged into it.
+    pub first: u64,
+    pub last: u64,
+    /// 0 for a flush of the hot set; one more than its sources for a merge.
+    pub level: u32,
+    pub entries: u64,
+    /// The latest expiry of any record: after it the whole run may go.
+    pub max_expires_ms: i64,
+    /// Journal batches below this are held by runs and need no replay.
+    pub journal_below: u64,
+    /// When the run is rewritten alone to drop expired records that long-lived ones keep.
+    pub rewrite_after_ms: i64,
+}
+
+/// An open run.
+pub struct Run {
+    info: RunInfo,
+    path: PathBuf,
+    file: File,
+    /// First 8 bytes of each page's first digest, as a big-endian number.
+    firsts: Vec<u64>,
+    /// Offset of each page, and of the end of the last one.
+    offsets: Vec<u64>,
+    bloom: Bloom,
+}
+
+impl Run {
+    /// Opens a run file, reading its index and filter into memory.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let corrupt = |what: &str| {
+            StoreError::Corrupt(format!("state run {}: {what}", path.display()).into())
+        };
+        let mut file = File::open(path)?;
+        let len = file.metadata()?.len();
+        let mut header = [0u8; HEADER_BYTES as usize];
+        file.read_exact(&mut header)
+            .map_err(|_| corrupt("shorter than its header"))?;
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let part = &header[at..at + n];
+            at += n;
+            part
+        };
+        if take(8) != MAGIC {
+            return Err(corrupt("not a run file of this version"));
+        }
+        let info = RunInfo {
+            first: u64_at(take(8)),
+            last: u64_at(take(8)),
+            level: u32_at(take(4)),
+            entries: {
+                take(4);
+                u64_at(take(8))
+            },
+            max_expires_ms: u64_at(take(8)) as i64,
+            journal_below: u64_at(take(8)),
+            rewrite_after_ms: u64_at(take(8)) as i64,
+        };
+        let pages = u64_at(take(8));
+        let bloom_words = u64_at(take(8));
+        let tail = pages
+            .checked_mul(INDEX_ENTRY)
+            .and_then(|i| bloom_words.checked_mul(8).and_then(|b| i.checked_add(b)))
+            .filter(|tail| HEADER_BYTES + tail <= len)
+            .ok_or_else(|| corrupt("index and filter do not fit the file"))?;
+        let index_at = len - tail;
+        file.seek(SeekFrom::Start(index_at))?;
+        let mut reader = BufReader::new(&file);
+        let mut firsts = Vec::with_capacity(pages as usize);
+        let mut offsets = Vec::with_capacity(pages as usize + 1);
+        let mut word = [0u8; 8];
+        for _ in 0..pages {
+            reader.read_exact(&mut word)?;
+            firsts.push(u64::from_le_bytes(word));
+            reader.read_exact(&mut word)?;
+            offsets.push(u64::from_le_bytes(word));
+        }
+        offsets.push(index_at);
+        if offsets.windows(2).any(|w| w[0] > w[1]) || offsets[0] < HEADER_BYTES {
+            return Err(corrupt("page offsets out of order"));
+        }
+        let mut words = Vec::with_capacity(bloom_words as usize);
+        for _ in 0..bloom_words {
+            reader.read_exact(&mut word)?;
+            words.push(u64::from_le_bytes(word));
+        }
+        let bloom = Bloom::from_words(words).ok_or_else(|| corrupt("filter malformed"))?;
+        drop(reader);
+        Ok(Self {
+            info,
+            path: path.to_owned(),
+            file,
+            firsts,
+            offsets,
+            bloom,
+        })
+    }
+
+    /// The header's facts.
+    pub fn info(&self) -> &RunInfo {
+        &self.info
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the run may hold `key` (the filter alone; no disk read).
+    pub fn may_contain(&self, key: &Digest) -> bool {
+        self.bloom.may_contain(key)
+    }
+
+    /// Bytes of memory the run holds (index and filter).
+    pub fn memory_bytes(&self) -> usize {
+        (self.firsts.len() + self.offsets.len() + self.bloom.words().len()) * 8
+    }
+
+    /// The record of `key`, if the run holds one: the filter first, then the one page (two
+    /// when the key's first 8 bytes also start the next page) that can hold it.
+    pub fn get(&self, key: &Digest) -> Result<Option<Record>, StoreError> {
+        if !self.bloom.may_contain(key) {
+            return Ok(None);
+        }
+        let prefix = prefix_of(key);
+        let from = self
+            .firsts
+            .partition_point(|f| *f < prefix)
+            .saturating_sub(1);
+        let to = self.firsts.partition_point(|f| *f <= prefix);
+        for page in from..to {
+            let (start, end) = (self.offsets[page], self.offsets[page + 1]);
+            let mut bytes = vec![0u8; (end - start) as usize];
+            self.file.read_exact_at(&mut bytes, start)?;
+            let mut rest = &bytes[..];
+            while !rest.is_empty() {
+                let record = split_record(&mut rest).ok_or_else(|| {
+                    StoreError::Corrupt(
+                        format!("state run {}: page cut short", self.path.display()).into(),
+                    )
+                })?;
+                if record.0 == *key {
+                    return Ok(Some(Record {
+                        key: record.0,
+                        expires_ms: record.1,
+                        value: record.2.to_vec(),
+                    }));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Reads the run's records in key order (for a merge).
+    pub fn records(&self) -> Result<RunRecords, StoreError> {
+        let mut file = self.file.try_clone()?;
+        file.seek(SeekFrom::Start(self.offsets[0]))?;
+        Ok(RunRecords {
+            reader: BufReader::with_capacity(64 * 1024, file),
+            left: self.offsets[self.offsets.len() - 1] - self.offsets[0],
+        })
+    }
+}
+
+/// The records of a run in key order.
+pub struct RunRecords {
+    reader: BufReader<File>,
+    left: u64,
+}
+
+impl Iterator for RunRecords {
+    type Item = Result<Record, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        let mut head = [0u8; RECORD_HEAD];
+        let read = self.reader.read_exact(&mut head).and_then(|()| {
+            let len = u32::from_le_bytes([head[24], head[25], head[26], head[27]]) as usize;
+            let mut value = vec![0u8; len];
+            self.reader.read_exact(&mut value)?;
+            Ok(value)
+        });
+        Some(match read {
+            Ok(value) => {
+                self.left = self.left.saturating_sub((RECORD_HEAD + value.len()) as u64);
+                let mut key = [0u8; 16];
+                key.copy_from_slice(&head[..16]);
+                let mut expires = [0u8; 8];
+                expires.copy_from_slice(&head[16..24]);
+                Ok(Record {
+                    key: Digest(key),
+                    expires_ms: i64::from_le_bytes(expires),
+                    value,
+                })
+            }
+            Err(e) => {
+                self.left = 0;
+                Err(e.into())
+            }
+        })
+    }
+}
+
+/// Writes a run: records in ascending key order, then [`RunWriter::finish`].
+pub struct RunWriter {
+    dir: PathBuf,
+    tmp: PathBuf,
+    out: BufWriter<File>,
+    at: u64,
+    page_start: Option<u64>,
+    firsts: Vec<u64>,
+    offsets: Vec<u64>,
+    bloom: Bloom,
+    entries: u64,
+    max_expires_ms: i64,
+    last_key: Option<Digest>,
+}
+
+impl RunWriter {
+    /// Starts a run in `dir` that will hold at most `capacity` records (its filter's size).
+    pub fn create(dir: &Path, name: &str, capacity: u64) -> Result<Self, StoreError> {
+        let tmp = dir.join(format!("{name}.tmp"));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&tmp)?;
+        let mut out = BufWriter::with_capacity(256 * 1024, file);
+        out.write_all(&[0u8; HEADER_BYTES as usize])?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            tmp,
+            out,
+            at: HEADER_BYTES,
+            page_start: None,
+            firsts: Vec::new(),
+            offsets: Vec::new(),
+            bloom: Bloom::with_capacity(capacity),
+            entries: 0,
+            max_expires_ms: i64::MIN,
+            last_key: None,
+        })
+    }
+
+    /// Appends a record; keys must ascend.
+    pub fn push(&mut self, record: &Record) -> Result<(), StoreError> {
+        if self.last_key.is_some_and(|k| k.0 >= record.key.0) {
+            return Err(StoreError::Corrupt("state run records out of order".into()));
+        }
+        self.last_key = Some(record.key);
+        let len = RECORD_HEAD + record.value.len();
+        let full = self
+            .page_start
+            .is_none_or(|start| (self.at - start) as usize + len > PAGE_BYTES);
+        if full {
+            self.page_start = Some(self.at);
+            self.firsts.push(prefix_of(&record.key));
+            self.offsets.push(self.at);
+        }
+        self.out.write_all(&record.key.0)?;
+        self.out.write_all(&record.expires_ms.to_le_bytes())?;
+        let value_len = u32::try_from(record.value.len())
+            .map_err(|_| StoreError::Corrupt("state value over 4 GiB".into()))?;
+        self.out.write_all(&value_len.to_le_bytes())?;
+        self.out.write_all(&record.value)?;
+        self.at += len as u64;
+        self.bloom.insert(&record.key);
+        self.entries += 1;
+        self.max_expires_ms = self.max_expires_ms.max(record.expires_ms);
+        Ok(())
+    }
+
+    /// Deletes the unfinished run.
+    pub fn abandon(self) -> Result<(), StoreError> {
+        drop(self.out);
+        std::fs::remove_file(&self.tmp)?;
+        Ok(())
+    }
+
+    /// Records pushed so far.
+    pub fn entries(&self) -> u64 {
+        self.entries
+    }
+
+    /// Writes the index, the filter and the header, syncs the file and gives it its final
+    /// name; returns the path. `info`'s entry count and latest expiry are the writer's own.
+    pub fn finish(mut self, mut info: RunInfo) -> Result<PathBuf, StoreError> {
+        info.entries = self.entries;
+        info.max_expires_ms = self.max_expires_ms;
+        for (first, offset) in self.firsts.iter().zip(&self.offsets) {
+            self.out.write_all(&first.to_le_bytes())?;
+            self.out.write_all(&offset.to_le_bytes())?;
+        }
+        for word in self.bloom.words() {
+            self.out.write_all(&word.to_le_bytes())?;
+        }
+        let mut header = Vec::with_capacity(HEADER_BYTES as usize);
+        header.extend_from_slice(&MAGIC);
+        header.extend_from_slice(&info.first.to_le_bytes());
+        header.extend_from_slice(&info.last.to_le_bytes());
+        header.extend_from_slice(&info.level.to_le_bytes());
+        header.extend_from_slice(&0u32.to_le_bytes());
+        header.extend_from_slice(&info.entries.to_le_bytes());
+        header.extend_from_slice(&info.max_expires_ms.to_le_bytes());
+        header.extend_from_slice(&info.journal_below.to_le_bytes());
+        header.extend_from_slice(&info.rewrite_after_ms.to_le_bytes());
+        header.extend_from_slice(&(self.firsts.len() as u64).to_le_bytes());
+        header.extend_from_slice(&(self.bloom.words().len() as u64).to_le_bytes());
+        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        file.write_all_at(&header, 0)?;
+        file.sync_all()?;
+        let path = self.dir.join(file_name(&info));
+        std::fs::rename(&self.tmp, &path)?;
+        sync_dir(&self.dir)?;
+        Ok(path)
+    }
+}
+
+/// A run's file name: its span of flushes, so a listing sorts runs oldest first.
+pub fn file_name(info: &RunInfo) -> String {
+    format!("run-{:016x}-{:016x}.run", info.first, info.last)
+}
+
+/// Makes the directory's entries (a rename, a removal) durable.
+pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)?.sync_all()?;
+    Ok(())
+}
+
+fn prefix_of(key: &Digest) -> u64 {
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&key.0[..8]);
+    u64::from_be_bytes(first)
+}
+
+fn u64_at(bytes: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(bytes);
+    u64::from_le_bytes(b)
+}
+
+fn u32_at(bytes: &[u8]) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(bytes);
+    u32::from_le_bytes(b)
+}
+
+/// Splits the first record off `rest`: key, expiry, value.
+fn split_record<'a>(rest: &mut &'a [u8]) -> Option<(Digest, i64, &'a [u8])> {
+    let head = rest.get(..RECORD_HEAD)?;
+    let len = u32::from_le_bytes(head[24..28].try_into().ok()?) as usize;
+    let value = rest.get(RECORD_HEAD..RECORD_HEAD + len)?;
+    let key = Digest(head[..16].try_into().ok()?);
+    let expires_ms = i64::from_le_bytes(head[16..24].try_into().ok()?);
+    *rest = &rest[RECORD_HEAD + len..];
+    Some((key, expires_ms, value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(first: u64) -> RunInfo {
+        RunInfo {
+            first,
+            last: first,
+            level: 0,
+            entries: 0,
+            max_expires_ms: 0,
+            journal_below: 7,
+            rewrite_after_ms: 99,
+        }
+    }
+
+    fn sorted_records(n: u32, value_len: usize) -> Vec<Record> {
+        let mut records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                key: Digest::of(&i.to_le_bytes()),
+                expires_ms: i64::from(i),
+                value: vec![(i % 251) as u8; value_len],
+            })
+            .collect();
+        records.sort_by_key(|r| r.key.0);
+        records
+    }
+
+    #[test]
+    fn every_record_is_found_and_absent_keys_are_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let records = sorted_records(20_000, 17);
+        let mut writer = RunWriter::create(dir.path(), "r", records.len() as u64).expect("create");
+        for r in &records {
+            writer.push(r).expect("push");
+        }
+        let path = writer.finish(info(3)).expect("finish");
+        assert_eq!(
+            path.file_name().and_then(|n| n.to_str()),
+            Some(file_name(&info(3)).as_str())
+        );
+        let run = Run::open(&path).expect("open");
+        assert_eq!(run.info().entries, 20_000);
+        assert_eq!(run.info().max_expires_ms, 19_999);
+        assert_eq!(
+            (run.info().journal_below, run.info().rewrite_after_ms),
+            (7, 99)
+        );
+        for r in &records {
+            assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
+        }
+        for i in 20_000u32..21_000 {
+            assert_eq!(run.get(&Digest::of(&i.to_le_bytes())).expect("get"), None);
+        }
+        let read: Vec<Record> = run
+            .records()
+            .expect("records")
+            .map(|r| r.expect("record"))
+            .collect();
+        assert_eq!(read, records);
+    }
+
+    #[test]
+    fn a_value_larger_than_a_page_gets_a_page_of_its_own() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let records = sorted_records(40, 3000);
+        let mut writer = RunWriter::create(dir.path(), "r", 40).expect("create");
+        for r in &records {
+            writer.push(r).expect("push");
+        }
+        let run = Run::open(&writer.finish(info(1)).expect("finish")).expect("open");
+        for r in &records {
+            assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
+        }
+    }
+
+    #[test]
+    fn out_of_order_records_and_damaged_files_are_errors() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let records = sorted_records(2, 1);
+        let mut writer = RunWriter::create(dir.path(), "r", 2).expect("create");
+        writer.push(&records[1]).expect("push");
+        assert!(writer.push(&records[0]).is_err());
+        let path = writer.finish(info(1)).expect("finish");
+        let bytes = std::fs::read(&path).expect("read");
+        std::fs::write(&path, &bytes[..40]).expect("truncate");
+        assert!(matches!(Run::open(&path), Err(StoreError::Corrupt(_))));
+        std::fs::write(
+            &path,
+            b"not a run file at all, but long enough to hold a header.........................",
+        )
+        .expect("write");
+        assert!(matches!(Run::open(&path), Err(StoreError::Corrupt(_))));
+    }
+}

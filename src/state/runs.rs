@@ -1,0 +1,411 @@
+//! The state that left the hot set: sorted run files in one directory, newest first for
+//! lookups. Memory per run is its filter and page index (about 1 byte a record), whatever
+//! the values; the records stay on disk.
+//!
+//! A flush of the hot set writes a level-0 run. [`FANOUT`] neighbouring runs of one level
+//! are merged into one run of the next level, which keeps the number of runs (each is one
+//! filter check per lookup) logarithmic in the number of records. A merge keeps the newest
+//! record of each key and drops expired ones; a run whose records have all expired is
+//! deleted whole; a run that long-lived records (a STOP kept forever) hold past its time is
+//! rewritten alone, so expired marks do not stay on disk beside them.
+//!
+//! Records expire no earlier than the records they supersede (the journal keeps that rule
+//! when it writes), so dropping an expired record never brings an older value back.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::state::keys::Digest;
+use crate::state::run::{sync_dir, Record, Run, RunInfo, RunRecords, RunWriter};
+use crate::store::StoreError;
+
+/// Runs of one level merged at once.
+pub const FANOUT: usize = 4;
+
+/// The runs of a store, oldest first.
+pub struct Runs {
+    dir: PathBuf,
+    /// Replaced whole on every change, so a lookup reads a snapshot without holding a lock
+    /// across its disk reads.
+    list: RwLock<Arc<Vec<Arc<Run>>>>,
+    /// The next flush's number: above every run's span, also those deleted since.
+    next_flush: AtomicU64,
+}
+
+impl Runs {
+    /// Opens the runs in `dir` (created if absent). Unfinished runs (temporary files) are
+    /// deleted, and so are runs that a finished merge replaced.
+    pub fn open(dir: &Path) -> Result<Self, StoreError> {
+        std::fs::create_dir_all(dir)?;
+        let mut runs = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let path = entry?.path();
+            match path.extension().and_then(|e| e.to_str()) {
+                Some("run") => runs.push(Arc::new(Run::open(&path)?)),
+                Some("tmp") => std::fs::remove_file(&path)?,
+                _ => {}
+            }
+        }
+        runs.sort_by_key(|r| (r.info().last, Reverse(r.info().first)));
+        // A merge writes its run before it deletes its sources: a crash in between leaves
+        // sources whose span lies inside the merged run's.
+        let mut kept: Vec<Arc<Run>> = Vec::with_capacity(runs.len());
+        for run in runs.into_iter().rev() {
+            let covered = kept
+                .iter()
+                .any(|k| k.info().first <= run.info().first && run.info().last <= k.info().last);
+            if covered {
+                std::fs::remove_file(run.path())?;
+            } else {
+                kept.push(run);
+            }
+        }
+        kept.reverse();
+        let next_flush = kept.last().map_or(0, |r| r.info().last + 1);
+        Ok(Self {
+            dir: dir.to_owned(),
+            list: RwLock::new(Arc::new(kept)),
+            next_flush: AtomicU64::new(next_flush),
+        })
+    }
+
+    /// The runs now, oldest first.
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Run>>> {
+        self.list
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The newest record of `key` on disk.
+    pub fn get(&self, key: &Digest) -> Result<Option<Record>, StoreError> {
+        for run in self.snapshot().iter().rev() {
+            if let Some(record) = run.get(key)? {
+                return Ok(Some(record));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Journal batches below this are held by the runs.
+    pub fn journal_below(&self) -> u64 {
+        self.snapshot()
+            .iter()
+            .map(|r| r.info().journal_below)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Records held on disk, superseded and expired ones included until a merge drops them.
+    pub fn entries(&self) -> u64 {
+        self.snapshot().iter().map(|r| r.info().entries).sum()
+    }
+
+    /// Bytes of memory held by the runs' filters and indexes.
+    pub fn memory_bytes(&self) -> usize {
+        self.snapshot().iter().map(|r| r.memory_bytes()).sum()
+    }
+
+    /// Writes `records` (sorted by key) as the newest run, holding the journal below
+    /// `journal_below`; due for a rewrite at `rewrite_after_ms`.
+    pub fn flush(
+        &self,
+        records: &[Record],
+        journal_below: u64,
+        rewrite_after_ms: i64,
+    ) -> Result<(), StoreError> {
+        let id = self.next_flush.fetch_add(1, Ordering::SeqCst);
+        let info = RunInfo {
+            first: id,
+            last: id,
+            level: 0,
+            entries: 0,
+            max_expires_ms: 0,
+            journal_below,
+            rewrite_after_ms,
+        };
+        let mut writer =
+            RunWriter::create(&self.dir, &format!("flush-{id}"), records.len() as u64)?;
+        for record in records {
+            writer.push(record)?;
+        }
+        let run = Arc::new(Run::open(&writer.finish(info)?)?);
+        self.replace(&[], Some(run));
+        Ok(())
+    }
+
+    /// Deletes the runs whose every record expired by `now_ms`; returns how many records
+    /// went.
+    pub fn drop_expired(&self, now_ms: i64) -> Result<u64, StoreError> {
+        let expired: Vec<Arc<Run>> = self
+            .snapshot()
+            .iter()
+            .filter(|r| r.info().max_expires_ms <= now_ms)
+            .cloned()
+            .collect();
+        let records = expired.iter().map(|r| r.info().entries).sum();
+        if !expired.is_empty() {
+            for run in &expired {
+                self.replace(std::slice::from_ref(run), None);
+                std::fs::remove_file(run.path())?;
+            }
+            sync_dir(&self.dir)?;
+        }
+        Ok(records)
+    }
+
+    /// Does one merge or rewrite if one is due; returns whether it did. `ttl_ms` sets when
+    /// the new run is due for a rewrite.
+    pub fn merge_one(&self, now_ms: i64, ttl_ms: i64) -> Result<bool, StoreError> {
+        let runs = self.snapshot();
+        let group = due_group(&runs, now_ms);
+        let Some((from, to)) = group else {
+            return Ok(false);
+        };
+        let sources = &runs[from..to];
+        let level = if sources.len() == 1 {
+            sources[0].info().level
+        } else {
+            sources[0].info().level + 1
+        };
+        let info = RunInfo {
+            first: sources[0].info().first,
+            last: sources[sources.len() - 1].info().last,
+            level,
+            entries: 0,
+            max_expires_ms: 0,
+            journal_below: sources
+                .iter()
+                .map(|r| r.info().journal_below)
+                .max()
+                .unwrap_or(0),
+            rewrite_after_ms: now_ms.saturating_add(ttl_ms),
+        };
+        let capacity = sources.iter().map(|r| r.info().entries).sum();
+        let mut writer = RunWriter::create(&self.dir, &format!("merge-{}", info.first), capacity)?;
+        let mut streams = sources
+            .iter()
+            .map(|r| r.records())
+            .collect::<Result<Vec<_>, _>>()?;
+        merge_newest(&mut streams, |record| {
+            if record.expires_ms > now_ms {
+                writer.push(&record)?;
+            }
+            Ok(())
+        })?;
+        let merged = if writer.entries() > 0 {
+            Some(Arc::new(Run::open(&writer.finish(info)?)?))
+        } else {
+            // Nothing left: the sources just go (an empty run would only cost a check).
+            writer.abandon()?;
+            None
+        };
+        self.replace(sources, merged);
+        for source in sources {
+            std::fs::remove_file(source.path())?;
+        }
+        sync_dir(&self.dir)?;
+        Ok(true)
+    }
+
+    /// Replaces `old` (neighbours in the list) with `new` at their place, or appends `new`
+    /// as the newest run when `old` is empty.
+    fn replace(&self, old: &[Arc<Run>], new: Option<Arc<Run>>) {
+        let mut list = self.list.write().unwrap_or_else(PoisonError::into_inner);
+        let mut next: Vec<Arc<Run>> = Vec::with_capacity(list.len() + 1);
+        let mut placed = false;
+        for run in list.iter() {
+            if old.iter().any(|o| Arc::ptr_eq(o, run)) {
+                if !placed {
+                    next.extend(new.clone());
+                    placed = true;
+                }
+            } else {
+                next.push(run.clone());
+            }
+        }
+        if !placed {
+            next.extend(new);
+        }
+        *list = Arc::new(next);
+    }
+}
+
+/// The first group of runs due for work, as a range of `runs`: a run past its rewrite time
+/// whose records have not all expired, or [`FANOUT`] neighbours of one level.
+fn due_group(runs: &[Arc<Run>], now_ms: i64) -> Option<(usize, usize)> {
+    if let Some(i) = runs
+        .iter()
+        .position(|r| r.info().rewrite_after_ms <= now_ms && r.info().max_expires_ms > now_ms)
+    {
+        return Some((i, i + 1));
+    }
+    (0..runs.len().saturating_sub(FANOUT - 1)).find_map(|i| {
+        let level = runs[i].info().level;
+        runs[i..i + FANOUT]
+            .iter()
+            .all(|r| r.info().level == level)
+            .then_some((i, i + FANOUT))
+    })
+}
+
+/// Feeds `out` the records of `streams` (each sorted by key, oldest stream first) in key
+/// order, the newest stream's record where several hold a key.
+fn merge_newest(
+    streams: &mut [RunRecords],
+    mut out: impl FnMut(Record) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    // Smallest key first; for equal keys, the newest stream first.
+    let mut heads = BinaryHeap::new();
+    let mut pending: Vec<Option<Record>> = Vec::with_capacity(streams.len());
+    for (i, stream) in streams.iter_mut().enumerate() {
+        let head = stream.next().transpose()?;
+        if let Some(r) = &head {
+            heads.push(Reverse((r.key.0, Reverse(i))));
+        }
+        pending.push(head);
+    }
+    let mut last: Option<[u8; 16]> = None;
+    while let Some(Reverse((key, Reverse(i)))) = heads.pop() {
+        let Some(record) = pending[i].take() else {
+            continue;
+        };
+        let next = streams[i].next().transpose()?;
+        if let Some(r) = &next {
+            heads.push(Reverse((r.key.0, Reverse(i))));
+        }
+        pending[i] = next;
+        if last == Some(key) {
+            continue; // an older stream's record of a key already written
+        }
+        last = Some(key);
+        out(record)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &str, expires_ms: i64, value: &str) -> Record {
+        Record {
+            key: Digest::of(key.as_bytes()),
+            expires_ms,
+            value: value.as_bytes().to_vec(),
+        }
+    }
+
+    fn sorted(mut records: Vec<Record>) -> Vec<Record> {
+        records.sort_by_key(|r| r.key.0);
+        records
+    }
+
+    fn value(runs: &Runs, key: &str) -> Option<String> {
+        runs.get(&Digest::of(key.as_bytes()))
+            .expect("get")
+            .map(|r| String::from_utf8(r.value).expect("utf8"))
+    }
+
+    #[test]
+    fn the_newest_run_wins_and_merges_keep_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = Runs::open(dir.path()).expect("open");
+        for round in 0..FANOUT {
+            let records = sorted(vec![
+                record("shared", 1_000, &format!("v{round}")),
+                record(&format!("own{round}"), 1_000, "x"),
+                record(&format!("gone{round}"), 10, "x"),
+            ]);
+            runs.flush(&records, round as u64 + 1, 5_000)
+                .expect("flush");
+        }
+        assert_eq!(runs.snapshot().len(), FANOUT);
+        assert_eq!(value(&runs, "shared").as_deref(), Some("v3"));
+        assert!(
+            runs.merge_one(100, 5_000).expect("merge"),
+            "four level-0 runs merge"
+        );
+        let after = runs.snapshot();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].info().level, 1);
+        assert_eq!(after[0].info().journal_below, FANOUT as u64);
+        assert_eq!(
+            after[0].info().entries,
+            1 + FANOUT as u64,
+            "one shared, four own"
+        );
+        assert_eq!(value(&runs, "shared").as_deref(), Some("v3"));
+        assert_eq!(value(&runs, "own0").as_deref(), Some("x"));
+        assert_eq!(
+            value(&runs, "gone0"),
+            None,
+            "expired records are not merged"
+        );
+        assert!(!runs.merge_one(100, 5_000).expect("merge"), "nothing due");
+        // Reopened, the merged run stands alone: its sources' files are gone.
+        drop(runs);
+        let runs = Runs::open(dir.path()).expect("reopen");
+        assert_eq!(runs.snapshot().len(), 1);
+        assert_eq!(value(&runs, "shared").as_deref(), Some("v3"));
+    }
+
+    #[test]
+    fn sources_left_by_a_crash_during_a_merge_are_deleted_at_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = Runs::open(dir.path()).expect("open");
+        for round in 0..FANOUT {
+            runs.flush(&[record("k", 1_000, &format!("v{round}"))], 0, 5_000)
+                .expect("flush");
+        }
+        let copies = tempfile::tempdir().expect("tempdir");
+        for run in runs.snapshot().iter() {
+            let name = run.path().file_name().expect("name");
+            std::fs::copy(run.path(), copies.path().join(name)).expect("copy");
+        }
+        runs.merge_one(0, 5_000).expect("merge");
+        drop(runs);
+        // The merged run and its sources side by side, plus an unfinished run.
+        for entry in std::fs::read_dir(copies.path()).expect("dir") {
+            let path = entry.expect("entry").path();
+            std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
+        }
+        std::fs::write(dir.path().join("flush-9.tmp"), b"half").expect("tmp");
+        let runs = Runs::open(dir.path()).expect("reopen");
+        assert_eq!(runs.snapshot().len(), 1, "the merged run alone");
+        assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
+        assert_eq!(value(&runs, "k").as_deref(), Some("v3"));
+    }
+
+    #[test]
+    fn expired_runs_go_whole_and_long_lived_records_are_rewritten_alone() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = Runs::open(dir.path()).expect("open");
+        runs.flush(&[record("short", 100, "s")], 1, 1_000)
+            .expect("flush");
+        runs.flush(
+            &sorted(vec![
+                record("forever", i64::MAX, "f"),
+                record("mark", 1_500, "m"),
+            ]),
+            2,
+            1_000,
+        )
+        .expect("flush");
+        assert_eq!(runs.drop_expired(100).expect("drop"), 1);
+        assert_eq!(runs.snapshot().len(), 1);
+        assert!(!runs.merge_one(999, 1_000).expect("merge"), "not due yet");
+        assert!(runs.merge_one(1_000, 1_000).expect("rewrite"), "due");
+        let after = runs.snapshot();
+        assert_eq!(after.len(), 1);
+        assert_eq!(after[0].info().entries, 2, "the mark lives until 1500");
+        assert!(runs.merge_one(2_000, 1_000).expect("rewrite"), "due again");
+        assert_eq!(runs.snapshot()[0].info().entries, 1);
+        assert_eq!(value(&runs, "forever").as_deref(), Some("f"));
+        assert_eq!(value(&runs, "mark"), None);
+        assert_eq!(runs.journal_below(), 2);
+    }
+}
