@@ -25,6 +25,9 @@
 #   BASELINE [empty; the path of another hookgate build: it runs beside the first, as target
 #            "baseline", with the same config on ports of its own, so two builds are
 #            compared in one run (closed loop only)]
+#   PRELOADED [empty; a store folder, e.g. written by examples/dedup_window: a copy of it
+#            serves a second hookgate of the same build, as target "preloaded" (closed loop
+#            only), so the cost of a full dedup window is measured in the same run]
 # Needs RabbitMQ; leaves it running, deletes its own exchange and queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,7 +64,9 @@ QUEUE=hookgate-bench-$RUN
 BASE=$((20000 + RANDOM % 20000))
 PORT_HG=$BASE PORT_ADMIN=$((BASE + 1)) PORT_HTTP=$((BASE + 2)) PORT_PUB=$((BASE + 3))
 PORT_BASE_HG=$((BASE + 4)) PORT_BASE_ADMIN=$((BASE + 5))
+PORT_PRE_HG=$((BASE + 6)) PORT_PRE_ADMIN=$((BASE + 7))
 BASELINE=${BASELINE:-}
+PRELOADED=${PRELOADED:-}
 PIDS=()
 
 cleanup() {
@@ -125,6 +130,17 @@ if [[ -n $BASELINE ]]; then
     PIDS+=("$PID_baseline")
     TARGETS="$TARGETS baseline"
 fi
+if [[ -n $PRELOADED ]]; then
+    cp -a "$PRELOADED" "$TMP/store-preloaded"
+    sed -e "s/127.0.0.1:$PORT_HG/127.0.0.1:$PORT_PRE_HG/" \
+        -e "s/127.0.0.1:$PORT_ADMIN/127.0.0.1:$PORT_PRE_ADMIN/" \
+        -e "s#path: $TMP/store#path: $TMP/store-preloaded#" "$TMP/hookgate.yaml" >"$TMP/preloaded.yaml"
+    BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/preloaded.yaml" --log-format json \
+        >"$TMP/preloaded.log" 2>&1 &
+    PID_preloaded=$!
+    PIDS+=("$PID_preloaded")
+    TARGETS="$TARGETS preloaded"
+fi
 "$LOAD" --serve-baseline http --listen "127.0.0.1:$PORT_HTTP" \
     --cert "$TMP/tls.crt" --key "$TMP/tls.key" >"$TMP/http.log" 2>&1 &
 PID_http=$!
@@ -148,6 +164,7 @@ wait_for() { # name command...
 }
 wait_for hookgate curl -sf "http://127.0.0.1:$PORT_ADMIN/readyz"
 [[ -z $BASELINE ]] || wait_for baseline curl -sf "http://127.0.0.1:$PORT_BASE_ADMIN/readyz"
+[[ -z $PRELOADED ]] || wait_for preloaded curl -sf "http://127.0.0.1:$PORT_PRE_ADMIN/readyz"
 wait_for http bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT_HTTP"
 wait_for publish bash -c "exec 3<>/dev/tcp/127.0.0.1/$PORT_PUB"
 sleep 1
@@ -157,6 +174,7 @@ declare -A URL=(
     [http]="https://127.0.0.1:$PORT_HTTP/webhooks/botix"
     [publish]="https://127.0.0.1:$PORT_PUB/webhooks/botix"
     [baseline]="https://127.0.0.1:$PORT_BASE_HG/webhooks/botix"
+    [preloaded]="https://127.0.0.1:$PORT_PRE_HG/webhooks/botix"
 )
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -292,6 +310,10 @@ jq -s '
       baseline_rps: $r["baseline-closed"].rps,
       baseline_ratio_to_publish: (try ($r["baseline-closed"].rps / $r["publish-closed"].rps) catch null),
       baseline_ratio_to_publish_each_round: (try ([$r["baseline-closed"].rps_each, $r["publish-closed"].rps_each]
+          | transpose | map(.[0] / .[1])) catch null),
+      preloaded_rps: $r["preloaded-closed"].rps,
+      preloaded_ratio_to_publish: (try ($r["preloaded-closed"].rps / $r["publish-closed"].rps) catch null),
+      preloaded_ratio_to_publish_each_round: (try ([$r["preloaded-closed"].rps_each, $r["publish-closed"].rps_each]
           | transpose | map(.[0] / .[1])) catch null),
       half_rate: '"${HALF:-null}"',
       hookgate_p99_ms_at_half: $r["hookgate-half"].p99_ms,

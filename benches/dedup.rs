@@ -19,7 +19,7 @@ fn claim_and_done(c: &mut Criterion) {
     let store = Store::open(dir.path()).expect("open store");
     let now = 1_800_000_000_000_i64;
     let settings = Settings {
-        hot_entries: 262_144,
+        hot_entries: 65_536,
         ttl: Duration::from_secs(72 * 3600),
         clock: std::sync::Arc::new(move || now),
     };

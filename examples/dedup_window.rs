@@ -9,6 +9,9 @@
 //!
 //! `cargo run --release --example dedup_window -- COUNT [DIR]`
 //!
+//! `HOT_ENTRIES` and `CACHE_MIB` set `store.hot_entries` and `store.cache` (defaults as
+//! the gateway's).
+//!
 //! With DIR the store is kept there, laid out as the gateway's `store.path`, with marks that
 //! expire 72 h from now (a preloaded store for a load run); without, a temporary folder.
 
@@ -24,8 +27,11 @@ use hookgate::state::marks::{Claim, KeyState, SledMarks};
 use hookgate::state::{JOURNAL_TREE, RUNS_DIR};
 use hookgate::store::{Store, DEFAULT_CACHE_BYTES};
 
+// The gateway's allocator, so that resident sizes compare.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const TTL: Duration = Duration::from_secs(72 * 3600);
-const HOT_ENTRIES: usize = 262_144;
 const SAMPLES: u64 = 20_000;
 
 /// Resident and peak resident size of this process, in MiB (Linux).
@@ -62,11 +68,23 @@ struct Window {
     marks: SledMarks,
 }
 
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn hot_entries() -> usize {
+    env_or("HOT_ENTRIES", 65_536) as usize
+}
+
 fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
-    let store = Store::open_with_cache(dir, DEFAULT_CACHE_BYTES)?;
+    let cache = env_or("CACHE_MIB", DEFAULT_CACHE_BYTES >> 20) << 20;
+    let store = Store::open_with_cache(dir, cache)?;
     let clock_now = now.clone();
     let settings = Settings {
-        hot_entries: HOT_ENTRIES,
+        hot_entries: hot_entries(),
         ttl: TTL,
         clock: Arc::new(move || clock_now.load(Ordering::SeqCst)),
     };
@@ -149,7 +167,7 @@ fn main() -> anyhow::Result<()> {
     let mut last = Instant::now();
     for event in 0..events {
         // A sender's pace, not a loop's: new entries wait while the flush thread catches up.
-        while w.journal.hot_len() > 2 * HOT_ENTRIES {
+        while w.journal.hot_len() > 2 * hot_entries() {
             std::thread::sleep(Duration::from_millis(1));
         }
         accept(&w, event, wall)?;

@@ -131,7 +131,7 @@ pub struct StoreConfig {
     #[serde(with = "size")]
     pub cache: u64,
     /// Dedup marks and guard entries held in memory before they are written to a run on
-    /// disk (sled backend). Default 262144.
+    /// disk (sled backend). Default 65536.
     pub hot_entries: usize,
 }
 
@@ -140,7 +140,7 @@ impl Default for StoreConfig {
         Self {
             path: PathBuf::from("/var/lib/hookgate"),
             cache: 32 << 20,
-            hot_entries: 262_144,
+            hot_entries: 65_536,
         }
     }
 }

@@ -109,11 +109,12 @@ impl Runs {
         self.snapshot().iter().map(|r| r.memory_bytes()).sum()
     }
 
-    /// Writes `records` (sorted by key) as the newest run, holding the journal below
-    /// `journal_below`; due for a rewrite at `rewrite_after_ms`.
-    pub fn flush(
+    /// Writes `count` records (given in key order by `records`) as the newest run, holding
+    /// the journal below `journal_below`; due for a rewrite at `rewrite_after_ms`.
+    pub fn flush<'a>(
         &self,
-        records: &[Record],
+        count: u64,
+        records: impl Iterator<Item = (&'a Digest, i64, &'a [u8])>,
         journal_below: u64,
         rewrite_after_ms: i64,
     ) -> Result<(), StoreError> {
@@ -127,10 +128,9 @@ impl Runs {
             journal_below,
             rewrite_after_ms,
         };
-        let mut writer =
-            RunWriter::create(&self.dir, &format!("flush-{id}"), records.len() as u64)?;
-        for record in records {
-            writer.push(record)?;
+        let mut writer = RunWriter::create(&self.dir, &format!("flush-{id}"), count)?;
+        for (key, expires_ms, value) in records {
+            writer.push_parts(key, expires_ms, value)?;
         }
         let run = Arc::new(Run::open(&writer.finish(info)?)?);
         self.replace(&[], Some(run));
@@ -158,8 +158,14 @@ impl Runs {
     }
 
     /// Does one merge or rewrite if one is due; returns whether it did. `ttl_ms` sets when
-    /// the new run is due for a rewrite.
-    pub fn merge_one(&self, now_ms: i64, ttl_ms: i64) -> Result<bool, StoreError> {
+    /// the new run is due for a rewrite. A merge of many records gives up (leaving its
+    /// sources as they were) once `stop` says so: a shutdown does not wait for it.
+    pub fn merge_one(
+        &self,
+        now_ms: i64,
+        ttl_ms: i64,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<bool, StoreError> {
         let runs = self.snapshot();
         let group = due_group(&runs, now_ms);
         let Some((from, to)) = group else {
@@ -190,12 +196,19 @@ impl Runs {
             .iter()
             .map(|r| r.records())
             .collect::<Result<Vec<_>, _>>()?;
-        merge_newest(&mut streams, |record| {
+        let merged = merge_newest(&mut streams, |record| {
+            if writer.entries() % 65_536 == 0 && stop() {
+                return Err(StoreError::Stopped("merge given up at shutdown".into()));
+            }
             if record.expires_ms > now_ms {
                 writer.push(&record)?;
             }
             Ok(())
-        })?;
+        });
+        if let Err(error) = merged {
+            writer.abandon()?;
+            return Err(error);
+        }
         let merged = if writer.entries() > 0 {
             Some(Arc::new(Run::open(&writer.finish(info)?)?))
         } else {
@@ -304,6 +317,14 @@ mod tests {
         records
     }
 
+    fn flush(runs: &Runs, records: &[Record], journal_below: u64, rewrite_after_ms: i64) {
+        let parts = records
+            .iter()
+            .map(|r| (&r.key, r.expires_ms, r.value.as_slice()));
+        runs.flush(records.len() as u64, parts, journal_below, rewrite_after_ms)
+            .expect("flush");
+    }
+
     fn value(runs: &Runs, key: &str) -> Option<String> {
         runs.get(&Digest::of(key.as_bytes()))
             .expect("get")
@@ -320,13 +341,12 @@ mod tests {
                 record(&format!("own{round}"), 1_000, "x"),
                 record(&format!("gone{round}"), 10, "x"),
             ]);
-            runs.flush(&records, round as u64 + 1, 5_000)
-                .expect("flush");
+            flush(&runs, &records, round as u64 + 1, 5_000);
         }
         assert_eq!(runs.snapshot().len(), FANOUT);
         assert_eq!(value(&runs, "shared").as_deref(), Some("v3"));
         assert!(
-            runs.merge_one(100, 5_000).expect("merge"),
+            runs.merge_one(100, 5_000, &|| false).expect("merge"),
             "four level-0 runs merge"
         );
         let after = runs.snapshot();
@@ -345,7 +365,10 @@ mod tests {
             None,
             "expired records are not merged"
         );
-        assert!(!runs.merge_one(100, 5_000).expect("merge"), "nothing due");
+        assert!(
+            !runs.merge_one(100, 5_000, &|| false).expect("merge"),
+            "nothing due"
+        );
         // Reopened, the merged run stands alone: its sources' files are gone.
         drop(runs);
         let runs = Runs::open(dir.path()).expect("reopen");
@@ -358,15 +381,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let runs = Runs::open(dir.path()).expect("open");
         for round in 0..FANOUT {
-            runs.flush(&[record("k", 1_000, &format!("v{round}"))], 0, 5_000)
-                .expect("flush");
+            flush(&runs, &[record("k", 1_000, &format!("v{round}"))], 0, 5_000);
         }
         let copies = tempfile::tempdir().expect("tempdir");
         for run in runs.snapshot().iter() {
             let name = run.path().file_name().expect("name");
             std::fs::copy(run.path(), copies.path().join(name)).expect("copy");
         }
-        runs.merge_one(0, 5_000).expect("merge");
+        runs.merge_one(0, 5_000, &|| false).expect("merge");
         drop(runs);
         // The merged run and its sources side by side, plus an unfinished run.
         for entry in std::fs::read_dir(copies.path()).expect("dir") {
@@ -384,25 +406,33 @@ mod tests {
     fn expired_runs_go_whole_and_long_lived_records_are_rewritten_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
         let runs = Runs::open(dir.path()).expect("open");
-        runs.flush(&[record("short", 100, "s")], 1, 1_000)
-            .expect("flush");
-        runs.flush(
+        flush(&runs, &[record("short", 100, "s")], 1, 1_000);
+        flush(
+            &runs,
             &sorted(vec![
                 record("forever", i64::MAX, "f"),
                 record("mark", 1_500, "m"),
             ]),
             2,
             1_000,
-        )
-        .expect("flush");
+        );
         assert_eq!(runs.drop_expired(100).expect("drop"), 1);
         assert_eq!(runs.snapshot().len(), 1);
-        assert!(!runs.merge_one(999, 1_000).expect("merge"), "not due yet");
-        assert!(runs.merge_one(1_000, 1_000).expect("rewrite"), "due");
+        assert!(
+            !runs.merge_one(999, 1_000, &|| false).expect("merge"),
+            "not due yet"
+        );
+        assert!(
+            runs.merge_one(1_000, 1_000, &|| false).expect("rewrite"),
+            "due"
+        );
         let after = runs.snapshot();
         assert_eq!(after.len(), 1);
         assert_eq!(after[0].info().entries, 2, "the mark lives until 1500");
-        assert!(runs.merge_one(2_000, 1_000).expect("rewrite"), "due again");
+        assert!(
+            runs.merge_one(2_000, 1_000, &|| false).expect("rewrite"),
+            "due again"
+        );
         assert_eq!(runs.snapshot()[0].info().entries, 1);
         assert_eq!(value(&runs, "forever").as_deref(), Some("f"));
         assert_eq!(value(&runs, "mark"), None);

@@ -22,3 +22,4 @@ mod request_id;
 mod rotation;
 mod spool;
 mod vectors;
+mod window;

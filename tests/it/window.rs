@@ -1,0 +1,329 @@
+//! The sled backend's bounded state window (a hot set in memory, sorted runs on disk): a store
+//! written by the previous state format keeps its marks and guard state, and the gateway's
+//! memory stays flat while unique events flow through the real binary.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lapin::options::{QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{Connection, ConnectionProperties};
+
+use crate::require_broker;
+use crate::util::*;
+
+/// The store of `tests/data/state-v0/README.md`, written by the previous journal format.
+fn state_v0_store() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/state-v0/store")
+}
+
+/// Copies the directory `from` to `to`, recursively (sled writes to a store it opens, and the
+/// fixture must stay as it was written).
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("create {}: {e}", to.display()));
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("read {}: {e}", from.display()))
+    {
+        let entry = entry.expect("directory entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target)
+                .unwrap_or_else(|e| panic!("copy {}: {e}", entry.path().display()));
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_store_written_by_the_previous_state_format_keeps_its_marks_and_guard_state() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    // The fixture's keys are route `botix`'s, and its guard state is keyed by the default
+    // pointers `/data/message_id`, `/data/from` and `/data/to`, which the spec guard uses.
+    copy_dir(&state_v0_store(), &cfg.store);
+    let cfg = cfg.with_spec_guard();
+    let parsed = hookgate::config::Config::parse(&cfg.yaml()).expect("the test config parses");
+    assert_eq!(parsed.routes[0].name, "botix", "the fixture's route");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    // Event id evt_legacy_1 was marked done by the old journal: a new request id does not
+    // make it new.
+    let (s, a) = gw
+        .deliver(&client, &event_body("evt_legacy_1"), "req_after_upgrade_1")
+        .await;
+    assert_eq!(
+        (s, outcome(&a)),
+        (200, "duplicate".into()),
+        "event id evt_legacy_1 from the previous format: {a}"
+    );
+    assert_eq!(a["event_id"], "evt_legacy_1");
+
+    // Request id req_legacy_3 was marked done too: a new event id under it is a duplicate.
+    let fresh_id = unique("evt_under_req_legacy_3");
+    let (s, a) = gw
+        .deliver(&client, &event_body(&fresh_id), "req_legacy_3")
+        .await;
+    assert_eq!(
+        (s, outcome(&a)),
+        (200, "duplicate".into()),
+        "request id req_legacy_3 from the previous format: {a}"
+    );
+
+    // msg_legacy_1 was `delivered` (rank 3): a `sent` is stale.
+    let (s, a) = gw
+        .deliver(
+            &client,
+            &status_body(&unique("evt_sent"), "msg_legacy_1", "sent"),
+            &unique("req"),
+        )
+        .await;
+    assert_eq!(
+        (s, outcome(&a)),
+        (200, "dropped:stale_status".into()),
+        "status guard state of msg_legacy_1 from the previous format: {a}"
+    );
+
+    // +15550001111 opted out of +15550002222: a second STOP is a repeat.
+    let (s, a) = gw
+        .deliver(
+            &client,
+            &keyword_between(
+                &unique("evt_stop"),
+                "+15550001111",
+                "+15550002222",
+                "STOP",
+                wall_ms(),
+            ),
+            &unique("req"),
+        )
+        .await;
+    assert_eq!(
+        (s, outcome(&a)),
+        (200, "dropped:repeated_stop".into()),
+        "keyword guard state from the previous format: {a}"
+    );
+
+    // A fresh event goes through, and it is the only thing published.
+    let fresh = unique("evt_fresh");
+    gw.accept(&client, &fresh).await;
+    assert_eq!(
+        ids_before_sentinel(&client, &gw, &broker).await,
+        vec![fresh],
+        "only the fresh event is published"
+    );
+    broker.delete().await;
+}
+
+/// Entries the hot set holds before a flush writes them to a run: the smallest allowed, so
+/// that flushes and merges run many times during the test.
+const HOT_ENTRIES: usize = 1024;
+
+/// How much the gateway's resident memory may grow between the end of the warm-up and the
+/// end of the flow. The hot set is bounded by `store.hot_entries` (1,024 entries, well under
+/// 1 MiB); the runs cost about one byte of filter per entry (two entries per event: event
+/// id and request id, so well under 1 MiB for the events a minute brings); the rest is
+/// allocator and sled cache noise, measured at a few MiB. Everything kept in memory instead
+/// (about 150 bytes per entry) grows by far more than this within the default 60 s.
+const MAX_RSS_GROWTH_KIB: u64 = 8 * 1024;
+
+/// Concurrent senders.
+const CLIENTS: usize = 8;
+
+/// The warm-up: this many events, and a tenth of the duration.
+const WARM_UP_EVENTS: u64 = 2_000;
+
+/// The process's resident set, in KiB, from `/proc/<pid>/status`.
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("read /proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no VmRSS in /proc/{pid}/status:\n{status}"))
+}
+
+/// A queue bound to every routing key of `exchange` that keeps at most `max` messages (the
+/// broker drops the oldest), so the broker's memory stays out of the picture and every
+/// publish is routable. The queue lives as long as the returned connection.
+async fn capped_queue(exchange: &str, max: i32) -> Connection {
+    let connection = tokio::time::timeout(
+        BROKER_TIMEOUT,
+        Connection::connect(AMQP_URL, ConnectionProperties::default()),
+    )
+    .await
+    .expect("broker connect timed out")
+    .expect("broker connect");
+    let channel = tokio::time::timeout(BROKER_TIMEOUT, connection.create_channel())
+        .await
+        .expect("channel timed out")
+        .expect("channel");
+    let queue = unique("hg-test-capped");
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongInt(max));
+    tokio::time::timeout(
+        BROKER_TIMEOUT,
+        channel.queue_declare(
+            ShortString::from(queue.as_str()),
+            QueueDeclareOptions {
+                exclusive: true,
+                auto_delete: true,
+                ..Default::default()
+            },
+            args,
+        ),
+    )
+    .await
+    .expect("queue timed out")
+    .expect("declare the capped queue");
+    tokio::time::timeout(
+        BROKER_TIMEOUT,
+        channel.queue_bind(
+            ShortString::from(queue.as_str()),
+            ShortString::from(exchange),
+            ShortString::from("#"),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        ),
+    )
+    .await
+    .expect("bind timed out")
+    .expect("bind the capped queue");
+    connection
+}
+
+/// The gateway's `hookgate_state_entries` (hot set and runs).
+async fn state_entries(client: &reqwest::Client, gw: &Gateway) -> f64 {
+    scrape(client, gw)
+        .await
+        .find("hookgate_state_entries", &[])
+        .expect("hookgate_state_entries in /metrics")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_stays_flat_while_unique_events_flow_through_the_binary() {
+    require_broker!();
+    let secs: u64 = std::env::var("HOOKGATE_SOAK_SECS")
+        .ok()
+        .map(|s| {
+            s.parse()
+                .expect("HOOKGATE_SOAK_SECS is a number of seconds")
+        })
+        .unwrap_or(60);
+    let duration = Duration::from_secs(secs);
+    // The test's own queue is bound only at the end, for the sentinel; the capped queue
+    // takes the flow.
+    let broker = Broker::unbound().await;
+    let _capped = capped_queue(&broker.exchange, 1_000).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    // GatewayConfig writes `store:` with `path:` alone; the key goes on the line after it.
+    cfg.store = PathBuf::from(format!(
+        "{}\n  hot_entries: {HOT_ENTRIES}",
+        cfg.store.display()
+    ));
+    let parsed = hookgate::config::Config::parse(&cfg.yaml()).expect("the test config parses");
+    assert_eq!(
+        parsed.store.hot_entries, HOT_ENTRIES,
+        "store.hot_entries reaches the config"
+    );
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    let pid = gw.pid();
+
+    let run = unique("soak");
+    let next = Arc::new(AtomicU64::new(0));
+    let accepted = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut senders = tokio::task::JoinSet::new();
+    for _ in 0..CLIENTS {
+        let (gw, client, run) = (gw.clone(), client.clone(), run.clone());
+        let (next, accepted, stop) = (next.clone(), accepted.clone(), stop.clone());
+        senders.spawn(async move {
+            while !stop.load(Ordering::SeqCst) {
+                let n = next.fetch_add(1, Ordering::SeqCst);
+                let id = format!("{run}-{n}");
+                let (status, answer) = gw
+                    .deliver(&client, &event_body(&id), &format!("req-{id}"))
+                    .await;
+                assert_eq!(
+                    (status, outcome(&answer)),
+                    (200, "accepted".to_owned()),
+                    "{id}: {answer}"
+                );
+                accepted.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+    }
+
+    // Warm-up: a tenth of the duration and the first 2,000 events (runs written, merged,
+    // sled's cache and the threads' stacks in place), then the first sample.
+    let deadline = started + duration;
+    let warm_up = duration / 10;
+    while started.elapsed() < warm_up || accepted.load(Ordering::SeqCst) < WARM_UP_EVENTS {
+        assert!(
+            Instant::now() < deadline,
+            "only {} events accepted in {secs} s, fewer than the {WARM_UP_EVENTS} of the warm-up",
+            accepted.load(Ordering::SeqCst)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let rss_start = vm_rss_kib(pid);
+    let events_at_start = accepted.load(Ordering::SeqCst);
+    let entries_at_start = state_entries(&client, &gw).await;
+    let mut rss_max = rss_start;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500).min(deadline - Instant::now())).await;
+        rss_max = rss_max.max(vm_rss_kib(pid));
+    }
+    stop.store(true, Ordering::SeqCst);
+    while let Some(r) = senders.join_next().await {
+        r.expect("sender task");
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let rss_end = vm_rss_kib(pid);
+    rss_max = rss_max.max(rss_end);
+    let events = accepted.load(Ordering::SeqCst);
+    let entries_at_end = state_entries(&client, &gw).await;
+    let growth = rss_end.saturating_sub(rss_start);
+    let figures = format!(
+        "hot_entries {HOT_ENTRIES}: {events} events in {elapsed:.1} s ({:.0} events/s, {} after the warm-up); \
+         VmRSS start {rss_start} KiB, end {rss_end} KiB, max {rss_max} KiB, growth {growth} KiB \
+         (bound {MAX_RSS_GROWTH_KIB} KiB); hookgate_state_entries {entries_at_start} -> {entries_at_end}",
+        events as f64 / elapsed,
+        events - events_at_start,
+    );
+    println!("{figures}");
+
+    assert!(
+        growth < MAX_RSS_GROWTH_KIB,
+        "resident memory grew beyond the bound: {figures}"
+    );
+    // Flat because the marks went to disk, not because they were forgotten: the first
+    // events are still duplicates, under new request ids.
+    for n in [0, 1, events / 2] {
+        let id = format!("{run}-{n}");
+        let (s, a) = gw.deliver(&client, &event_body(&id), &unique("req")).await;
+        assert_eq!(
+            (s, outcome(&a)),
+            (200, "duplicate".into()),
+            "{id} after the flow: {a}"
+        );
+    }
+    // Nothing waits in the spool: the sentinel, published after every accepted event, is the
+    // first message the newly bound queue sees.
+    broker.bind("#").await;
+    let after_bind = ids_before_sentinel(&client, &gw, &broker).await;
+    assert!(
+        after_bind.is_empty(),
+        "events left behind the flow: {after_bind:?}"
+    );
+    broker.delete().await;
+}
