@@ -36,7 +36,11 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-#[tokio::test]
+/// The time the fixture was written at: its marks count for 72 hours after it, so the test
+/// runs the app at this time, not the wall clock's.
+const FIXTURE_NOW_MS: i64 = 1_800_000_000_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_written_by_the_previous_state_format_keeps_its_marks_and_guard_state() {
     require_broker!();
     let (_dir, broker, cfg) = fixture().await;
@@ -46,26 +50,28 @@ async fn a_store_written_by_the_previous_state_format_keeps_its_marks_and_guard_
     let cfg = cfg.with_spec_guard();
     let parsed = hookgate::config::Config::parse(&cfg.yaml()).expect("the test config parses");
     assert_eq!(parsed.routes[0].name, "botix", "the fixture's route");
-    let gw = Gateway::start(&cfg).await;
+    let now = FIXTURE_NOW_MS + 3_600_000;
+    let app = InProcess::start_at(&cfg.yaml(), now).await;
     let client = client(None);
-    wait_broker_connected(&client, &gw).await;
+    let event_at = |id: &str| {
+        serde_json::json!({"id": id, "event": "contact.created", "timestamp": rfc3339_ms(now), "data": {}})
+            .to_string()
+    };
 
     // Event id evt_legacy_1 was marked done by the old journal: a new request id does not
     // make it new.
-    let (s, a) = gw
-        .deliver(&client, &event_body("evt_legacy_1"), "req_after_upgrade_1")
+    let (s, a) = app
+        .post(&client, &event_at("evt_legacy_1"), "req_after_upgrade_1")
         .await;
     assert_eq!(
         (s, outcome(&a)),
         (200, "duplicate".into()),
         "event id evt_legacy_1 from the previous format: {a}"
     );
-    assert_eq!(a["event_id"], "evt_legacy_1");
 
     // Request id req_legacy_3 was marked done too: a new event id under it is a duplicate.
-    let fresh_id = unique("evt_under_req_legacy_3");
-    let (s, a) = gw
-        .deliver(&client, &event_body(&fresh_id), "req_legacy_3")
+    let (s, a) = app
+        .post(&client, &event_at("evt_under_req_legacy_3"), "req_legacy_3")
         .await;
     assert_eq!(
         (s, outcome(&a)),
@@ -74,11 +80,11 @@ async fn a_store_written_by_the_previous_state_format_keeps_its_marks_and_guard_
     );
 
     // msg_legacy_1 was `delivered` (rank 3): a `sent` is stale.
-    let (s, a) = gw
-        .deliver(
+    let (s, a) = app
+        .post(
             &client,
-            &status_body(&unique("evt_sent"), "msg_legacy_1", "sent"),
-            &unique("req"),
+            &status_at("evt_sent", "msg_legacy_1", "sent", now),
+            "req_sent",
         )
         .await;
     assert_eq!(
@@ -88,33 +94,27 @@ async fn a_store_written_by_the_previous_state_format_keeps_its_marks_and_guard_
     );
 
     // +15550001111 opted out of +15550002222: a second STOP is a repeat.
-    let (s, a) = gw
-        .deliver(
-            &client,
-            &keyword_between(
-                &unique("evt_stop"),
-                "+15550001111",
-                "+15550002222",
-                "STOP",
-                wall_ms(),
-            ),
-            &unique("req"),
-        )
-        .await;
+    let stop = keyword_between("evt_stop", "+15550001111", "+15550002222", "STOP", now);
+    let (s, a) = app.post(&client, &stop, "req_stop").await;
     assert_eq!(
         (s, outcome(&a)),
         (200, "dropped:repeated_stop".into()),
         "keyword guard state from the previous format: {a}"
     );
 
-    // A fresh event goes through, and it is the only thing published.
-    let fresh = unique("evt_fresh");
-    gw.accept(&client, &fresh).await;
+    // A fresh event goes through, and it is the only thing published before the sentinel.
+    let (s, a) = app.post(&client, &event_at("evt_fresh"), "req_fresh").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()), "{a}");
+    let (s, _) = app
+        .post(&client, &event_at("sentinel"), "req_sentinel")
+        .await;
+    assert_eq!(s, 200);
     assert_eq!(
-        ids_before_sentinel(&client, &gw, &broker).await,
-        vec![fresh],
+        ids(&broker.until("sentinel").await),
+        vec!["evt_fresh"],
         "only the fresh event is published"
     );
+    app.stop().await;
     broker.delete().await;
 }
 

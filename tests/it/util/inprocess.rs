@@ -21,9 +21,15 @@ pub struct InProcess {
 impl InProcess {
     /// Serves `yaml` on port 0 with a background sweep every 20 ms.
     pub async fn start(yaml: &str) -> Self {
+        Self::start_at(yaml, super::wall_ms()).await
+    }
+
+    /// As [`InProcess::start`], with the clock at `now_ms` from the start (the state store
+    /// opens at that time).
+    pub async fn start_at(yaml: &str, now_ms: i64) -> Self {
         let config = hookgate::config::Config::parse(yaml).expect("config");
         let prepared = hookgate::app::prepare(config).expect("prepare");
-        let now = Arc::new(AtomicI64::new(super::wall_ms()));
+        let now = Arc::new(AtomicI64::new(now_ms));
         let clock: hookgate::clock::Clock = {
             let now = now.clone();
             Arc::new(move || now.load(Ordering::SeqCst))
