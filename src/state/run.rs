@@ -33,6 +33,10 @@ const PAGE_BYTES: usize = 8192;
 const RECORD_HEAD: usize = 16 + 8 + 4;
 /// Bytes of one index entry.
 const INDEX_ENTRY: u64 = 16;
+/// A run being written is synced every this many bytes. Left to the kernel, a merge's
+/// gigabyte of dirty pages was written back all at once, and the journal's fsync, which
+/// requests wait for, waited behind it (a p99 of 0.5 s at ten million marks).
+const SYNC_EVERY: u64 = 8 << 20;
 
 /// A stored value with the time it may be forgotten.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -264,6 +268,7 @@ pub struct RunWriter {
     entries: u64,
     max_expires_ms: i64,
     last_key: Option<Digest>,
+    synced_at: u64,
 }
 
 impl RunWriter {
@@ -289,6 +294,7 @@ impl RunWriter {
             entries: 0,
             max_expires_ms: i64::MIN,
             last_key: None,
+            synced_at: HEADER_BYTES,
         })
     }
 
@@ -324,6 +330,11 @@ impl RunWriter {
         self.out.write_all(&value_len.to_le_bytes())?;
         self.out.write_all(&value)?;
         self.at += len as u64;
+        if self.at - self.synced_at >= SYNC_EVERY {
+            self.out.flush()?;
+            self.out.get_ref().sync_data()?;
+            self.synced_at = self.at;
+        }
         self.bloom.insert(key);
         self.entries += 1;
         self.max_expires_ms = self.max_expires_ms.max(expires_ms);
