@@ -328,7 +328,7 @@ impl RunWriter {
         let value_len = u32::try_from(value.len())
             .map_err(|_| StoreError::Corrupt("state value over 4 GiB".into()))?;
         self.out.write_all(&value_len.to_le_bytes())?;
-        self.out.write_all(&value)?;
+        self.out.write_all(value)?;
         self.at += len as u64;
         if self.at - self.synced_at >= SYNC_EVERY {
             self.out.flush()?;
