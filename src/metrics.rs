@@ -348,7 +348,7 @@ impl Metrics {
         let state_entries = Gauge::default();
         registry.register(
             "state_entries",
-            "Dedup marks and guard states held in memory (sled backend)",
+            "Dedup marks and guard states held by the sled backend, in memory and in runs on disk",
             state_entries.clone(),
         );
         let connections_closed = reason_family(&CLOSE_REASONS);
