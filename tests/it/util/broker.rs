@@ -76,6 +76,17 @@ impl Broker {
         b
     }
 
+    /// A new exchange with a queue bound to every routing key that keeps only the newest
+    /// `max` messages (the broker drops the oldest), so a long flow of events leaves the
+    /// broker's memory out of the picture.
+    pub async fn keeping_newest(max: i32) -> Self {
+        let mut args = FieldTable::default();
+        args.insert("x-max-length".into(), AMQPValue::LongInt(max));
+        let b = Self::declare(args).await;
+        b.bind("#").await;
+        b
+    }
+
     /// A new exchange and queue, the queue not bound yet (so publishes are unroutable).
     pub async fn unbound() -> Self {
         Self::declare(FieldTable::default()).await
