@@ -228,8 +228,16 @@ impl Iterator for RunRecords {
             return None;
         }
         let mut head = [0u8; RECORD_HEAD];
+        let left = self.left;
         let read = self.reader.read_exact(&mut head).and_then(|()| {
             let len = u32::from_le_bytes([head[24], head[25], head[26], head[27]]) as usize;
+            // A damaged length must not become a huge allocation.
+            if (RECORD_HEAD + len) as u64 > left {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "state run record longer than its run",
+                ));
+            }
             let mut value = vec![0u8; len];
             self.reader.read_exact(&mut value)?;
             Ok(value)
@@ -501,6 +509,28 @@ mod tests {
         for r in &records {
             assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
         }
+    }
+
+    #[test]
+    fn a_damaged_record_length_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let records = sorted_records(2, 17);
+        let mut writer = RunWriter::create(dir.path(), "r", 2).expect("create");
+        for r in &records {
+            writer.push(r).expect("push");
+        }
+        let path = writer.finish(info(1)).expect("finish");
+        let mut bytes = std::fs::read(&path).expect("read");
+        let at = HEADER_BYTES as usize + 24;
+        bytes[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(&path, &bytes).expect("write");
+        let run = Run::open(&path).expect("header, index and filter are intact");
+        let first = run.records().expect("records").next().expect("an item");
+        assert!(first.is_err(), "{first:?}");
+        assert!(matches!(
+            run.get(&records[1].key),
+            Err(StoreError::Corrupt(_))
+        ));
     }
 
     #[test]
