@@ -377,6 +377,54 @@ mod tests {
     }
 
     #[test]
+    fn merges_keep_their_place_and_reopens_keep_every_run() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = Runs::open(dir.path()).expect("open");
+        let levels = |runs: &Runs| {
+            runs.snapshot()
+                .iter()
+                .map(|r| r.info().level)
+                .collect::<Vec<_>>()
+        };
+        for round in 0..FANOUT {
+            flush(
+                &runs,
+                &[record("k", 1_000, &format!("old{round}"))],
+                0,
+                5_000,
+            );
+        }
+        flush(&runs, &[record("k", 1_000, "newest")], 0, 5_000);
+        assert!(runs.merge_one(0, 5_000, &|| false).expect("merge"));
+        // The merged run takes its sources' place, behind the newer run.
+        assert_eq!(levels(&runs), vec![1, 0]);
+        assert_eq!(value(&runs, "k").as_deref(), Some("newest"));
+        for round in 0..FANOUT - 1 {
+            flush(
+                &runs,
+                &[record(&format!("more{round}"), 1_000, "m")],
+                0,
+                5_000,
+            );
+        }
+        // Four level-0 runs behind a level-1 run merge with each other, not with it.
+        assert!(runs.merge_one(0, 5_000, &|| false).expect("merge"));
+        assert_eq!(levels(&runs), vec![1, 1]);
+        drop(runs);
+        // Neither run's span lies inside the other's: both stay, and a new flush after the
+        // reopen gets a span of its own, which the next reopen keeps too.
+        let runs = Runs::open(dir.path()).expect("reopen");
+        assert_eq!(levels(&runs), vec![1, 1]);
+        flush(&runs, &[record("later", 1_000, "l")], 0, 5_000);
+        drop(runs);
+        let runs = Runs::open(dir.path()).expect("reopen");
+        assert_eq!(levels(&runs), vec![1, 1, 0]);
+        assert_eq!(value(&runs, "k").as_deref(), Some("newest"));
+        assert_eq!(value(&runs, "more0").as_deref(), Some("m"));
+        assert_eq!(value(&runs, "later").as_deref(), Some("l"));
+    }
+
+    #[test]
     fn sources_left_by_a_crash_during_a_merge_are_deleted_at_open() {
         let dir = tempfile::tempdir().expect("tempdir");
         let runs = Runs::open(dir.path()).expect("open");
