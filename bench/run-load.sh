@@ -120,26 +120,23 @@ BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json
     >"$TMP/hookgate.log" 2>&1 &
 PID_hookgate=$!
 PIDS+=("$PID_hookgate")
-if [[ -n $BASELINE ]]; then
-    sed -e "s/127.0.0.1:$PORT_HG/127.0.0.1:$PORT_BASE_HG/" \
-        -e "s/127.0.0.1:$PORT_ADMIN/127.0.0.1:$PORT_BASE_ADMIN/" \
-        -e "s#path: $TMP/store#path: $TMP/store-baseline#" "$TMP/hookgate.yaml" >"$TMP/baseline.yaml"
-    BENCH_SECRET=$SECRET "$BASELINE" --config "$TMP/baseline.yaml" --log-format json \
-        >"$TMP/baseline.log" 2>&1 &
-    PID_baseline=$!
-    PIDS+=("$PID_baseline")
-    TARGETS="$TARGETS baseline"
-fi
+# start_beside NAME BINARY PORT ADMIN_PORT: a second gateway, target NAME, with the config
+# above on ports of its own and the store $TMP/store-NAME.
+start_beside() {
+    local name=$1 binary=$2 port=$3 admin=$4
+    sed -e "s/127.0.0.1:$PORT_HG/127.0.0.1:$port/" \
+        -e "s/127.0.0.1:$PORT_ADMIN/127.0.0.1:$admin/" \
+        -e "s#path: $TMP/store#path: $TMP/store-$name#" "$TMP/hookgate.yaml" >"$TMP/$name.yaml"
+    BENCH_SECRET=$SECRET "$binary" --config "$TMP/$name.yaml" --log-format json \
+        >"$TMP/$name.log" 2>&1 &
+    printf -v "PID_$name" '%s' $!
+    PIDS+=("$!")
+    TARGETS="$TARGETS $name"
+}
+[[ -z $BASELINE ]] || start_beside baseline "$BASELINE" "$PORT_BASE_HG" "$PORT_BASE_ADMIN"
 if [[ -n $PRELOADED ]]; then
     cp -a "$PRELOADED" "$TMP/store-preloaded"
-    sed -e "s/127.0.0.1:$PORT_HG/127.0.0.1:$PORT_PRE_HG/" \
-        -e "s/127.0.0.1:$PORT_ADMIN/127.0.0.1:$PORT_PRE_ADMIN/" \
-        -e "s#path: $TMP/store#path: $TMP/store-preloaded#" "$TMP/hookgate.yaml" >"$TMP/preloaded.yaml"
-    BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/preloaded.yaml" --log-format json \
-        >"$TMP/preloaded.log" 2>&1 &
-    PID_preloaded=$!
-    PIDS+=("$PID_preloaded")
-    TARGETS="$TARGETS preloaded"
+    start_beside preloaded "$HOOKGATE" "$PORT_PRE_HG" "$PORT_PRE_ADMIN"
 fi
 "$LOAD" --serve-baseline http --listen "127.0.0.1:$PORT_HTTP" \
     --cert "$TMP/tls.crt" --key "$TMP/tls.key" >"$TMP/http.log" 2>&1 &

@@ -68,6 +68,12 @@ pub struct Settings {
     pub clock: Clock,
 }
 
+impl Settings {
+    fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
 /// What [`Journal::modify`] does to a key.
 pub enum Change<'v> {
     /// Leave it as it is.
@@ -595,8 +601,7 @@ impl Shared {
             return Ok(());
         }
         entries.sort_unstable_by_key(|e| e.0 .0);
-        let rewrite_after_ms = (self.settings.clock)()
-            .saturating_add(i64::try_from(self.settings.ttl.as_millis()).unwrap_or(i64::MAX));
+        let rewrite_after_ms = (self.settings.clock)().saturating_add(self.settings.ttl_ms());
         let records = entries.iter().map(|(key, expires_ms, at, len)| {
             let at = *at as usize;
             (key, *expires_ms, &values[at..at + *len as usize])
@@ -642,7 +647,7 @@ impl Shared {
         if self.stopping() {
             return Ok(());
         }
-        let ttl_ms = i64::try_from(self.settings.ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl_ms = self.settings.ttl_ms();
         self.runs.drop_expired((self.settings.clock)())?;
         while !self.stopping()
             && self

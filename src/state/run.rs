@@ -96,14 +96,13 @@ impl Run {
         if take(8) != MAGIC {
             return Err(corrupt("not a run file of this version"));
         }
+        let (first, last, level) = (u64_at(take(8)), u64_at(take(8)), u32_at(take(4)));
+        take(4); // padding
         let info = RunInfo {
-            first: u64_at(take(8)),
-            last: u64_at(take(8)),
-            level: u32_at(take(4)),
-            entries: {
-                take(4);
-                u64_at(take(8))
-            },
+            first,
+            last,
+            level,
+            entries: u64_at(take(8)),
             max_expires_ms: u64_at(take(8)) as i64,
             journal_below: u64_at(take(8)),
             rewrite_after_ms: u64_at(take(8)) as i64,
