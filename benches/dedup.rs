@@ -22,10 +22,11 @@ fn claim_and_done(c: &mut Criterion) {
         hot_entries: 65_536,
         ttl: Duration::from_secs(72 * 3600),
         clock: std::sync::Arc::new(move || now),
+        segment_bytes: 4 << 20,
     };
     let journal = Journal::open(
         store.tree("state").expect("tree"),
-        &dir.path().join("runs"),
+        dir.path(),
         now,
         settings,
     )

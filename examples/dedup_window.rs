@@ -24,7 +24,7 @@ use hdrhistogram::Histogram;
 use hookgate::state::journal::{Journal, Settings};
 use hookgate::state::keys::StoreKey;
 use hookgate::state::marks::{Claim, KeyState, SledMarks};
-use hookgate::state::{JOURNAL_TREE, RUNS_DIR};
+use hookgate::state::JOURNAL_TREE;
 use hookgate::store::{Store, DEFAULT_CACHE_BYTES};
 
 // The gateway's allocator, so that resident sizes compare.
@@ -87,10 +87,11 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         hot_entries: hot_entries(),
         ttl: TTL,
         clock: Arc::new(move || clock_now.load(Ordering::SeqCst)),
+        segment_bytes: 4 << 20,
     };
     let journal = Journal::open(
         store.tree(JOURNAL_TREE)?,
-        &dir.join(RUNS_DIR),
+        dir,
         now.load(Ordering::SeqCst),
         settings,
     )?;

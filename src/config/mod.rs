@@ -133,6 +133,10 @@ pub struct StoreConfig {
     /// Dedup marks and guard entries held in memory before they are written to a run on
     /// disk (sled backend). Default 65536.
     pub hot_entries: usize,
+    /// Size of one state journal segment file, written in full before use (sled backend).
+    /// Default 4MiB.
+    #[serde(with = "size")]
+    pub journal_segment: u64,
 }
 
 impl Default for StoreConfig {
@@ -141,6 +145,7 @@ impl Default for StoreConfig {
             path: PathBuf::from("/var/lib/hookgate"),
             cache: 32 << 20,
             hot_entries: 65_536,
+            journal_segment: 4 << 20,
         }
     }
 }
@@ -771,6 +776,9 @@ impl Config {
         }
         if self.store.cache < 1 << 20 {
             return invalid("store.cache: must be at least 1MiB".into());
+        }
+        if self.store.journal_segment < 64 << 10 {
+            return invalid("store.journal_segment: must be at least 64KiB".into());
         }
         self.validate_hardening()?;
         if self.dedup.in_flight_lease <= self.amqp.confirm_timeout {
@@ -1429,6 +1437,11 @@ routes:
                 "store.cache",
             ),
             (
+                "a journal segment under 64KiB",
+                format!("{MINIMAL}store: {{journal_segment: 63KiB}}\n"),
+                "store.journal_segment",
+            ),
+            (
                 "a header limit under 1KiB",
                 format!("{MINIMAL}limits: {{max_header_bytes: 1000}}\n"),
                 "limits.max_header_bytes",
@@ -1484,7 +1497,8 @@ routes:
         // The limits' edges are allowed.
         let header_at_limit = format!("{MINIMAL}limits: {{max_header_bytes: 1024}}\n");
         assert!(Config::parse(&header_at_limit).is_ok());
-        let store_at_limits = format!("{MINIMAL}store: {{hot_entries: 1024, cache: 1MiB}}\n");
+        let store_at_limits =
+            format!("{MINIMAL}store: {{hot_entries: 1024, cache: 1MiB, journal_segment: 64KiB}}\n");
         assert!(Config::parse(&store_at_limits).is_ok());
         let budget_of_one_body =
             format!("{MINIMAL}limits: {{max_body_bytes: 2KiB, max_unverified_body_bytes: 2KiB}}\n");

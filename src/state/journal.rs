@@ -1,10 +1,11 @@
 //! The sled backend's dedup marks and guard state: a bounded hot set in memory, the rest in
-//! sorted runs on disk ([`Runs`]), and a journal in sled that makes the hot set durable.
+//! sorted runs on disk ([`Runs`]), and a journal of segment files ([`Wal`]) that makes the
+//! hot set durable.
 //!
 //! Requests read and change the hot set: one of 1,024 maps (chosen by key hash) under its
 //! mutex. A key the hot set does not hold is looked up in the runs, newest first: the
 //! runs' filters rule most of them out without a disk read. Every durable change appends a
-//! record to the open journal batch; a writer thread stores the batch as one sled entry and
+//! record to the open journal batch; a writer thread appends the batch to the journal and
 //! fsyncs (a group commit: the batch that arrives during one flush shares the next), and a
 //! request that changed or read state waits with [`Journal::durable`] for the batch holding
 //! everything it saw before it answers 200. Claims are never written: after a crash nothing
@@ -12,6 +13,10 @@
 //!
 //! Why not one sled key per mark: at five million random keys sled took 7 GB of memory
 //! with a 64 MiB cache and 24,000 inserts a second (ARCHITECTURE.md, "State on disk").
+//! Why not batches in sled: its writes and syncs took a third of the gateway's CPU under
+//! load; the journal's own file needs one `pwrite` and one `fdatasync` per commit.
+//! Stores written before the journal had files hold their batches in a sled tree: they are
+//! replayed at open and deleted once a run holds them.
 //!
 //! Once the hot set holds `hot_entries` entries, a flush thread writes those whose records
 //! are on disk as a run, then forgets them and the journal batches the run now holds. A
@@ -24,7 +29,7 @@
 
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
@@ -36,7 +41,13 @@ use tokio::sync::watch;
 use crate::clock::Clock;
 use crate::state::keys::{Digest, StoreKey};
 use crate::state::runs::Runs;
+use crate::state::wal::{Frame, Wal, FRAME_HEAD};
 use crate::store::{StoreError, Tree};
+
+/// Folder of the state's runs, inside the store's directory.
+pub const RUNS_DIR: &str = "state-runs";
+/// Folder of the state journal's segments, inside the store's directory.
+pub const JOURNAL_DIR: &str = "state-journal";
 
 /// The open batch's buffer is allocated with room for this much; a batch grows beyond it
 /// while a flush is slow.
@@ -52,6 +63,8 @@ const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
 const BACKGROUND_NICE: i32 = 10;
 /// Batch header: created_ms (i64) and record count (u32), little-endian.
 const HEADER_BYTES: usize = 12;
+/// An open batch's buffer holds its frame's head, the batch header, then its records.
+const EMPTY_BATCH: usize = FRAME_HEAD + HEADER_BYTES;
 /// The hot set is split so that two runtime workers rarely want the same lock and growing a
 /// part (which rehashes it under its lock) is short.
 const SHARDS: usize = 1024;
@@ -66,6 +79,8 @@ pub struct Settings {
     pub ttl: Duration,
     /// The clock of the background threads (expiry of runs).
     pub clock: Clock,
+    /// Size of a journal segment file.
+    pub segment_bytes: u64,
 }
 
 impl Settings {
@@ -147,6 +162,8 @@ pub struct SyncPoint(u64);
 /// Work asked of the background threads.
 #[derive(Default)]
 struct Asked {
+    /// The journal used its spare segment: prepare the next.
+    spare: bool,
     /// The hot set is full: write a run.
     flush: bool,
     /// A run was written, or a sweep is due: merge and delete runs.
@@ -159,16 +176,27 @@ pub struct Journal {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// What the requests and the threads share. Lock order: `writes`, `unwritten`, a shard,
-/// `open`.
+/// The journal's files and the batches taken from memory that are not on disk yet (a
+/// failing disk keeps them until a write succeeds).
+struct Writer {
+    wal: Wal,
+    pending: Vec<Open>,
+}
+
+/// What the requests and the threads share. Lock order: `writer`, a shard, `open`.
 struct Shared {
     shards: Vec<Mutex<Shard>>,
     open: Mutex<Open>,
     /// Wakes the writer for a batch's first record (waits on `open`).
     wake: Condvar,
-    /// Held while a batch is written, so batches land in sequence order.
-    writes: Mutex<()>,
-    tree: Tree,
+    /// Held while batches are written, so they land in sequence order.
+    writer: Mutex<Writer>,
+    /// Where the journal's segments are (spares are prepared there).
+    journal_dir: PathBuf,
+    /// Spares prepared so far: each gets a name of its own.
+    spares: AtomicU64,
+    /// Journal batches of a store written before the journal had files.
+    legacy: Tree,
     runs: Runs,
     settings: Settings,
     /// Entries in the hot set.
@@ -180,34 +208,45 @@ struct Shared {
     /// Wakes the flush and merge threads (waits on `asked`).
     asked_wake: Condvar,
     stop: AtomicBool,
-    /// Batches taken from memory that sled has not accepted yet (a failing disk).
-    unwritten: Mutex<Vec<Open>>,
     /// Set while writes fail; readiness reports it.
     failing: AtomicBool,
-    /// Batches below this were handed to sled (changed only under `writes`).
-    inserted_below: AtomicU64,
     /// What is on disk, for [`Journal::durable`].
     progress: watch::Sender<Progress>,
 }
 
 impl Journal {
-    /// Opens the runs in `runs_dir`, replays the journal batches they do not hold from `tree`
-    /// (values that expired by `now_ms` are dropped) and starts the threads. A store written
-    /// before runs existed holds its whole state in the journal: the replay reads it, and
-    /// the first flush moves it to runs.
+    /// Opens the runs and the journal in the store folder `dir`, replays the journal
+    /// batches the runs do not hold (values that expired by `now_ms` are dropped) and
+    /// starts the threads. Batches of a store written before the journal had files are
+    /// read from the sled tree `legacy` first; a store written before runs existed holds
+    /// its whole state there: the replay reads it, and the first flush moves it to runs.
     pub fn open(
-        tree: Tree,
-        runs_dir: &Path,
+        legacy: Tree,
+        dir: &Path,
         now_ms: i64,
         settings: Settings,
     ) -> Result<Arc<Self>, StoreError> {
-        let runs = Runs::open(runs_dir)?;
+        let runs = Runs::open(&dir.join(RUNS_DIR))?;
         let held_by_runs = runs.journal_below();
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
+        let mut replay = |seq: u64, batch: &[u8]| {
+            let Some((_, records)) = decode_batch(batch) else {
+                tracing::warn!(batch = seq, "unreadable state batch ignored");
+                return;
+            };
+            for (key, expires_ms, value) in records {
+                let entry = Entry {
+                    value: Value::new(value),
+                    expires_ms,
+                    batch: Some(seq),
+                };
+                shards[shard_of(&key)].insert(key, entry);
+            }
+        };
         let mut next_seq = held_by_runs;
         let mut after: Option<Vec<u8>> = None;
         loop {
-            let page = tree.page(after.as_deref(), 256)?;
+            let page = legacy.page(after.as_deref(), 256)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
             for (key, value) in page {
@@ -217,31 +256,34 @@ impl Journal {
                 if seq < held_by_runs {
                     // Its records are in a run; the flush that wrote it did not get to
                     // delete the batch.
-                    tree.remove(&key)?;
+                    legacy.remove(&key)?;
                     continue;
                 }
                 next_seq = seq + 1;
-                let Some((_, records)) = decode_batch(&value) else {
-                    tracing::warn!(batch = seq, "unreadable state batch ignored");
-                    continue;
-                };
-                for (key, expires_ms, value) in records {
-                    let entry = Entry {
-                        value: Value::new(value),
-                        expires_ms,
-                        batch: Some(seq),
-                    };
-                    shards[shard_of(&key)].insert(key, entry);
-                }
+                replay(seq, &value);
             }
         }
+        let journal_dir = dir.join(JOURNAL_DIR);
+        let (mut wal, highest) = Wal::open(&journal_dir, settings.segment_bytes, |seq, batch| {
+            // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
+            if seq >= held_by_runs {
+                replay(seq, batch);
+            }
+        })?;
+        wal.forget_below(held_by_runs)?;
+        let next_seq = highest.map_or(next_seq, |h| next_seq.max(h + 1));
         let held = shards.iter().map(HashMap::len).sum();
         let shared = Arc::new(Shared {
             shards: shards.into_iter().map(Mutex::new).collect(),
             open: Mutex::new(Open::new(next_seq)),
             wake: Condvar::new(),
-            writes: Mutex::new(()),
-            tree,
+            writer: Mutex::new(Writer {
+                wal,
+                pending: Vec::new(),
+            }),
+            journal_dir,
+            spares: AtomicU64::new(0),
+            legacy,
             runs,
             settings,
             held: AtomicUsize::new(held),
@@ -250,9 +292,7 @@ impl Journal {
             merging: Mutex::new(()),
             asked_wake: Condvar::new(),
             stop: AtomicBool::new(false),
-            unwritten: Mutex::new(Vec::new()),
             failing: AtomicBool::new(false),
-            inserted_below: AtomicU64::new(next_seq),
             progress: watch::Sender::new(Progress {
                 durable_below: next_seq,
                 failed_below: 0,
@@ -273,7 +313,10 @@ impl Journal {
             threads.push(thread);
         }
         shared.ask_flush_if_full();
-        shared.ask(|a| a.merge = true);
+        shared.ask(|a| {
+            a.merge = true;
+            a.spare = true;
+        });
         Ok(Arc::new(Self { shared, threads }))
     }
 
@@ -347,7 +390,7 @@ impl Journal {
         let value = Value::new(value);
         let batch = durable.then(|| {
             let mut open = self.shared.lock_open();
-            let was_empty = open.buf.len() == HEADER_BYTES;
+            let was_empty = open.buf.len() == EMPTY_BATCH;
             let seq = open.append(&key, expires_ms, value.as_slice(), now_ms);
             // The writer sleeps while there is nothing to write: wake it for the first
             // record of a batch (it takes the batch as soon as its last flush ends).
@@ -419,13 +462,13 @@ impl Journal {
     /// expired runs. Returns how many hot values went.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
         let removed = self.shared.forget_expired(now_ms);
-        // Also retries batches sled refused while no new records woke the writer.
+        // Also retries batches a failed write left while no new records woke the writer.
         self.shared.write_now()?;
         self.shared.ask(|a| a.merge = true);
         Ok(removed)
     }
 
-    /// Hands every appended record to sled and flushes it to disk now (shutdown, tests).
+    /// Writes every appended record to the journal and syncs it now (shutdown, tests).
     pub fn write_now(&self) -> Result<(), StoreError> {
         self.shared.write_now()
     }
@@ -446,7 +489,7 @@ impl Journal {
     /// change made before this call (and every value read before it).
     pub fn sync_point(&self) -> SyncPoint {
         let open = self.shared.lock_open();
-        let has_records = open.buf.len() > HEADER_BYTES;
+        let has_records = open.buf.len() > EMPTY_BATCH;
         SyncPoint(open.seq + u64::from(has_records))
     }
 
@@ -474,14 +517,20 @@ impl Journal {
         }
     }
 
-    /// Whether the last write to sled failed.
+    /// Whether the last write to the journal failed.
     pub fn is_failing(&self) -> bool {
         self.shared.failing.load(Ordering::SeqCst)
     }
 
-    /// Number of journal batches in sled (for tests).
-    pub fn batches_on_disk(&self) -> usize {
-        self.shared.tree.len()
+    /// Journal batches left in the sled tree of a store written before the journal had
+    /// files (for tests).
+    pub fn legacy_batches(&self) -> usize {
+        self.shared.legacy.len()
+    }
+
+    /// The journal's segment files (for tests).
+    pub fn journal_segments(&self) -> usize {
+        lock(&self.shared.writer).wal.segments()
     }
 }
 
@@ -511,48 +560,62 @@ impl Shared {
     }
 
     fn write_now(&self) -> Result<(), StoreError> {
-        let _writing = lock(&self.writes);
-        self.write_open()
+        let mut writer = lock(&self.writer);
+        self.write_open(&mut writer)
     }
 
-    /// Writes the open batch (and any earlier one sled refused) and flushes sled to disk;
-    /// the caller holds `writes`.
-    fn write_open(&self) -> Result<(), StoreError> {
-        let mut unwritten = lock(&self.unwritten);
+    /// Writes the open batch (and any earlier one a failed write left) and syncs it; the
+    /// caller holds `writer`.
+    fn write_open(&self, writer: &mut Writer) -> Result<(), StoreError> {
         // The next batch's buffer is allocated before the lock requests wait for.
         let mut next = Open::new(0);
         let taken = {
             let mut open = self.lock_open();
-            (open.buf.len() > HEADER_BYTES).then(|| {
+            (open.buf.len() > EMPTY_BATCH).then(|| {
                 next.seq = open.seq + 1;
                 std::mem::replace(&mut *open, next)
             })
         };
-        unwritten.extend(taken);
-        let attempted_below = unwritten
-            .last()
-            .map_or(self.inserted_below.load(Ordering::SeqCst), |b| b.seq + 1);
-        // Oldest first, and a batch leaves the queue only once sled took it.
-        while let Some(batch) = unwritten.first() {
-            if let Err(error) = self.tree.insert(&batch.seq.to_be_bytes(), &batch.buf) {
-                return Err(self.failed(error, attempted_below));
+        let Writer { wal, pending } = writer;
+        pending.extend(taken);
+        if let Some(last) = pending.last() {
+            let written_below = last.seq + 1;
+            let mut frames: Vec<Frame<'_>> = pending
+                .iter_mut()
+                .map(|batch| Frame {
+                    seq: batch.seq,
+                    bytes: &mut batch.buf,
+                })
+                .collect();
+            if let Err(error) = wal.commit(&mut frames) {
+                return Err(self.failed(error, written_below));
             }
-            self.inserted_below.store(batch.seq + 1, Ordering::SeqCst);
-            unwritten.remove(0);
-        }
-        drop(unwritten);
-        let inserted_below = self.inserted_below.load(Ordering::SeqCst);
-        if inserted_below > self.progress.borrow().durable_below {
-            if let Err(error) = self.tree.flush() {
-                return Err(self.failed(error, attempted_below));
-            }
+            pending.clear();
             self.progress
-                .send_modify(|p| p.durable_below = p.durable_below.max(inserted_below));
+                .send_modify(|p| p.durable_below = p.durable_below.max(written_below));
         }
         if self.failing.swap(false, Ordering::SeqCst) {
             tracing::info!("state journal written again");
         }
+        if wal.wants_spare() {
+            let mut asked = lock(&self.asked);
+            if !asked.spare {
+                asked.spare = true;
+                self.asked_wake.notify_all();
+            }
+        }
         Ok(())
+    }
+
+    /// Prepares the journal's next segment, so that the writer does not fill one while
+    /// requests wait for it.
+    fn prepare_spare(&self) -> Result<(), StoreError> {
+        if !lock(&self.writer).wal.wants_spare() {
+            return Ok(());
+        }
+        let name = format!("spare-{}", self.spares.fetch_add(1, Ordering::Relaxed));
+        let spare = Wal::prepare_spare(&self.journal_dir, self.settings.segment_bytes, &name)?;
+        lock(&self.writer).wal.adopt_spare(spare)
     }
 
     /// Records a failed write or flush of the batches below `attempted_below`: their
@@ -625,16 +688,17 @@ impl Shared {
             }
         }
         self.held.fetch_sub(forgotten, Ordering::Relaxed);
+        lock(&self.writer).wal.forget_below(below)?;
         let mut after: Option<Vec<u8>> = None;
         'pages: loop {
-            let page = self.tree.page(after.as_deref(), 256)?;
+            let page = self.legacy.page(after.as_deref(), 256)?;
             let Some((last, _)) = page.last() else { break };
             after = Some(last.clone());
             for (key, _) in page {
                 if decode_seq(&key).is_some_and(|seq| seq >= below) {
                     break 'pages;
                 }
-                self.tree.remove(&key)?;
+                self.legacy.remove(&key)?;
             }
         }
         self.ask(|a| a.merge = true);
@@ -662,14 +726,14 @@ impl Shared {
     }
 
     /// Waits until `take` finds work (it clears what it takes), or the journal stops.
-    fn wait_for_task(&self, take: impl Fn(&mut Asked) -> bool) -> bool {
+    fn wait_for_task<T>(&self, take: impl Fn(&mut Asked) -> Option<T>) -> Option<T> {
         let mut asked = lock(&self.asked);
         loop {
             if self.stopping() {
-                return false;
+                return None;
             }
-            if take(&mut asked) {
-                return true;
+            if let Some(task) = take(&mut asked) {
+                return Some(task);
             }
             asked = self
                 .asked_wake
@@ -705,7 +769,7 @@ fn write_loop(shared: &Shared) {
     while !shared.stopping() {
         {
             let mut open = shared.lock_open();
-            while open.buf.len() == HEADER_BYTES && !shared.stopping() {
+            while open.buf.len() == EMPTY_BATCH && !shared.stopping() {
                 open = shared
                     .wake
                     .wait(open)
@@ -729,22 +793,38 @@ fn lower_priority() {
     }
 }
 
-/// The flush thread: writes a run whenever the hot set is full.
+/// The flush thread: prepares the journal's next segment when its spare was used, and
+/// writes a run whenever the hot set is full.
 fn flush_loop(shared: &Shared) {
     lower_priority();
-    while shared.wait_for_task(|a| std::mem::take(&mut a.flush)) {
-        if let Err(error) = shared.flush_to_run() {
-            tracing::error!(%error, "state run not written; the hot set keeps it and retries");
-            std::thread::sleep(BACKGROUND_RETRY);
+    let take = |a: &mut Asked| {
+        let (spare, flush) = (std::mem::take(&mut a.spare), std::mem::take(&mut a.flush));
+        (spare || flush).then_some((spare, flush))
+    };
+    while let Some((spare, flush)) = shared.wait_for_task(take) {
+        if spare {
+            if let Err(error) = shared.prepare_spare() {
+                // The writer makes its next segment itself then.
+                tracing::warn!(%error, "state journal segment not prepared");
+            }
         }
-        shared.ask_flush_if_full();
+        if flush {
+            if let Err(error) = shared.flush_to_run() {
+                tracing::error!(%error, "state run not written; the hot set keeps it and retries");
+                std::thread::sleep(BACKGROUND_RETRY);
+            }
+            shared.ask_flush_if_full();
+        }
     }
 }
 
 /// The merge thread: merges and deletes runs after each flush and sweep.
 fn merge_loop(shared: &Shared) {
     lower_priority();
-    while shared.wait_for_task(|a| std::mem::take(&mut a.merge)) {
+    while shared
+        .wait_for_task(|a| std::mem::take(&mut a.merge).then_some(()))
+        .is_some()
+    {
         match shared.merge_due() {
             Ok(()) => {}
             Err(_) if shared.stopping() => return,
@@ -770,22 +850,24 @@ impl Open {
         // Room for a full batch up front: growing the buffer record by record copied it
         // again and again on the request path.
         let mut buf = Vec::with_capacity(BATCH_CAPACITY);
-        buf.resize(HEADER_BYTES, 0);
+        buf.resize(EMPTY_BATCH, 0);
         Self { seq, buf }
     }
 
     /// Appends a record and returns the batch's sequence number.
     fn append(&mut self, key: &Digest, expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
         let buf = &mut self.buf;
-        if buf.len() == HEADER_BYTES {
-            buf[..8].copy_from_slice(&now_ms.to_le_bytes());
+        let header = FRAME_HEAD;
+        if buf.len() == EMPTY_BATCH {
+            buf[header..header + 8].copy_from_slice(&now_ms.to_le_bytes());
         }
         buf.extend_from_slice(&key.0);
         buf.extend_from_slice(&expires_ms.to_le_bytes());
         buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
         buf.extend_from_slice(value);
-        let count = u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) + 1;
-        buf[8..12].copy_from_slice(&count.to_le_bytes());
+        let at = header + 8;
+        let count = u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) + 1;
+        buf[at..at + 4].copy_from_slice(&count.to_le_bytes());
         self.seq
     }
 }
@@ -835,6 +917,7 @@ pub(crate) mod tests {
             hot_entries,
             ttl: DAY,
             clock: Arc::new(move || now.load(Ordering::SeqCst)),
+            segment_bytes: 1 << 20,
         }
     }
 
@@ -844,7 +927,7 @@ pub(crate) mod tests {
         let now = Arc::new(AtomicI64::new(now_ms));
         Journal::open(
             store.tree("state").expect("tree"),
-            &dir.join("runs"),
+            dir,
             now_ms,
             settings(usize::MAX, &now),
         )
@@ -897,7 +980,7 @@ pub(crate) mod tests {
                 put(&j, &[i], &[i, i], 1_000, 0);
             }
             j.flush_to_run().expect("flush");
-            assert_eq!((j.hot_len(), j.runs(), j.batches_on_disk()), (0, 1, 0));
+            assert_eq!((j.hot_len(), j.runs(), j.journal_segments()), (0, 1, 1));
             for i in 0..10u8 {
                 assert_eq!(get(&j, &[i]), Some(vec![i, i]), "key {i} from the run");
             }
@@ -916,24 +999,57 @@ pub(crate) mod tests {
         assert_eq!(j.len(), 12, "the run's ten and the hot two");
     }
 
+    /// A batch as a store written before the journal had files holds it in sled.
+    fn legacy_batch(seq: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
+        let mut open = Open::new(seq);
+        open.append(&StoreKey::raw(key).digest(), 1_000, value, 0);
+        open.buf[FRAME_HEAD..].to_vec()
+    }
+
+    #[test]
+    fn batches_of_the_sled_journal_are_replayed_then_moved_to_a_run() {
+        let (dir, store) = temp_store();
+        let tree = store.tree("state").expect("tree");
+        tree.insert(&0u64.to_be_bytes(), &legacy_batch(0, b"a", b"1"))
+            .expect("insert");
+        tree.insert(&1u64.to_be_bytes(), &legacy_batch(1, b"b", b"2"))
+            .expect("insert");
+        {
+            let j = open_at(&store, dir.path(), 0);
+            assert_eq!(
+                (get(&j, b"a"), get(&j, b"b")),
+                (Some(b"1".to_vec()), Some(b"2".to_vec()))
+            );
+            put(&j, b"a", b"3", 1_000, 0);
+            assert!(j.sync_point().0 > 1, "numbered after the sled batches");
+            assert_eq!(j.legacy_batches(), 2);
+            j.flush_to_run().expect("flush");
+            assert_eq!(
+                (j.legacy_batches(), j.hot_len()),
+                (0, 0),
+                "a run holds them"
+            );
+        }
+        let j = open_at(&store, dir.path(), 0);
+        assert_eq!(get(&j, b"a").as_deref(), Some(&b"3"[..]));
+        assert_eq!(get(&j, b"b").as_deref(), Some(&b"2"[..]));
+    }
+
     #[test]
     fn a_batch_a_run_holds_is_not_replayed_over_the_run() {
         let (dir, store) = temp_store();
-        let tree = store.tree("state").expect("tree");
-        let stale = {
+        {
             let j = open_at(&store, dir.path(), 0);
-            put(&j, b"k", b"old", 1_000, 0);
-            j.write_now().expect("write");
-            let stale = tree.first().expect("first").expect("the batch");
             put(&j, b"k", b"new", 1_000, 0);
             j.flush_to_run().expect("flush");
-            stale
-        };
-        // As if the flush had written its run but not deleted the batches it holds.
-        tree.insert(&stale.0, &stale.1).expect("insert");
+        }
+        // As if the flush had written its run but not deleted the sled batch it holds.
+        let tree = store.tree("state").expect("tree");
+        tree.insert(&0u64.to_be_bytes(), &legacy_batch(0, b"k", b"old"))
+            .expect("insert");
         let j = open_at(&store, dir.path(), 0);
         assert_eq!(get(&j, b"k").as_deref(), Some(&b"new"[..]));
-        assert_eq!(j.batches_on_disk(), 0, "deleted at open");
+        assert_eq!((j.legacy_batches(), j.hot_len()), (0, 0), "deleted at open");
     }
 
     #[test]
@@ -957,7 +1073,7 @@ pub(crate) mod tests {
         let now = Arc::new(AtomicI64::new(0));
         let j = Journal::open(
             store.tree("state").expect("tree"),
-            &dir.path().join("runs"),
+            dir.path(),
             0,
             settings(8, &now),
         )
@@ -991,7 +1107,6 @@ pub(crate) mod tests {
         j.durable(point, Duration::from_secs(5))
             .await
             .expect("flushed by the writer thread");
-        assert_eq!(j.batches_on_disk(), 1);
         assert!(j.shared.progress.borrow().durable_below >= point.0);
     }
 
@@ -1000,8 +1115,8 @@ pub(crate) mod tests {
         assert!(decode_batch(&[0; 5]).is_none());
         let mut open = Open::new(0);
         open.append(&Digest::of(b"key"), 7, b"value", 1);
-        let full = open.buf;
-        let (created, records) = decode_batch(&full).expect("whole batch");
+        let full = &open.buf[FRAME_HEAD..];
+        let (created, records) = decode_batch(full).expect("whole batch");
         assert_eq!((created, records.len()), (1, 1));
         assert!(decode_batch(&full[..full.len() - 1]).is_none());
     }

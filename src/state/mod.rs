@@ -11,6 +11,7 @@ pub mod marks;
 pub mod redis;
 pub mod run;
 pub mod runs;
+pub mod wal;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,10 +28,10 @@ use crate::state::marks::{Claim, KeyState, SledMarks};
 use crate::state::redis::{RedisState, RedisTarget};
 use crate::store::{Store, StoreError};
 
-/// Name of the sled tree that holds the state journal.
+/// Name of the sled tree that held the state journal before it had files of its own; a
+/// store written then is read from it once.
 pub const JOURNAL_TREE: &str = "state";
-/// Folder of the state's runs, inside the store's directory.
-pub const RUNS_DIR: &str = "state-runs";
+pub use journal::{JOURNAL_DIR, RUNS_DIR};
 
 /// How long a request waits for the group commit that puts its state on disk before it
 /// answers 503 instead of 200 (a disk that stalls, or a full one).
@@ -116,13 +117,10 @@ impl StateStore {
                     hot_entries: config.store.hot_entries,
                     ttl: config.dedup.ttl,
                     clock,
+                    segment_bytes: config.store.journal_segment,
                 };
-                let journal = Journal::open(
-                    store.tree(JOURNAL_TREE)?,
-                    &store.dir().join(RUNS_DIR),
-                    now_ms,
-                    settings,
-                )?;
+                let journal =
+                    Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;
                 Ok(StateStore::Sled(SledState {
                     marks: SledMarks::new(journal.clone(), config.dedup.in_flight_lease),
                     journal,

@@ -173,11 +173,7 @@ async fn memory_stays_flat_while_unique_events_flow_through_the_binary() {
     let broker = Broker::keeping_newest(1_000).await;
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
-    // GatewayConfig writes `store:` with `path:` alone; the key goes on the line after it.
-    cfg.store = PathBuf::from(format!(
-        "{}\n  hot_entries: {HOT_ENTRIES}",
-        cfg.store.display()
-    ));
+    cfg.store_extra = format!("  hot_entries: {HOT_ENTRIES}\n");
     let parsed = hookgate::config::Config::parse(&cfg.yaml()).expect("the test config parses");
     assert_eq!(
         parsed.store.hot_entries, HOT_ENTRIES,

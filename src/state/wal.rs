@@ -1,0 +1,483 @@
+//! The state journal's files: batches appended to segment files and made durable with one
+//! `fdatasync` per group commit.
+//!
+//! A segment is `<number, 16 hex digits>.wal`: an 8-byte magic, then frames, then zeros up
+//! to its size. A frame is `len (u32) | crc32 (u32) | seq (u64) | batch (len bytes)`,
+//! little-endian, the checksum over `seq | batch`. A segment is zero-filled and synced
+//! before its first frame is written, so a commit overwrites blocks that already exist: the
+//! `fdatasync` writes data and no file system metadata. On this machine's virtual disk
+//! that made a commit about 2.4 times cheaper in time than appending to a growing file.
+//!
+//! Reading stops at the first frame that is zero, cut short, fails its checksum or does
+//! not follow the previous one's sequence number: the end of what was written, or a write
+//! a crash cut short (never acknowledged, since the commit's `fdatasync` did not return).
+//! After a failed write or `fdatasync` the segment is not trusted again (a failed `fsync`
+//! may have dropped pages that later read back as written): the batches are written again
+//! to a new segment. A later segment may so repeat batches of an earlier one; replaying
+//! every segment in order gives the same state.
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::state::run::sync_dir;
+use crate::store::StoreError;
+
+const MAGIC: [u8; 8] = *b"hgwal\0\0\x01";
+/// Bytes before a frame's batch: length, checksum, sequence number.
+pub const FRAME_HEAD: usize = 16;
+/// A segment being filled has this suffix until it is renamed to its number.
+const FILLING: &str = ".tmp";
+static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
+
+/// A batch ready to be written: a frame whose head [`seal`] fills.
+pub struct Frame<'a> {
+    /// The frame's sequence number.
+    pub seq: u64,
+    /// The frame: [`FRAME_HEAD`] bytes, then the batch.
+    pub bytes: &'a mut [u8],
+}
+
+/// The segment being written.
+struct Active {
+    number: u64,
+    file: File,
+    /// Where the next frame goes.
+    offset: u64,
+    /// The last sequence number written to it, if any.
+    last_seq: Option<u64>,
+    /// A write or `fdatasync` to it failed: the next commit goes to a new segment.
+    broken: bool,
+}
+
+/// A segment that is no longer written.
+struct Sealed {
+    number: u64,
+    last_seq: Option<u64>,
+}
+
+/// The journal's segment files.
+pub struct Wal {
+    dir: PathBuf,
+    segment_bytes: u64,
+    active: Active,
+    /// Oldest first.
+    sealed: VecDeque<Sealed>,
+    /// A prepared segment for the next rotation.
+    spare: Option<Spare>,
+}
+
+/// A zero-filled segment file under a temporary name, ready to be the next segment.
+pub struct Spare {
+    path: PathBuf,
+    file: File,
+}
+
+impl Wal {
+    /// Opens the segments in `dir` (created if absent), hands every readable batch to
+    /// `replay` in order, with its sequence number, and starts a new segment. Returns the
+    /// journal and the sequence number after the highest read.
+    pub fn open(
+        dir: &Path,
+        segment_bytes: u64,
+        mut replay: impl FnMut(u64, &[u8]),
+    ) -> Result<(Self, Option<u64>), StoreError> {
+        std::fs::create_dir_all(dir)?;
+        let mut numbers = Vec::new();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let name = name.to_str().unwrap_or_default();
+            if name.ends_with(FILLING) {
+                // A segment or spare whose filling a stop cut short.
+                std::fs::remove_file(entry.path())?;
+            } else if let Some(number) = segment_number(name) {
+                numbers.push(number);
+            }
+        }
+        numbers.sort_unstable();
+        let mut sealed = VecDeque::new();
+        let mut highest = None;
+        for number in numbers {
+            let path = segment_path(dir, number);
+            let bytes = std::fs::read(&path)?;
+            let last_seq = read_frames(&bytes, &mut replay).map_err(|reason| StoreError::Open {
+                path: path.clone(),
+                reason,
+            })?;
+            highest = highest.max(last_seq);
+            if last_seq.is_none() {
+                // Nothing in it: a segment started just before a stop.
+                std::fs::remove_file(&path)?;
+                continue;
+            }
+            sealed.push_back(Sealed { number, last_seq });
+        }
+        let next_number = sealed.back().map_or(0, |s| s.number + 1);
+        let file = create_segment(dir, next_number, segment_bytes)?;
+        let active = Active::new(next_number, file);
+        let wal = Self {
+            dir: dir.to_owned(),
+            segment_bytes,
+            active,
+            sealed,
+            spare: None,
+        };
+        Ok((wal, highest))
+    }
+
+    /// Writes `frames` (in sequence order) and makes them durable with one `fdatasync`.
+    /// After an error none of them counts as written: the caller passes them again, and
+    /// they go to a new segment.
+    pub fn commit(&mut self, frames: &mut [Frame<'_>]) -> Result<(), StoreError> {
+        let written = self.write_and_sync(frames);
+        if written.is_err() {
+            self.active.broken = true;
+        }
+        written
+    }
+
+    fn write_and_sync(&mut self, frames: &mut [Frame<'_>]) -> Result<(), StoreError> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        if self.active.broken {
+            self.rotate()?;
+        }
+        for frame in frames.iter_mut() {
+            seal(frame);
+            let len = frame.bytes.len() as u64;
+            if self.active.offset + len > self.segment_bytes && self.active.last_seq.is_some() {
+                // What is written so far is synced before the next segment is used.
+                self.active.file.sync_data()?;
+                self.rotate()?;
+            }
+            // Counted before the write: a segment a failed write may have reached is kept
+            // until a run holds this batch.
+            self.active.last_seq = Some(frame.seq);
+            self.active
+                .file
+                .write_all_at(frame.bytes, self.active.offset)?;
+            self.active.offset += len;
+        }
+        self.active.file.sync_data()?;
+        Ok(())
+    }
+
+    /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them).
+    pub fn forget_below(&mut self, seq: u64) -> Result<(), StoreError> {
+        while let Some(oldest) = self.sealed.front() {
+            if oldest.last_seq.is_some_and(|last| last >= seq) {
+                break;
+            }
+            match std::fs::remove_file(segment_path(&self.dir, oldest.number)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+            self.sealed.pop_front();
+        }
+        Ok(())
+    }
+
+    /// Whether the next rotation would have to create its segment itself.
+    pub fn wants_spare(&self) -> bool {
+        self.spare.is_none()
+    }
+
+    /// Keeps a segment made by [`Wal::prepare_spare`] for the next rotation (or deletes
+    /// it if one is kept already).
+    pub fn adopt_spare(&mut self, spare: Spare) -> Result<(), StoreError> {
+        if self.spare.is_some() {
+            std::fs::remove_file(&spare.path)?;
+        } else {
+            self.spare = Some(spare);
+        }
+        Ok(())
+    }
+
+    /// Makes a segment, zero-filled and synced, under the temporary name `name` (unique
+    /// to this call): slow work for a background thread, which then gives it to
+    /// [`Wal::adopt_spare`].
+    pub fn prepare_spare(dir: &Path, segment_bytes: u64, name: &str) -> Result<Spare, StoreError> {
+        let path = dir.join(format!("{name}{FILLING}"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        fill(&file, segment_bytes)?;
+        Ok(Spare { path, file })
+    }
+
+    /// The directory of the segments.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The segment size.
+    pub fn segment_bytes(&self) -> u64 {
+        self.segment_bytes
+    }
+
+    /// Segment files on disk, the one being written included.
+    pub fn segments(&self) -> usize {
+        self.sealed.len() + 1
+    }
+
+    /// Seals the active segment and starts the next, from the spare if one is ready.
+    fn rotate(&mut self) -> Result<(), StoreError> {
+        let number = self.active.number + 1;
+        let spare = match self.spare.take() {
+            Some(spare) => spare,
+            None => Wal::prepare_spare(&self.dir, self.segment_bytes, &segment_name(number))?,
+        };
+        let file = install(spare, &self.dir, number)?;
+        let next = Active::new(number, file);
+        let done = std::mem::replace(&mut self.active, next);
+        self.sealed.push_back(Sealed {
+            number: done.number,
+            last_seq: done.last_seq,
+        });
+        Ok(())
+    }
+}
+
+impl Active {
+    fn new(number: u64, file: File) -> Self {
+        Self {
+            number,
+            file,
+            offset: MAGIC.len() as u64,
+            last_seq: None,
+            broken: false,
+        }
+    }
+}
+
+/// The number of a segment file's name, if it is one.
+fn segment_number(name: &str) -> Option<u64> {
+    let hex = name.strip_suffix(".wal")?;
+    if hex.len() != 16 {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+fn segment_name(number: u64) -> String {
+    format!("{number:016x}")
+}
+
+fn segment_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(format!("{}.wal", segment_name(number)))
+}
+
+/// Creates segment `number`.
+fn create_segment(dir: &Path, number: u64, segment_bytes: u64) -> Result<File, StoreError> {
+    let spare = Wal::prepare_spare(dir, segment_bytes, &segment_name(number))?;
+    install(spare, dir, number)
+}
+
+/// Renames a filled segment to `number` and syncs the directory, so a segment that exists
+/// under its number is whole.
+fn install(spare: Spare, dir: &Path, number: u64) -> Result<File, StoreError> {
+    std::fs::rename(&spare.path, segment_path(dir, number))?;
+    sync_dir(dir)?;
+    Ok(spare.file)
+}
+
+/// Writes the magic and zeros up to `segment_bytes`, and syncs.
+fn fill(file: &File, segment_bytes: u64) -> Result<(), StoreError> {
+    file.write_all_at(&MAGIC, 0)?;
+    let mut at = MAGIC.len() as u64;
+    while at < segment_bytes {
+        let n = (segment_bytes - at).min(ZEROS.len() as u64) as usize;
+        file.write_all_at(&ZEROS[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_all()?;
+    Ok(())
+}
+
+/// Fills a frame's head: the batch's length, the checksum and the sequence number.
+fn seal(frame: &mut Frame<'_>) {
+    let len = (frame.bytes.len() - FRAME_HEAD) as u32;
+    frame.bytes[8..16].copy_from_slice(&frame.seq.to_le_bytes());
+    let crc = crc32fast::hash(&frame.bytes[8..]);
+    frame.bytes[..4].copy_from_slice(&len.to_le_bytes());
+    frame.bytes[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Hands each frame of a segment's `bytes` to `replay`; returns the last sequence number.
+/// An error only if the file is not a segment.
+fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Option<u64>, String> {
+    if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return Err("not a hookgate state journal segment".into());
+    }
+    let mut rest = &bytes[MAGIC.len()..];
+    let mut last: Option<u64> = None;
+    while let Some(head) = rest.get(..FRAME_HEAD) {
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let mut seq_bytes = [0; 8];
+        seq_bytes.copy_from_slice(&head[8..16]);
+        let seq = u64::from_le_bytes(seq_bytes);
+        let Some(frame) = rest.get(..FRAME_HEAD + len) else {
+            break;
+        };
+        let follows = last.is_none_or(|l| seq > l);
+        if len == 0 || !follows || crc32fast::hash(&frame[8..]) != crc {
+            break;
+        }
+        replay(seq, &frame[FRAME_HEAD..]);
+        last = Some(seq);
+        rest = &rest[FRAME_HEAD + len..];
+    }
+    Ok(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A frame holding `payload`.
+    fn frame_bytes(payload: &[u8]) -> Vec<u8> {
+        let mut bytes = vec![0; FRAME_HEAD];
+        bytes.extend_from_slice(payload);
+        bytes
+    }
+
+    fn commit(wal: &mut Wal, batches: &[(u64, &[u8])]) {
+        let mut owned: Vec<(u64, Vec<u8>)> =
+            batches.iter().map(|(s, p)| (*s, frame_bytes(p))).collect();
+        let mut frames: Vec<Frame<'_>> = owned
+            .iter_mut()
+            .map(|(seq, bytes)| Frame { seq: *seq, bytes })
+            .collect();
+        wal.commit(&mut frames).expect("commit");
+    }
+
+    fn reopen(dir: &Path, segment_bytes: u64) -> (Wal, Vec<(u64, Vec<u8>)>) {
+        let mut read = Vec::new();
+        let (wal, _) = Wal::open(dir, segment_bytes, |seq, batch| {
+            read.push((seq, batch.to_vec()))
+        })
+        .expect("open");
+        (wal, read)
+    }
+
+    #[test]
+    fn batches_come_back_in_order_across_segments_and_reopens() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, read) = reopen(dir.path(), 4096);
+        assert!(read.is_empty());
+        let payload = [7u8; 1000];
+        for seq in 0..10 {
+            commit(&mut wal, &[(seq, &payload)]);
+        }
+        assert!(wal.segments() >= 3, "1,000-byte batches in 4 KiB segments");
+        drop(wal);
+        let (mut wal, read) = reopen(dir.path(), 4096);
+        let seqs: Vec<u64> = read.iter().map(|(s, _)| *s).collect();
+        assert_eq!(seqs, (0..10).collect::<Vec<_>>());
+        assert!(read.iter().all(|(_, b)| b[..] == payload[..]));
+        commit(&mut wal, &[(10, b"after"), (11, b"more")]);
+        drop(wal);
+        let (_, read) = reopen(dir.path(), 4096);
+        assert_eq!(read.len(), 12);
+        assert_eq!(read[11], (11, b"more".to_vec()));
+    }
+
+    #[test]
+    fn a_frame_cut_short_or_damaged_ends_its_segment_and_later_segments_still_count() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        commit(&mut wal, &[(1, b"one"), (2, b"two"), (3, b"three")]);
+        let path = segment_path(dir.path(), wal.active.number);
+        drop(wal);
+        // Damage the third frame's batch, as a write a crash cut short would.
+        let mut bytes = std::fs::read(&path).expect("read");
+        let third = MAGIC.len() + 2 * FRAME_HEAD + 3 + 3 + FRAME_HEAD;
+        bytes[third] ^= 0xff;
+        std::fs::write(&path, &bytes).expect("write");
+        let (mut wal, read) = reopen(dir.path(), 1 << 16);
+        assert_eq!(read.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2]);
+        commit(&mut wal, &[(3, b"three again")]);
+        drop(wal);
+        let (_, read) = reopen(dir.path(), 1 << 16);
+        assert_eq!(read.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(read[2].1, b"three again");
+    }
+
+    #[test]
+    fn a_broken_segment_is_left_and_its_batches_are_written_again_to_the_next() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        commit(&mut wal, &[(1, b"a")]);
+        let first = wal.active.number;
+        wal.active.broken = true;
+        commit(&mut wal, &[(2, b"b"), (3, b"c")]);
+        assert_ne!(wal.active.number, first, "a new segment after a failure");
+        drop(wal);
+        let (_, read) = reopen(dir.path(), 1 << 16);
+        assert_eq!(read.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 2, 3]);
+    }
+
+    #[test]
+    fn only_sealed_segments_wholly_below_a_run_are_deleted() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 2048);
+        for seq in 0..6 {
+            commit(&mut wal, &[(seq, &[1u8; 900])]);
+        }
+        let before = wal.segments();
+        assert!(before >= 3);
+        wal.forget_below(2).expect("forget");
+        assert_eq!(
+            wal.segments(),
+            before - 1,
+            "the segment of batches 0 and 1 only"
+        );
+        wal.forget_below(u64::MAX).expect("forget");
+        assert_eq!(wal.segments(), 1, "the active segment stays");
+        drop(wal);
+        let (_, read) = reopen(dir.path(), 2048);
+        assert!(read.iter().all(|(s, _)| *s >= 4), "{read:?}");
+    }
+
+    #[test]
+    fn a_spare_becomes_the_next_segment() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 2048);
+        assert!(wal.wants_spare());
+        let spare = Wal::prepare_spare(wal.dir(), wal.segment_bytes(), "spare-1").expect("spare");
+        wal.adopt_spare(spare).expect("adopt");
+        assert!(!wal.wants_spare());
+        let second = Wal::prepare_spare(wal.dir(), wal.segment_bytes(), "spare-2").expect("spare");
+        wal.adopt_spare(second).expect("adopt");
+        assert!(
+            !dir.path().join("spare-2.tmp").exists(),
+            "one spare is kept"
+        );
+        for seq in 0..3 {
+            commit(&mut wal, &[(seq, &[2u8; 900])]);
+        }
+        assert!(wal.wants_spare(), "used by the rotation");
+        assert!(!dir.path().join("spare-1.tmp").exists());
+        drop(wal);
+        let (_, read) = reopen(dir.path(), 2048);
+        assert_eq!(read.len(), 3);
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_segment_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(segment_path(dir.path(), 3), b"something else").expect("write");
+        let error = Wal::open(dir.path(), 4096, |_, _| {})
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains("0000000000000003.wal"), "{error}");
+    }
+}
