@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # hookgate against its two ceilings, in one run (results in BENCHMARKS.md):
 #   http     bare hyper+rustls server: reads the body, answers 200      (the HTTP limit)
-#   publish  bare server: verifies the HMAC, publishes with a confirm   (the broker limit)
+#   publish  bare server: verifies the HMAC, publishes hookgate's message with a confirm (the broker limit)
 #   hookgate the real gateway: TLS, temp sled store, guard on, random exchange + bound queue
 # Each gets the same closed-loop HTTPS load (CONNECTIONS in flight, DURATION measured), then
 # an open-loop run at half of hookgate's max rate; at that rate the http baseline shows the

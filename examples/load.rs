@@ -15,7 +15,7 @@
 //! Baselines (the ceilings hookgate is compared with), same TLS config as hookgate:
 //! `--serve-baseline http` reads the body and answers 200; `--serve-baseline publish` also
 //! verifies the botix HMAC and publishes with a confirm (mandatory, persistent, 4 channels,
-//! like hookgate). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
+//! and the properties and headers hookgate gives the message, like hookgate). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
 //! `--amqp-teardown`, and `--consume` (the handler behind the gateway, draining the queue).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -1097,24 +1097,35 @@ async fn baseline_answer(
             .unwrap_or("")
             .to_owned()
     };
+    // The message hookgate would publish for this delivery (same properties and headers),
+    // so the broker's work per message is the same for both servers.
     let request_id = text("x-botix-request-id");
-    let mut headers = lapin::types::FieldTable::default();
-    headers.insert(
-        "x-request-id".into(),
-        lapin::types::AMQPValue::LongString(request_id.as_str().into()),
-    );
-    let props = lapin::BasicProperties::default()
-        .with_delivery_mode(2)
-        .with_content_type("application/json".into())
-        .with_message_id(request_id.as_str().into())
-        .with_app_id("hookgate-baseline".into())
-        .with_headers(headers);
+    let event_type = text("x-botix-event");
+    let now_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let msg = hookgate::outbox::message::Message {
+        routing_key: event_type.as_str().into(),
+        message_id: request_id.as_str().into(),
+        timestamp_secs: (now_ms / 1000) as u64,
+        request_id: request_id.as_str().into(),
+        event_type: event_type.as_str().into(),
+        attempt: text("x-delivery-attempt").parse().ok(),
+        route: "botix".into(),
+        received_at: hookgate::pipeline::rfc3339(now_ms),
+        order_key: None,
+        body: body.clone(),
+        content_type: None,
+    };
+    let Ok(props) = hookgate::outbox::publish::properties(&msg) else {
+        return answer(StatusCode::BAD_REQUEST, r#"{"error":"bad_request"}"#);
+    };
     let i = p.next.fetch_add(1, Ordering::Relaxed) % p.channels.len();
     let confirm = async {
         p.channels[i]
             .basic_publish(
                 p.exchange.as_str().into(),
-                text("x-botix-event").as_str().into(),
+                event_type.as_str().into(),
                 lapin::options::BasicPublishOptions {
                     mandatory: true,
                     ..Default::default()

@@ -264,7 +264,10 @@ fn short_constant(text: &'static str) -> ShortString {
     short(text).unwrap_or_default()
 }
 
-fn properties(msg: &Message<'_>) -> Result<BasicProperties, PublishError> {
+/// The properties and headers `msg` is published with (contract §5). Public so the load
+/// tool's publish baseline sends messages of the same shape, and the broker does the same
+/// work for both.
+pub fn properties(msg: &Message<'_>) -> Result<BasicProperties, PublishError> {
     let mut headers = FieldTable::default();
     let text = |s: &str| AMQPValue::LongString(LongString::from(s));
     headers.insert(short_constant("x-request-id"), text(&msg.request_id));
