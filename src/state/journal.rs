@@ -4,12 +4,13 @@
 //!
 //! Requests read and change the hot set: one of 1,024 maps (chosen by key hash) under its
 //! mutex. A key the hot set does not hold is looked up in the runs, newest first: the
-//! runs' filters rule most of them out without a disk read. Every durable change appends a
-//! record to the open journal batch; a writer thread appends the batch to the journal and
-//! fsyncs (a group commit: the batch that arrives during one flush shares the next), and a
-//! request that changed or read state waits with [`Journal::durable`] for the batch holding
-//! everything it saw before it answers 200. Claims are never written: after a crash nothing
-//! is in flight.
+//! runs' filters rule most of them out without a disk read, and each map remembers the runs'
+//! answers for the last keys it lacked (a request reads a key, then writes it). Every
+//! durable change appends a record to the open journal batch; a writer thread appends the
+//! batch to the journal and fsyncs (a group commit: the batch that arrives during one flush
+//! shares the next), and a request that changed or read state waits with
+//! [`Journal::durable`] for the batch holding everything it saw before it answers 200.
+//! Claims are never written: after a crash nothing is in flight.
 //!
 //! Why not one sled key per mark: at five million random keys sled took 7 GB of memory
 //! with a 64 MiB cache and 24,000 inserts a second (ARCHITECTURE.md, "State on disk").
@@ -40,6 +41,7 @@ use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::state::keys::{Digest, StoreKey};
+use crate::state::run::Record;
 use crate::state::runs::Runs;
 use crate::state::wal::{Frame, Wal, FRAME_HEAD};
 use crate::store::{StoreError, Tree};
@@ -73,6 +75,9 @@ const EMPTY_BATCH: usize = FRAME_HEAD + HEADER_BYTES;
 /// The hot set is split so that two runtime workers rarely want the same lock and growing a
 /// part (which rehashes it under its lock) is short.
 const SHARDS: usize = 1024;
+/// Runs lookups remembered per shard (see [`Shard::looked_up`]). The read and the write of
+/// one request are milliseconds apart, and a shard sees a few dozen lookups a second.
+const LOOKUPS_KEPT: usize = 4;
 
 /// How the hot set and the runs are sized and kept.
 #[derive(Clone)]
@@ -142,8 +147,18 @@ impl Value {
     }
 }
 
-/// A hash map: a lookup costs one or two cache misses.
-type Shard = HashMap<Digest, Entry, BuildNoHashHasher<Digest>>;
+/// One part of the hot set, with what the runs said of the last keys it lacked.
+#[derive(Default)]
+struct Shard {
+    /// A hash map: a lookup costs one or two cache misses.
+    map: HashMap<Digest, Entry, BuildNoHashHasher<Digest>>,
+    /// The runs' answers for the last [`LOOKUPS_KEPT`] keys `map` lacked, oldest first: a
+    /// request that reads a key and then writes it (guard state, a request id's mark)
+    /// looks through the runs once, not twice. An answer goes when its key enters `map`;
+    /// until then a run can only lose the record to a merge that finds it expired, and
+    /// every reader checks expiry itself.
+    looked_up: Vec<(Digest, Option<Record>)>,
+}
 
 /// Records appended since the last write.
 struct Open {
@@ -245,7 +260,7 @@ impl Journal {
                     expires_ms,
                     batch: Some(seq),
                 };
-                shards[shard_of(&key)].insert(key, entry);
+                shards[shard_of(&key)].map.insert(key, entry);
             }
         };
         let mut next_seq = held_by_runs;
@@ -277,7 +292,7 @@ impl Journal {
         })?;
         wal.forget_below(held_by_runs)?;
         let next_seq = highest.map_or(next_seq, |h| next_seq.max(h + 1));
-        let held = shards.iter().map(HashMap::len).sum();
+        let held = shards.iter().map(|s| s.map.len()).sum();
         let shared = Arc::new(Shared {
             shards: shards.into_iter().map(Mutex::new).collect(),
             open: Mutex::new(Open::new(next_seq)),
@@ -328,11 +343,15 @@ impl Journal {
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
     pub fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         let key = key.digest();
-        if let Some(entry) = self.shared.shard(&key).get(&key) {
+        let mut shard = self.shared.shard(&key);
+        if let Some(entry) = shard.map.get(&key) {
             return Ok(Some(entry.value.as_slice().to_vec()));
         }
-        // After the hot set: a flush registers its run before it forgets the entries.
-        Ok(self.shared.runs.get(&key)?.map(|r| r.value))
+        // After the hot set: a flush registers its run before it forgets the entries. Read
+        // under the shard lock, as `modify` does, so no write of the key comes between the
+        // read and the answer it leaves in `looked_up`.
+        let shard = &mut *shard;
+        Ok(on_disk(&mut shard.looked_up, &key, &self.shared.runs)?.map(|r| r.value))
     }
 
     /// Sets `key` durably.
@@ -365,13 +384,14 @@ impl Journal {
     ) -> Result<R, StoreError> {
         let key = key.digest();
         let mut shard = self.shared.shard(&key);
+        let Shard { map, looked_up } = &mut *shard;
         // One probe of the table for the read and the write.
-        let slot = shard.entry(key);
+        let slot = map.entry(key);
         // A key the hot set lacks is read from the runs under the shard lock, so a
         // concurrent claim of the same key waits for this one's decision.
         let on_disk = match &slot {
             MapEntry::Occupied(_) => None,
-            MapEntry::Vacant(_) => self.shared.runs.get(&key)?,
+            MapEntry::Vacant(_) => on_disk(looked_up, &key, &self.shared.runs)?,
         };
         let (current, current_expires) = match (&slot, &on_disk) {
             (MapEntry::Occupied(found), _) => {
@@ -415,6 +435,7 @@ impl Journal {
             }
             MapEntry::Vacant(free) => {
                 free.insert(entry);
+                looked_up.retain(|(k, _)| *k != key);
                 drop(shard);
                 self.shared.held.fetch_add(1, Ordering::Relaxed);
                 self.shared.ask_flush_if_full();
@@ -429,10 +450,11 @@ impl Journal {
         let key = key.digest();
         let mut shard = self.shared.shard(&key);
         if shard
+            .map
             .get(&key)
             .is_some_and(|e| e.batch.is_none() && forget(e.value.as_slice()))
         {
-            shard.remove(&key);
+            shard.map.remove(&key);
             self.shared.held.fetch_sub(1, Ordering::Relaxed);
         }
     }
@@ -638,7 +660,7 @@ impl Shared {
     fn forget_expired(&self, now_ms: i64) -> usize {
         let mut removed = 0;
         for shard in &self.shards {
-            let mut shard = lock(shard);
+            let shard = &mut lock(shard).map;
             let before = shard.len();
             shard.retain(|_, e| e.expires_ms > now_ms);
             removed += before - shard.len();
@@ -659,7 +681,7 @@ impl Shared {
         let mut values: Vec<u8> = Vec::new();
         for shard in &self.shards {
             let shard = lock(shard);
-            for (key, e) in shard.iter().filter(|(_, e)| in_run(e)) {
+            for (key, e) in shard.map.iter().filter(|(_, e)| in_run(e)) {
                 let value = e.value.as_slice();
                 entries.push((*key, e.expires_ms, values.len() as u32, value.len() as u32));
                 values.extend_from_slice(value);
@@ -684,7 +706,7 @@ impl Shared {
         let room = (self.settings.hot_entries.saturating_mul(2) / SHARDS).max(16);
         let mut forgotten = 0;
         for shard in &self.shards {
-            let mut shard = lock(shard);
+            let shard = &mut lock(shard).map;
             let before = shard.len();
             shard.retain(|_, e| !in_run(e));
             forgotten += before - shard.len();
@@ -854,6 +876,24 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// The runs' record of `key`, which the hot set lacks: remembered in `looked_up`, or read
+/// and remembered there. The caller holds the key's shard lock.
+fn on_disk(
+    looked_up: &mut Vec<(Digest, Option<Record>)>,
+    key: &Digest,
+    runs: &Runs,
+) -> Result<Option<Record>, StoreError> {
+    if let Some((_, record)) = looked_up.iter().find(|(k, _)| k == key) {
+        return Ok(record.clone());
+    }
+    let record = runs.get(key)?;
+    if looked_up.len() == LOOKUPS_KEPT {
+        looked_up.remove(0);
+    }
+    looked_up.push((*key, record.clone()));
+    Ok(record)
+}
+
 fn shard_of(key: &Digest) -> usize {
     usize::from(u16::from_le_bytes([key.0[0], key.0[1]])) % SHARDS
 }
@@ -1010,6 +1050,24 @@ pub(crate) mod tests {
         assert_eq!(get(&j, &[5]), Some(vec![5, 5]));
         assert_eq!(get(&j, &[10]).as_deref(), Some(&b"hot"[..]));
         assert_eq!(j.len(), 12, "the run's ten and the hot two");
+    }
+
+    #[test]
+    fn a_key_the_runs_answered_for_is_read_anew_once_a_newer_run_holds_it() {
+        let (dir, store) = temp_store();
+        let j = open_at(&store, dir.path(), 0);
+        put(&j, b"old", b"v0", 1_000, 0);
+        j.flush_to_run().expect("flush");
+        // The runs' two kinds of answer, each remembered: a record, and none.
+        assert_eq!(get(&j, b"old").as_deref(), Some(&b"v0"[..]));
+        assert_eq!(get(&j, b"new"), None);
+        put(&j, b"old", b"v1", 1_000, 1);
+        put(&j, b"new", b"v1", 1_000, 1);
+        // Through a run and out of the hot set: what the runs said before is stale now.
+        j.flush_to_run().expect("flush");
+        assert_eq!((j.hot_len(), j.runs()), (0, 2));
+        assert_eq!(get(&j, b"old").as_deref(), Some(&b"v1"[..]));
+        assert_eq!(get(&j, b"new").as_deref(), Some(&b"v1"[..]));
     }
 
     /// A batch as a store written before the journal had files holds it in sled.
