@@ -14,8 +14,9 @@
 //!
 //! Baselines (the ceilings hookgate is compared with), same TLS config as hookgate:
 //! `--serve-baseline http` reads the body and answers 200; `--serve-baseline publish` also
-//! verifies the botix HMAC and publishes with a confirm (mandatory, persistent, 4 channels,
-//! and the properties and headers hookgate gives the message, like hookgate). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
+//! verifies the botix HMAC and publishes with a confirm as hookgate does (mandatory,
+//! persistent, 4 channels, the message's properties and headers built by hookgate's own
+//! function). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
 //! `--amqp-teardown`, and `--consume` (the handler behind the gateway, draining the queue).
 
 use std::collections::{BTreeMap, VecDeque};
