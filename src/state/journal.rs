@@ -350,8 +350,8 @@ impl Journal {
         // After the hot set: a flush registers its run before it forgets the entries. Read
         // under the shard lock, as `modify` does, so no write of the key comes between the
         // read and the answer it leaves in `looked_up`.
-        let shard = &mut *shard;
-        Ok(on_disk(&mut shard.looked_up, &key, &self.shared.runs)?.map(|r| r.value))
+        let record = on_disk(&mut shard.looked_up, &key, &self.shared.runs)?;
+        Ok(record.map(|r| r.value.clone()))
     }
 
     /// Sets `key` durably.
@@ -393,7 +393,7 @@ impl Journal {
             MapEntry::Occupied(_) => None,
             MapEntry::Vacant(_) => on_disk(looked_up, &key, &self.shared.runs)?,
         };
-        let (current, current_expires) = match (&slot, &on_disk) {
+        let (current, current_expires) = match (&slot, on_disk) {
             (MapEntry::Occupied(found), _) => {
                 let e = found.get();
                 (Some(e.value.as_slice()), e.expires_ms)
@@ -878,20 +878,23 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// The runs' record of `key`, which the hot set lacks: remembered in `looked_up`, or read
 /// and remembered there. The caller holds the key's shard lock.
-fn on_disk(
-    looked_up: &mut Vec<(Digest, Option<Record>)>,
+fn on_disk<'a>(
+    looked_up: &'a mut Vec<(Digest, Option<Record>)>,
     key: &Digest,
     runs: &Runs,
-) -> Result<Option<Record>, StoreError> {
-    if let Some((_, record)) = looked_up.iter().find(|(k, _)| k == key) {
-        return Ok(record.clone());
-    }
-    let record = runs.get(key)?;
-    if looked_up.len() == LOOKUPS_KEPT {
-        looked_up.remove(0);
-    }
-    looked_up.push((*key, record.clone()));
-    Ok(record)
+) -> Result<Option<&'a Record>, StoreError> {
+    let at = match looked_up.iter().position(|(k, _)| k == key) {
+        Some(at) => at,
+        None => {
+            let record = runs.get(key)?;
+            if looked_up.len() == LOOKUPS_KEPT {
+                looked_up.remove(0);
+            }
+            looked_up.push((*key, record));
+            looked_up.len() - 1
+        }
+    };
+    Ok(looked_up[at].1.as_ref())
 }
 
 fn shard_of(key: &Digest) -> usize {
