@@ -57,11 +57,6 @@ const BATCH_CAPACITY: usize = 32 * 1024;
 /// After a failed write or flush the writer waits this long before it tries again, so a
 /// full disk is not retried in a busy loop.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// Commits start at most this often. Back to back, commits under load carried four or five
-/// requests each, and their `fdatasync`s, wake-ups and context switches cost about 15 % of
-/// the gateway's CPU at 3,000 req/s (BENCHMARKS.md); a request that arrives after a quiet
-/// millisecond is committed at once.
-const COMMIT_INTERVAL: Duration = Duration::from_millis(1);
 /// After a failed run flush or merge, the background thread waits this long.
 const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
 /// Nice value of the flush and merge threads: on two cores, a merge of millions of records
@@ -91,6 +86,9 @@ pub struct Settings {
     pub clock: Clock,
     /// Size of a journal segment file.
     pub segment_bytes: u64,
+    /// Commits start at most this often (`store.commit_interval`); a record that arrives
+    /// after a quiet interval is committed at once.
+    pub commit_interval: Duration,
 }
 
 impl Settings {
@@ -790,10 +788,11 @@ impl Drop for Journal {
 }
 
 /// The writer thread: sleeps while nothing was appended; otherwise writes and syncs
-/// everything appended so far at once, and starts again as soon as that sync ends and
-/// [`COMMIT_INTERVAL`] has passed since the last one started (records that arrive meanwhile
+/// everything appended so far at once, and starts again as soon as that sync ends and the
+/// commit interval has passed since the last one started (records that arrive meanwhile
 /// share the next commit). Ends when the journal is dropped.
 fn write_loop(shared: &Shared) {
+    let interval = shared.settings.commit_interval;
     let mut last_start: Option<Instant> = None;
     while !shared.stopping() {
         {
@@ -806,7 +805,7 @@ fn write_loop(shared: &Shared) {
             }
         }
         if let Some(pause) =
-            last_start.and_then(|s| (s + COMMIT_INTERVAL).checked_duration_since(Instant::now()))
+            last_start.and_then(|s| (s + interval).checked_duration_since(Instant::now()))
         {
             std::thread::sleep(pause);
         }
@@ -974,6 +973,7 @@ pub(crate) mod tests {
             ttl: DAY,
             clock: Arc::new(move || now.load(Ordering::SeqCst)),
             segment_bytes: 1 << 20,
+            commit_interval: Duration::from_millis(1),
         }
     }
 
@@ -1182,6 +1182,34 @@ pub(crate) mod tests {
             .await
             .expect("flushed by the writer thread");
         assert!(j.shared.progress.borrow().durable_below >= point.0);
+    }
+
+    #[tokio::test]
+    async fn commits_start_no_more_often_than_the_interval() {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        let interval = Duration::from_millis(300);
+        let settings = Settings {
+            commit_interval: interval,
+            ..settings(usize::MAX, &now)
+        };
+        let j = Journal::open(store.tree("state").expect("tree"), dir.path(), 0, settings)
+            .expect("open");
+        let wait = Duration::from_secs(5);
+        // The first change after a quiet interval is committed at once...
+        let first_asked = Instant::now();
+        put(&j, b"a", b"1", 1_000, 0);
+        j.durable(j.sync_point(), wait).await.expect("first commit");
+        // ...and the next one shares the commit that starts an interval after it.
+        put(&j, b"b", b"1", 1_000, 0);
+        j.durable(j.sync_point(), wait)
+            .await
+            .expect("second commit");
+        let between = first_asked.elapsed();
+        assert!(
+            between >= interval,
+            "two commits {between:?} apart, closer than the {interval:?} interval"
+        );
     }
 
     #[test]

@@ -118,6 +118,7 @@ impl StateStore {
                     ttl: config.dedup.ttl,
                     clock,
                     segment_bytes: config.store.journal_segment,
+                    commit_interval: config.store.commit_interval,
                 };
                 let journal =
                     Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;
