@@ -140,8 +140,8 @@ pub struct StoreConfig {
     #[serde(with = "size")]
     pub journal_segment: u64,
     /// The state journal's group commits start at most this often (sled backend): a longer
-    /// interval means fewer `fdatasync`s per event, a shorter one a quicker 200 under load.
-    /// Default 2ms; at most 100ms.
+    /// interval means fewer `fdatasync`s (disk flushes a second), a shorter one a quicker 200
+    /// under load. Default 1ms; at most 100ms.
     #[serde(with = "duration")]
     pub commit_interval: Duration,
 }
@@ -153,7 +153,7 @@ impl Default for StoreConfig {
             cache: 32 << 20,
             hot_entries: 65_536,
             journal_segment: 4 << 20,
-            commit_interval: Duration::from_millis(2),
+            commit_interval: Duration::from_millis(1),
         }
     }
 }
