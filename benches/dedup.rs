@@ -23,7 +23,7 @@ fn claim_and_done(c: &mut Criterion) {
         ttl: Duration::from_secs(72 * 3600),
         clock: std::sync::Arc::new(move || now),
         segment_bytes: 4 << 20,
-        commit_interval: std::time::Duration::from_millis(1),
+        commit_interval: Duration::from_millis(1),
     };
     let journal = Journal::open(
         store.tree("state").expect("tree"),

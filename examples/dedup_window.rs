@@ -88,7 +88,7 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         ttl: TTL,
         clock: Arc::new(move || clock_now.load(Ordering::SeqCst)),
         segment_bytes: 4 << 20,
-        commit_interval: std::time::Duration::from_millis(1),
+        commit_interval: Duration::from_millis(1),
     };
     let journal = Journal::open(
         store.tree(JOURNAL_TREE)?,

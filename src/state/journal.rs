@@ -1196,11 +1196,11 @@ pub(crate) mod tests {
         let j = Journal::open(store.tree("state").expect("tree"), dir.path(), 0, settings)
             .expect("open");
         let wait = Duration::from_secs(5);
-        // The first change after a quiet interval is committed at once...
+        // The first commit starts after this instant; the next one an interval after the
+        // first started, at the earliest.
         let first_asked = Instant::now();
         put(&j, b"a", b"1", 1_000, 0);
         j.durable(j.sync_point(), wait).await.expect("first commit");
-        // ...and the next one shares the commit that starts an interval after it.
         put(&j, b"b", b"1", 1_000, 0);
         j.durable(j.sync_point(), wait)
             .await
