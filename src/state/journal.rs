@@ -59,6 +59,8 @@ const BATCH_CAPACITY: usize = 32 * 1024;
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// After a failed run flush or merge, the background thread waits this long.
 const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between two merges that keep failing (see [`next_retry`]).
+const BACKGROUND_RETRY_MAX: Duration = Duration::from_secs(300);
 /// Nice value of the flush and merge threads: on two cores, a merge of millions of records
 /// at the requests' priority showed in their p99; the journal's writer, which requests wait
 /// for, keeps the normal priority.
@@ -750,6 +752,22 @@ impl Shared {
         self.stop.load(Ordering::SeqCst)
     }
 
+    /// Waits `pause`, or less if the journal stops meanwhile.
+    fn pause(&self, pause: Duration) {
+        let until = Instant::now() + pause;
+        let mut asked = lock(&self.asked);
+        while !self.stopping() {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            asked = self
+                .asked_wake
+                .wait_timeout(asked, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
     /// Waits until `take` finds work (it clears what it takes), or the journal stops.
     fn wait_for_task<T>(&self, take: impl Fn(&mut Asked) -> Option<T>) -> Option<T> {
         let mut asked = lock(&self.asked);
@@ -855,20 +873,30 @@ fn flush_loop(shared: &Shared) {
 /// The merge thread: merges and deletes runs after each flush and sweep.
 fn merge_loop(shared: &Shared) {
     lower_priority();
+    let mut retry = BACKGROUND_RETRY;
     while shared
         .wait_for_task(|a| std::mem::take(&mut a.merge).then_some(()))
         .is_some()
     {
         match shared.merge_due() {
-            Ok(()) => {}
+            Ok(()) => retry = BACKGROUND_RETRY,
             Err(_) if shared.stopping() => return,
             Err(error) => {
-                tracing::error!(%error, "state runs not merged; retrying");
-                std::thread::sleep(BACKGROUND_RETRY);
+                tracing::error!(%error, retry_in = ?retry, "state runs not merged; retrying");
+                shared.pause(retry);
+                retry = next_retry(retry);
                 shared.ask(|a| a.merge = true);
             }
         }
     }
+}
+
+/// The wait before the next try of a merge that failed again after waiting `last`. A run
+/// that cannot be read fails every merge that takes it in, and each try reads it up to the
+/// damage: doubling the wait spares the disk and the log, and a merge that succeeds resets
+/// it.
+fn next_retry(last: Duration) -> Duration {
+    last.saturating_mul(2).min(BACKGROUND_RETRY_MAX)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -1210,6 +1238,35 @@ pub(crate) mod tests {
             between >= interval,
             "two commits {between:?} apart, closer than the {interval:?} interval"
         );
+    }
+
+    #[test]
+    fn a_failing_merge_waits_twice_as_long_each_time_up_to_five_minutes() {
+        let mut retry = BACKGROUND_RETRY;
+        let mut waits = vec![retry.as_secs()];
+        for _ in 0..10 {
+            retry = next_retry(retry);
+            waits.push(retry.as_secs());
+        }
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+    }
+
+    #[test]
+    fn a_background_pause_ends_when_the_journal_closes() {
+        let (dir, store) = temp_store();
+        let j = open_at(&store, dir.path(), 0);
+        let shared = j.shared.clone();
+        let (ended, pause_ended) = std::sync::mpsc::channel();
+        let pausing = std::thread::spawn(move || {
+            shared.pause(Duration::from_secs(3600));
+            let _ = ended.send(());
+        });
+        drop(j);
+        // A bound only so that a pause that ignores the close fails instead of hanging.
+        pause_ended
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the pause ended when the journal closed");
+        pausing.join().expect("pausing thread");
     }
 
     #[test]
