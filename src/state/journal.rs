@@ -863,7 +863,7 @@ fn flush_loop(shared: &Shared) {
         if flush {
             if let Err(error) = shared.flush_to_run() {
                 tracing::error!(%error, "state run not written; the hot set keeps it and retries");
-                std::thread::sleep(BACKGROUND_RETRY);
+                shared.pause(BACKGROUND_RETRY);
             }
             shared.ask_flush_if_full();
         }
