@@ -193,6 +193,10 @@ fn main() -> Result<()> {
 // ---------------------------------------------------------------------------------------
 // The delivery mix
 
+/// Deliveries in the pool per millisecond of their timestamps: a pool of a million spans
+/// 10 s.
+const DELIVERIES_PER_MS: i64 = 100;
+
 /// One pre-signed delivery.
 struct Delivery {
     body: Bytes,
@@ -254,7 +258,11 @@ fn build_pool(cli: &Cli, n: usize) -> Vec<Delivery> {
             }
             continue;
         }
-        let ts = now_ms + pool.len() as i64;
+        // Timestamps rise with the pool but slower than any run sends it: at one millisecond
+        // a delivery, a pool of a million would reach 1,000 s ahead of the clock, and
+        // hookgate would drop every delivery past its clock skew (300 s) as
+        // `future_timestamp`, which costs it almost nothing.
+        let ts = now_ms + pool.len() as i64 / DELIVERIES_PER_MS;
         let id = next_id("evt");
         if rng.random_bool(cli.inbound.clamp(0.0, 1.0)) {
             let contact = rng.random_range(0..5000);
