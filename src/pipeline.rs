@@ -346,6 +346,7 @@ impl Pipeline {
         let req_key = event
             .request_id_from_sender
             .then(|| StoreKey::request(name, &event.request_id));
+        let keys: Vec<&StoreKey> = std::iter::once(&ev_key).chain(req_key.as_ref()).collect();
         let token: u64 = rand::random();
         let claimed = self
             .state
@@ -361,11 +362,13 @@ impl Pipeline {
         match claimed {
             Claimed::Owned => {}
             Claimed::Duplicate => {
-                return self
-                    .durable(Outcome::Duplicate {
-                        event_id: event.id.clone(),
-                    })
-                    .await;
+                // 200 only once the mark found is on disk: it may be a concurrent request's,
+                // still on its way, and a crash must not let the 200 stand for a mark that
+                // is gone. A mark written long ago waits for nothing.
+                self.state.sync_keys(&keys).await?;
+                return Ok(Outcome::Duplicate {
+                    event_id: event.id.clone(),
+                });
             }
             Claimed::Busy => {
                 return Ok(Outcome::Unavailable {
@@ -375,18 +378,12 @@ impl Pipeline {
         }
 
         let result = self.decide_and_deliver(route, event, now_ms).await;
-        let done_keys: Vec<&StoreKey> = std::iter::once(&ev_key).chain(req_key.as_ref()).collect();
         match &result {
             Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) => {
                 // A drop is final too: the sender got its 200, and a retry must not be judged
                 // against state that has moved on since.
                 self.state
-                    .mark_done(
-                        &done_keys,
-                        self.now_ms(),
-                        event.timestamp_ms,
-                        self.settings.ttl,
-                    )
+                    .mark_done(&keys, self.now_ms(), event.timestamp_ms, self.settings.ttl)
                     .await?;
                 // The guard state and the marks are on disk before the 200 (contract §4). If
                 // they cannot be, the answer is 503 and the retry finds the marks in memory.
@@ -395,14 +392,6 @@ impl Pipeline {
             _ => self.state.release(&ev_key, token).await?,
         }
         result
-    }
-
-    /// A duplicate answers 200 only once the mark it found is on disk: the mark may be a
-    /// concurrent request's, still on its way, and a crash must not let the sender's 200
-    /// stand for a mark and guard state that are gone.
-    async fn durable(&self, outcome: Outcome) -> Result<Outcome, StoreError> {
-        self.state.sync().await?;
-        Ok(outcome)
     }
 
     async fn decide_and_deliver(

@@ -520,6 +520,25 @@ impl Journal {
         SyncPoint(open.seq + u64::from(has_records))
     }
 
+    /// The point the current records of `keys` end at: an answer that rests on these keys
+    /// alone (a duplicate's mark) waits for this, not for [`Journal::sync_point`], so a mark
+    /// on disk long ago is not held up by other requests' open batch. A key the hot set
+    /// does not hold is in a run, on disk; a memory-only value (a claim) waits for nothing.
+    /// Read after the decision it serves: a key's batch only grows while the hot set holds
+    /// it, so the point is never below that of the record the decision saw.
+    pub fn point_of(&self, keys: &[&StoreKey]) -> SyncPoint {
+        let batch_end = |key: &&StoreKey| {
+            let key = key.digest();
+            let shard = self.shared.shard(&key);
+            shard
+                .map
+                .get(&key)
+                .and_then(|e| e.batch)
+                .map_or(0, |b| b + 1)
+        };
+        SyncPoint(keys.iter().map(batch_end).max().unwrap_or(0))
+    }
+
     /// Waits until everything before `point` is on disk (the writer's group commit), at
     /// most `wait`. An error if the write or the flush that covered it failed, or if it
     /// took longer: the caller must not answer 200 then.
@@ -1210,6 +1229,35 @@ pub(crate) mod tests {
             .await
             .expect("flushed by the writer thread");
         assert!(j.shared.progress.borrow().durable_below >= point.0);
+    }
+
+    #[tokio::test]
+    async fn a_mark_on_disk_is_not_held_up_by_other_keys_open_batch() {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        // After the first commit the writer starts the next one 2 s later at the earliest,
+        // so `b` stays in the open batch for the rest of the test.
+        let settings = Settings {
+            commit_interval: Duration::from_secs(2),
+            ..settings(usize::MAX, &now)
+        };
+        let j = Journal::open(store.tree("state").expect("tree"), dir.path(), 0, settings)
+            .expect("open");
+        let (a, b) = (StoreKey::raw(b"a"), StoreKey::raw(b"b"));
+        put(&j, b"a", b"1", 1_000, 0);
+        j.durable(j.sync_point(), Duration::from_secs(5))
+            .await
+            .expect("the first commit starts at once");
+        put(&j, b"b", b"1", 1_000, 0);
+        let soon = Duration::from_millis(1);
+        j.durable(j.point_of(&[&a]), soon)
+            .await
+            .expect("a is on disk: its answer waits for no commit");
+        assert!(
+            j.durable(j.point_of(&[&a, &b]), soon).await.is_err(),
+            "b is still in the open batch"
+        );
+        assert_eq!(j.point_of(&[&StoreKey::raw(b"absent")]), SyncPoint(0));
     }
 
     #[tokio::test]

@@ -252,6 +252,19 @@ impl StateStore {
         }
     }
 
+    /// Waits until the current records of `keys` are durable: for an answer that rests on
+    /// these keys alone (a duplicate), which are on disk already unless a concurrent request
+    /// wrote one moments ago. sled: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`].
+    pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
+        match self {
+            StateStore::Sled(s) => {
+                let point = s.journal.point_of(keys);
+                s.journal.durable(point, DURABLE_WAIT).await
+            }
+            StateStore::Redis { .. } => Ok(()),
+        }
+    }
+
     /// Releases a claim still held by `token`.
     pub async fn release(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         match self {
