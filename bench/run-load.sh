@@ -24,7 +24,12 @@
 #   CLIENT [the load tool just built; another build of it, to compare two clients]
 #   BASELINE [empty; the path of another hookgate build: it runs beside the first, as target
 #            "baseline", with the same config on ports of its own, so two builds are
-#            compared in one run (closed loop only)]
+#            compared in one run (closed loop only); the same build with the two knobs
+#            below compares two configs]
+#   BASELINE_STORE_DIR [empty; a folder the baseline's store is made in instead of the
+#            run's temporary folder, e.g. /dev/shm (a tmpfs: its fsyncs cost nothing)]
+#   BASELINE_STORE_KEYS [empty; keys added to the baseline's `store:` section, separated
+#            by ';', e.g. "hot_entries: 262144; commit_interval: 2ms"]
 #   PRELOADED [empty; a store folder, e.g. written by examples/dedup_window: a copy of it
 #            serves a second hookgate of the same build, as target "preloaded" (closed loop
 #            only), so the cost of a full dedup window is measured in the same run]
@@ -66,6 +71,9 @@ PORT_HG=$BASE PORT_ADMIN=$((BASE + 1)) PORT_HTTP=$((BASE + 2)) PORT_PUB=$((BASE 
 PORT_BASE_HG=$((BASE + 4)) PORT_BASE_ADMIN=$((BASE + 5))
 PORT_PRE_HG=$((BASE + 6)) PORT_PRE_ADMIN=$((BASE + 7))
 BASELINE=${BASELINE:-}
+BASELINE_STORE_DIR=${BASELINE_STORE_DIR:-}
+BASELINE_STORE_KEYS=${BASELINE_STORE_KEYS:-}
+BASELINE_STORE=
 PRELOADED=${PRELOADED:-}
 PIDS=()
 
@@ -73,7 +81,7 @@ cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
     "$LOAD" --amqp-teardown --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" || true
-    rm -rf "$TMP"
+    rm -rf "$TMP" ${BASELINE_STORE:+"$BASELINE_STORE"}
 }
 trap cleanup EXIT
 
@@ -120,20 +128,28 @@ BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json
     >"$TMP/hookgate.log" 2>&1 &
 PID_hookgate=$!
 PIDS+=("$PID_hookgate")
-# start_beside NAME BINARY PORT ADMIN_PORT: a second gateway, target NAME, with the config
-# above on ports of its own and the store $TMP/store-NAME.
+# start_beside NAME BINARY PORT ADMIN_PORT [STORE_FOLDER [STORE_KEYS]]: a second gateway,
+# target NAME, with the config above on ports of its own, the store STORE_FOLDER/store-NAME
+# ($TMP by default), and STORE_KEYS (';'-separated) added to its `store:` section.
 start_beside() {
-    local name=$1 binary=$2 port=$3 admin=$4
+    local name=$1 binary=$2 port=$3 admin=$4 folder=${5:-$TMP} keys=${6:-}
     sed -e "s/127.0.0.1:$PORT_HG/127.0.0.1:$port/" \
         -e "s/127.0.0.1:$PORT_ADMIN/127.0.0.1:$admin/" \
-        -e "s#path: $TMP/store#path: $TMP/store-$name#" "$TMP/hookgate.yaml" >"$TMP/$name.yaml"
+        -e "s#path: $TMP/store#path: $folder/store-$name#" "$TMP/hookgate.yaml" |
+        awk -v keys="$keys" '{print} /^store:$/ && keys != "" {
+            n = split(keys, k, ";")
+            for (i = 1; i <= n; i++) { gsub(/^ +| +$/, "", k[i]); print "  " k[i] }
+        }' >"$TMP/$name.yaml"
     BENCH_SECRET=$SECRET "$binary" --config "$TMP/$name.yaml" --log-format json \
         >"$TMP/$name.log" 2>&1 &
     printf -v "PID_$name" '%s' $!
     PIDS+=("$!")
     TARGETS="$TARGETS $name"
 }
-[[ -z $BASELINE ]] || start_beside baseline "$BASELINE" "$PORT_BASE_HG" "$PORT_BASE_ADMIN"
+if [[ -n $BASELINE ]]; then
+    [[ -z $BASELINE_STORE_DIR ]] || BASELINE_STORE=$(mktemp -d "$BASELINE_STORE_DIR/hookgate-bench.XXXXXX")
+    start_beside baseline "$BASELINE" "$PORT_BASE_HG" "$PORT_BASE_ADMIN" "${BASELINE_STORE:-$TMP}" "$BASELINE_STORE_KEYS"
+fi
 if [[ -n $PRELOADED ]]; then
     cp -a "$PRELOADED" "$TMP/store-preloaded"
     start_beside preloaded "$HOOKGATE" "$PORT_PRE_HG" "$PORT_PRE_ADMIN"
