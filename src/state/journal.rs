@@ -72,6 +72,10 @@ const EMPTY_BATCH: usize = FRAME_HEAD + HEADER_BYTES;
 /// The hot set is split so that two runtime workers rarely want the same lock and growing a
 /// part (which rehashes it under its lock) is short.
 const SHARDS: usize = 1024;
+/// While runs cannot be written, the hot set takes new keys up to this many times
+/// `hot_entries`, then refuses them: its memory stays bounded, and so does the journal a
+/// restart replays.
+const HOT_SET_LIMIT_FACTOR: usize = 4;
 /// Runs lookups remembered per shard (see [`Shard::looked_up`]). The read and the write of
 /// one request are milliseconds apart, and a shard sees a few dozen lookups a second.
 const LOOKUPS_KEPT: usize = 4;
@@ -230,6 +234,8 @@ struct Shared {
     stop: AtomicBool,
     /// Set while writes fail; readiness reports it.
     failing: AtomicBool,
+    /// Set while the flush thread cannot write runs.
+    flush_failing: AtomicBool,
     /// What is on disk, for [`Journal::durable`].
     progress: watch::Sender<Progress>,
 }
@@ -313,6 +319,7 @@ impl Journal {
             asked_wake: Condvar::new(),
             stop: AtomicBool::new(false),
             failing: AtomicBool::new(false),
+            flush_failing: AtomicBool::new(false),
             progress: watch::Sender::new(Progress {
                 durable_below: next_seq,
                 failed_below: 0,
@@ -410,6 +417,11 @@ impl Journal {
         else {
             return Ok(result);
         };
+        if matches!(slot, MapEntry::Vacant(_)) && self.shared.is_full() {
+            return Err(StoreError::Unwritable(
+                "state runs cannot be written and the hot set is full".into(),
+            ));
+        }
         // Never earlier than the record it supersedes (see the module's last paragraph).
         let expires_ms = expires_ms.max(current_expires);
         let value = Value::new(value);
@@ -563,9 +575,10 @@ impl Journal {
         }
     }
 
-    /// Whether the last write to the journal failed.
+    /// Whether the last write to the journal failed, or the hot set refuses new keys
+    /// because runs cannot be written.
     pub fn is_failing(&self) -> bool {
-        self.shared.failing.load(Ordering::SeqCst)
+        self.shared.failing.load(Ordering::SeqCst) || self.shared.is_full()
     }
 
     /// Journal batches left in the sled tree of a store written before the journal had
@@ -593,6 +606,18 @@ impl Shared {
     fn ask(&self, task: impl FnOnce(&mut Asked)) {
         task(&mut lock(&self.asked));
         self.asked_wake.notify_all();
+    }
+
+    /// Whether the hot set refuses new keys: runs cannot be written and it holds
+    /// [`HOT_SET_LIMIT_FACTOR`] times `hot_entries`. A flush that only falls behind never
+    /// refuses: it catches up.
+    fn is_full(&self) -> bool {
+        self.flush_failing.load(Ordering::Relaxed)
+            && self.held.load(Ordering::Relaxed)
+                >= self
+                    .settings
+                    .hot_entries
+                    .saturating_mul(HOT_SET_LIMIT_FACTOR)
     }
 
     fn ask_flush_if_full(&self) {
@@ -880,9 +905,22 @@ fn flush_loop(shared: &Shared) {
             }
         }
         if flush {
-            if let Err(error) = shared.flush_to_run() {
-                tracing::error!(%error, "state run not written; the hot set keeps it and retries");
-                shared.pause(BACKGROUND_RETRY);
+            let flushed = shared.flush_to_run();
+            let failed_before = shared
+                .flush_failing
+                .swap(flushed.is_err(), Ordering::Relaxed);
+            match flushed {
+                Err(error) => {
+                    // Said once; the retries and their recovery are logged below ERROR.
+                    if failed_before {
+                        tracing::debug!(%error, "state run still not written");
+                    } else {
+                        tracing::error!(%error, "state run not written; the hot set keeps it and retries every second");
+                    }
+                    shared.pause(BACKGROUND_RETRY);
+                }
+                Ok(()) if failed_before => tracing::info!("state runs written again"),
+                Ok(()) => {}
             }
             shared.ask_flush_if_full();
         }
@@ -1229,6 +1267,66 @@ pub(crate) mod tests {
             .await
             .expect("flushed by the writer thread");
         assert!(j.shared.progress.borrow().durable_below >= point.0);
+    }
+
+    /// Waits, at most 30 s, until `condition` holds.
+    fn wait_until(what: &str, condition: impl Fn() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting until {what}");
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn while_runs_cannot_be_written_the_hot_set_refuses_new_keys_past_four_times_its_size() {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        let hot = 16;
+        let j = Journal::open(
+            store.tree("state").expect("tree"),
+            dir.path(),
+            0,
+            settings(hot, &now),
+        )
+        .expect("open");
+        // A file where the runs' folder was: every run write fails.
+        let runs = dir.path().join(RUNS_DIR);
+        std::fs::remove_dir_all(&runs).expect("remove the runs' folder");
+        std::fs::write(&runs, b"not a folder").expect("a file in its place");
+        let key = |i: usize| StoreKey::raw(format!("k{i}").as_bytes());
+        for i in 0..hot {
+            j.put(&key(i), b"v", DAY.as_millis() as i64, 0)
+                .expect("put");
+        }
+        wait_until("a run write failed", || {
+            j.shared.flush_failing.load(Ordering::Relaxed)
+        });
+        let mut taken = hot;
+        let refused = loop {
+            match j.put(&key(taken), b"v", DAY.as_millis() as i64, 0) {
+                Ok(()) => taken += 1,
+                Err(error) => break error,
+            }
+            assert!(taken <= 100 * hot, "the hot set kept growing: {taken}");
+        };
+        assert_eq!(
+            taken,
+            HOT_SET_LIMIT_FACTOR * hot,
+            "refused at {taken}: {refused}"
+        );
+        assert!(matches!(refused, StoreError::Unwritable(_)), "{refused:?}");
+        assert!(j.is_failing(), "readiness reports it");
+        j.put(&key(0), b"w", DAY.as_millis() as i64, 0)
+            .expect("a key the hot set holds is still written");
+        assert_eq!(j.hot_len(), taken);
+
+        std::fs::remove_file(&runs).expect("remove the file");
+        std::fs::create_dir(&runs).expect("the runs' folder again");
+        wait_until("runs are written again", || !j.is_failing());
+        j.put(&key(taken), b"v", DAY.as_millis() as i64, 0)
+            .expect("new keys are taken again");
+        assert_eq!(get(&j, b"k0").as_deref(), Some(&b"w"[..]));
     }
 
     #[tokio::test]
