@@ -417,7 +417,7 @@ impl Journal {
         else {
             return Ok(result);
         };
-        if matches!(slot, MapEntry::Vacant(_)) && self.shared.is_full() {
+        if matches!(slot, MapEntry::Vacant(_)) && self.shared.refuses_new_keys() {
             return Err(StoreError::Unwritable(
                 "state runs cannot be written and the hot set is full".into(),
             ));
@@ -578,7 +578,7 @@ impl Journal {
     /// Whether the last write to the journal failed, or the hot set refuses new keys
     /// because runs cannot be written.
     pub fn is_failing(&self) -> bool {
-        self.shared.failing.load(Ordering::SeqCst) || self.shared.is_full()
+        self.shared.failing.load(Ordering::SeqCst) || self.shared.refuses_new_keys()
     }
 
     /// Journal batches left in the sled tree of a store written before the journal had
@@ -611,7 +611,7 @@ impl Shared {
     /// Whether the hot set refuses new keys: runs cannot be written and it holds
     /// [`HOT_SET_LIMIT_FACTOR`] times `hot_entries`. A flush that only falls behind never
     /// refuses: it catches up.
-    fn is_full(&self) -> bool {
+    fn refuses_new_keys(&self) -> bool {
         self.flush_failing.load(Ordering::Relaxed)
             && self.held.load(Ordering::Relaxed)
                 >= self
@@ -1274,7 +1274,7 @@ pub(crate) mod tests {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !condition() {
             assert!(Instant::now() < deadline, "timed out waiting until {what}");
-            std::thread::yield_now();
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
 
