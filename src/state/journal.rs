@@ -1066,13 +1066,17 @@ pub(crate) mod tests {
     /// only when asked.
     pub(crate) fn open_at(store: &crate::store::Store, dir: &Path, now_ms: i64) -> Arc<Journal> {
         let now = Arc::new(AtomicI64::new(now_ms));
-        Journal::open(
-            store.tree("state").expect("tree"),
-            dir,
-            now_ms,
-            settings(usize::MAX, &now),
-        )
-        .expect("open")
+        open_with(store, dir, now_ms, settings(usize::MAX, &now))
+    }
+
+    /// A journal with `settings`, opened at `now_ms`.
+    fn open_with(
+        store: &crate::store::Store,
+        dir: &Path,
+        now_ms: i64,
+        settings: Settings,
+    ) -> Arc<Journal> {
+        Journal::open(store.tree("state").expect("tree"), dir, now_ms, settings).expect("open")
     }
 
     fn get(j: &Journal, key: &[u8]) -> Option<Vec<u8>> {
@@ -1230,13 +1234,7 @@ pub(crate) mod tests {
     fn the_flush_thread_writes_a_run_once_the_hot_set_is_full() {
         let (dir, store) = temp_store();
         let now = Arc::new(AtomicI64::new(0));
-        let j = Journal::open(
-            store.tree("state").expect("tree"),
-            dir.path(),
-            0,
-            settings(8, &now),
-        )
-        .expect("open");
+        let j = open_with(&store, dir.path(), 0, settings(8, &now));
         for i in 0..20u8 {
             put(&j, &[i], b"v", 1_000, 0);
         }
@@ -1283,28 +1281,22 @@ pub(crate) mod tests {
         let (dir, store) = temp_store();
         let now = Arc::new(AtomicI64::new(0));
         let hot = 16;
-        let j = Journal::open(
-            store.tree("state").expect("tree"),
-            dir.path(),
-            0,
-            settings(hot, &now),
-        )
-        .expect("open");
+        let j = open_with(&store, dir.path(), 0, settings(hot, &now));
         // A file where the runs' folder was: every run write fails.
         let runs = dir.path().join(RUNS_DIR);
         std::fs::remove_dir_all(&runs).expect("remove the runs' folder");
         std::fs::write(&runs, b"not a folder").expect("a file in its place");
-        let key = |i: usize| StoreKey::raw(format!("k{i}").as_bytes());
+        let key = |i: usize| format!("k{i}").into_bytes();
+        let expires_ms = DAY.as_millis() as i64;
         for i in 0..hot {
-            j.put(&key(i), b"v", DAY.as_millis() as i64, 0)
-                .expect("put");
+            put(&j, &key(i), b"v", expires_ms, 0);
         }
         wait_until("a run write failed", || {
             j.shared.flush_failing.load(Ordering::Relaxed)
         });
         let mut taken = hot;
         let refused = loop {
-            match j.put(&key(taken), b"v", DAY.as_millis() as i64, 0) {
+            match j.put(&StoreKey::raw(&key(taken)), b"v", expires_ms, 0) {
                 Ok(()) => taken += 1,
                 Err(error) => break error,
             }
@@ -1317,15 +1309,15 @@ pub(crate) mod tests {
         );
         assert!(matches!(refused, StoreError::Unwritable(_)), "{refused:?}");
         assert!(j.is_failing(), "readiness reports it");
-        j.put(&key(0), b"w", DAY.as_millis() as i64, 0)
-            .expect("a key the hot set holds is still written");
+        // A key the hot set holds is still written.
+        put(&j, &key(0), b"w", expires_ms, 0);
         assert_eq!(j.hot_len(), taken);
 
         std::fs::remove_file(&runs).expect("remove the file");
         std::fs::create_dir(&runs).expect("the runs' folder again");
         wait_until("runs are written again", || !j.is_failing());
-        j.put(&key(taken), b"v", DAY.as_millis() as i64, 0)
-            .expect("new keys are taken again");
+        // New keys are taken again.
+        put(&j, &key(taken), b"v", expires_ms, 0);
         assert_eq!(get(&j, b"k0").as_deref(), Some(&b"w"[..]));
     }
 
@@ -1339,8 +1331,7 @@ pub(crate) mod tests {
             commit_interval: Duration::from_secs(2),
             ..settings(usize::MAX, &now)
         };
-        let j = Journal::open(store.tree("state").expect("tree"), dir.path(), 0, settings)
-            .expect("open");
+        let j = open_with(&store, dir.path(), 0, settings);
         let (a, b) = (StoreKey::raw(b"a"), StoreKey::raw(b"b"));
         put(&j, b"a", b"1", 1_000, 0);
         j.durable(j.sync_point(), Duration::from_secs(5))
@@ -1367,8 +1358,7 @@ pub(crate) mod tests {
             commit_interval: interval,
             ..settings(usize::MAX, &now)
         };
-        let j = Journal::open(store.tree("state").expect("tree"), dir.path(), 0, settings)
-            .expect("open");
+        let j = open_with(&store, dir.path(), 0, settings);
         let wait = Duration::from_secs(5);
         // The first commit starts after this instant; the next one an interval after the
         // first started, at the earliest.
