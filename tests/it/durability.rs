@@ -225,3 +225,90 @@ async fn deliveries_cut_off_at_random_points_are_published_once_and_leave_their_
     );
     broker.delete().await;
 }
+
+/// Whether `since` has passed and a run file was written at `since` or later: a flush of
+/// the hot set after it, which asks the merge thread to rewrite and merge what is due.
+fn a_run_written_since(store: &std::path::Path, since: std::time::SystemTime) -> bool {
+    if std::time::SystemTime::now() < since {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir(store.join("state-runs")) else {
+        return false;
+    };
+    entries.filter_map(Result::ok).any(|entry| {
+        entry.path().extension().is_some_and(|e| e == "run")
+            && entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|at| at >= since)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opt_out_and_a_status_outlive_three_ttls_of_housekeeping_and_kill_9() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    let ttl = Duration::from_secs(3);
+    cfg.extra
+        .push_str(&format!("dedup:\n  ttl: {}s\n", ttl.as_secs()));
+    cfg.store_extra
+        .push_str("  hot_entries: 1024\n  journal_segment: 64KiB\n");
+    let cfg = cfg.with_spec_guard();
+    let client = client(None);
+    let mut gw = started(&cfg, &client).await;
+    let now = wall_ms();
+    let stop = keyword_at("kw_longrun_stop_1", "STOP", now);
+    let (s, a) = gw.deliver(&client, &stop, "req_longrun_stop_1").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()), "{a}");
+    // Within the clock skew ahead of now, so a `sent` sent after the restart is older.
+    let delivered_at = now + 200_000;
+    let delivered = status_at("st_longrun_1", "msg-longrun-1", "delivered", delivered_at);
+    let (s, a) = gw.deliver(&client, &delivered, "req_st_longrun_1").await;
+    assert_eq!((s, outcome(&a)), (200, "accepted".into()), "{a}");
+
+    // Distinct events until a run is flushed three ttls after the opt-out: meanwhile every
+    // flush asked for the runs' housekeeping, and the run holding the opt-out was rewritten
+    // alone (its marks expire, its guard state does not) once its ttl had passed.
+    let since = std::time::SystemTime::now() + 3 * ttl;
+    let store = cfg.store.clone();
+    let mut sent = 0usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    while !a_run_written_since(&store, since) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no run was written within 40 s of traffic ({sent} events)"
+        );
+        let round = (0..16).map(|i| {
+            let id = format!("evt_longrun_{}", sent + i);
+            let gw = &gw;
+            let client = &client;
+            async move {
+                let (s, a) = gw
+                    .deliver(client, &event_body(&id), &format!("req_{id}"))
+                    .await;
+                assert_eq!((s, outcome(&a)), (200, "accepted".into()), "{id}: {a}");
+            }
+        });
+        futures_util::future::join_all(round).await;
+        sent += 16;
+    }
+    assert!(sent >= 1024, "only {sent} events: no run was written");
+    gw.kill9();
+
+    let gw = started(&cfg, &client).await;
+    let stop_again = keyword_at("kw_longrun_stop_2", "STOP", wall_ms());
+    let (s, a) = gw.deliver(&client, &stop_again, "req_longrun_stop_2").await;
+    assert_eq!(
+        (s, outcome(&a)),
+        (200, "dropped:repeated_stop".into()),
+        "the opt-out was forgotten after {sent} events and a restart"
+    );
+    let late = status_at("st_longrun_2", "msg-longrun-1", "sent", wall_ms());
+    let (s, a) = gw.deliver(&client, &late, "req_st_longrun_2").await;
+    assert_eq!(
+        (s, outcome(&a)),
+        (200, "dropped:stale_status".into()),
+        "the status was forgotten after {sent} events and a restart"
+    );
+    broker.delete().await;
+}
