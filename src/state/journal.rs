@@ -76,6 +76,9 @@ const SHARDS: usize = 1024;
 /// `hot_entries`, then refuses them: its memory stays bounded, and so does the journal a
 /// restart replays.
 const HOT_SET_LIMIT_FACTOR: usize = 4;
+/// While the hot set is full and none of it is on disk (the journal cannot be written),
+/// the flush thread waits this long before it looks again: each look locks every map.
+const NOTHING_TO_FLUSH_PAUSE: Duration = Duration::from_millis(100);
 /// Runs lookups remembered per shard (see [`Shard::looked_up`]). The read and the write of
 /// one request are milliseconds apart, and a shard sees a few dozen lookups a second.
 const LOOKUPS_KEPT: usize = 4;
@@ -236,6 +239,9 @@ struct Shared {
     failing: AtomicBool,
     /// Set while the flush thread cannot write runs.
     flush_failing: AtomicBool,
+    /// Looks of the flush thread for something to write (tests check it does not spin).
+    #[cfg(test)]
+    flush_passes: AtomicU64,
     /// What is on disk, for [`Journal::durable`].
     progress: watch::Sender<Progress>,
 }
@@ -320,6 +326,8 @@ impl Journal {
             stop: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             flush_failing: AtomicBool::new(false),
+            #[cfg(test)]
+            flush_passes: AtomicU64::new(0),
             progress: watch::Sender::new(Progress {
                 durable_below: next_seq,
                 failed_below: 0,
@@ -516,7 +524,7 @@ impl Journal {
     /// hot set is full (tests and the dedup benchmark).
     pub fn flush_to_run(&self) -> Result<(), StoreError> {
         self.shared.write_now()?;
-        self.shared.flush_to_run()
+        self.shared.flush_to_run().map(|_| ())
     }
 
     /// Does every merge and deletion that is due now (tests and the dedup benchmark).
@@ -608,11 +616,12 @@ impl Shared {
         self.asked_wake.notify_all();
     }
 
-    /// Whether the hot set refuses new keys: runs cannot be written and it holds
+    /// Whether the hot set refuses new keys: runs or the journal cannot be written (a run
+    /// holds only what the journal holds, so either stops the flushes) and it holds
     /// [`HOT_SET_LIMIT_FACTOR`] times `hot_entries`. A flush that only falls behind never
     /// refuses: it catches up.
     fn refuses_new_keys(&self) -> bool {
-        self.flush_failing.load(Ordering::Relaxed)
+        (self.flush_failing.load(Ordering::Relaxed) || self.failing.load(Ordering::Relaxed))
             && self.held.load(Ordering::Relaxed)
                 >= self
                     .settings
@@ -714,8 +723,8 @@ impl Shared {
     }
 
     /// Writes the hot entries whose records are on disk in the journal as a run, then
-    /// forgets them and deletes the journal batches the run holds.
-    fn flush_to_run(&self) -> Result<(), StoreError> {
+    /// forgets them and deletes the journal batches the run holds. Returns how many went.
+    fn flush_to_run(&self) -> Result<usize, StoreError> {
         let _flushing = lock(&self.flushing);
         let below = self.progress.borrow().durable_below;
         let in_run = |e: &Entry| e.batch.is_some_and(|b| b < below);
@@ -732,7 +741,7 @@ impl Shared {
             }
         }
         if entries.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         entries.sort_unstable_by_key(|e| e.0 .0);
         let rewrite_after_ms = (self.settings.clock)().saturating_add(self.settings.ttl_ms());
@@ -742,6 +751,7 @@ impl Shared {
         });
         self.runs
             .flush(entries.len() as u64, records, below, rewrite_after_ms)?;
+        let written = entries.len();
         drop((entries, values));
         // The run is registered: lookups find these values there from now on. An entry
         // changed since it was copied has a newer batch and stays. A map that grew while
@@ -773,7 +783,7 @@ impl Shared {
             }
         }
         self.ask(|a| a.merge = true);
-        Ok(())
+        Ok(written)
     }
 
     /// Deletes expired runs, then merges until nothing is due.
@@ -905,6 +915,8 @@ fn flush_loop(shared: &Shared) {
             }
         }
         if flush {
+            #[cfg(test)]
+            shared.flush_passes.fetch_add(1, Ordering::SeqCst);
             let flushed = shared.flush_to_run();
             let failed_before = shared
                 .flush_failing
@@ -919,8 +931,17 @@ fn flush_loop(shared: &Shared) {
                     }
                     shared.pause(BACKGROUND_RETRY);
                 }
-                Ok(()) if failed_before => tracing::info!("state runs written again"),
-                Ok(()) => {}
+                Ok(written) => {
+                    if failed_before {
+                        tracing::info!("state runs written again");
+                    }
+                    // Nothing in the full hot set is on disk yet (the journal cannot be
+                    // written, or has not caught up): looking again at once would lock
+                    // every map in a loop.
+                    if written == 0 {
+                        shared.pause(NOTHING_TO_FLUSH_PAUSE);
+                    }
+                }
             }
             shared.ask_flush_if_full();
         }
@@ -1319,6 +1340,70 @@ pub(crate) mod tests {
         // New keys are taken again.
         put(&j, &key(taken), b"v", expires_ms, 0);
         assert_eq!(get(&j, b"k0").as_deref(), Some(&b"w"[..]));
+    }
+
+    #[test]
+    fn while_the_journal_cannot_be_written_the_flush_thread_rests_and_the_hot_set_refuses_new_keys()
+    {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        let hot = 16;
+        // Segments of a few batches: the journal soon needs a new one.
+        let settings = Settings {
+            segment_bytes: 512,
+            ..settings(hot, &now)
+        };
+        let j = open_with(&store, dir.path(), 0, settings);
+        // A file where the journal's folder was: no new segment can be made.
+        let journal = dir.path().join(JOURNAL_DIR);
+        // Moved aside, not deleted: the flush thread may be making a spare segment in it.
+        std::fs::rename(&journal, dir.path().join("aside")).expect("move the journal's folder");
+        std::fs::write(&journal, b"not a folder").expect("a file in its place");
+        let key = |i: usize| format!("k{i}").into_bytes();
+        let expires_ms = DAY.as_millis() as i64;
+        let mut taken = 0;
+        while !j.shared.failing.load(Ordering::SeqCst) {
+            put(&j, &key(taken), b"v", expires_ms, 0);
+            let _ = j.write_now();
+            taken += 1;
+            assert!(taken < 1_000, "the journal never failed");
+        }
+        // What reached the journal before it failed goes to a run; what follows cannot.
+        j.shared.flush_to_run().expect("flush what is on disk");
+        while j.hot_len() < hot {
+            put(&j, &key(taken), b"v", expires_ms, 0);
+            taken += 1;
+        }
+        // The hot set is full and nothing in it is on disk: the flush thread finds nothing
+        // to write, and rests between its looks instead of locking every map again at once.
+        wait_until("the flush thread looked", || {
+            j.shared.flush_passes.load(Ordering::SeqCst) > 0
+        });
+        let before = j.shared.flush_passes.load(Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(500));
+        let passes = j.shared.flush_passes.load(Ordering::SeqCst) - before;
+        assert!(
+            passes <= 500 / NOTHING_TO_FLUSH_PAUSE.as_millis() as u64 + 2,
+            "{passes} flush passes in 500 ms with nothing to flush"
+        );
+        let refused = loop {
+            match j.put(&StoreKey::raw(&key(taken)), b"v", expires_ms, 0) {
+                Ok(()) => taken += 1,
+                Err(error) => break error,
+            }
+            assert!(
+                j.hot_len() <= 100 * hot,
+                "the hot set kept growing: {taken}"
+            );
+        };
+        assert_eq!(
+            j.hot_len(),
+            HOT_SET_LIMIT_FACTOR * hot,
+            "refused at {}: {refused}",
+            j.hot_len()
+        );
+        assert!(matches!(refused, StoreError::Unwritable(_)), "{refused:?}");
+        assert!(j.is_failing(), "readiness reports it");
     }
 
     #[tokio::test]
