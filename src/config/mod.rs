@@ -320,6 +320,12 @@ pub struct Limits {
     /// Requests that fail verification, per peer address: a peer over it is answered 429
     /// before its body is read. Default 5 per second, burst 20.
     pub failed_verification_per_peer: RateLimit,
+    /// Leading bits of an IPv4 peer address that name one peer for
+    /// `failed_verification_per_peer`, 1 to 32. Default 32 (the whole address).
+    pub failed_verification_ipv4_prefix: u8,
+    /// Leading bits of an IPv6 peer address that name one peer, 1 to 128. Default 64: a
+    /// host is handed a whole /64 and can rotate through its addresses.
+    pub failed_verification_ipv6_prefix: u8,
     /// Header holding the client address set by a trusted proxy in front (its last
     /// comma-separated entry is used, as in `X-Forwarded-For`). Default unset: the TCP
     /// peer address; never trusted unless configured.
@@ -343,6 +349,8 @@ impl Default for Limits {
                 per_second: 5,
                 burst: 20,
             },
+            failed_verification_ipv4_prefix: 32,
+            failed_verification_ipv6_prefix: 64,
             peer_address_header: None,
         }
     }
@@ -846,6 +854,12 @@ impl Config {
                 "limits.failed_verification_per_peer: per_second and burst must be positive",
             );
         }
+        if !(1..=32).contains(&l.failed_verification_ipv4_prefix) {
+            return invalid("limits.failed_verification_ipv4_prefix: must be 1 to 32");
+        }
+        if !(1..=128).contains(&l.failed_verification_ipv6_prefix) {
+            return invalid("limits.failed_verification_ipv6_prefix: must be 1 to 128");
+        }
         if let Some(h) = &l.peer_address_header {
             if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
                 return invalid("limits.peer_address_header: not a valid header name");
@@ -1248,6 +1262,13 @@ routes:
             (5, 20)
         );
         assert_eq!(
+            (
+                l.failed_verification_ipv4_prefix,
+                l.failed_verification_ipv6_prefix
+            ),
+            (32, 64)
+        );
+        assert_eq!(
             l.peer_address_header, None,
             "no proxy is trusted by default"
         );
@@ -1268,6 +1289,22 @@ routes:
             (
                 "  failed_verification_per_peer: {per_second: 0, burst: 1}\n",
                 "failed_verification_per_peer",
+            ),
+            (
+                "  failed_verification_ipv4_prefix: 0\n",
+                "failed_verification_ipv4_prefix: must be 1 to 32",
+            ),
+            (
+                "  failed_verification_ipv4_prefix: 33\n",
+                "failed_verification_ipv4_prefix: must be 1 to 32",
+            ),
+            (
+                "  failed_verification_ipv6_prefix: 0\n",
+                "failed_verification_ipv6_prefix: must be 1 to 128",
+            ),
+            (
+                "  failed_verification_ipv6_prefix: 129\n",
+                "failed_verification_ipv6_prefix: must be 1 to 128",
             ),
         ] {
             let e = err(&format!("{MINIMAL}limits:\n{extra}"));
