@@ -13,6 +13,7 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
 pub mod profiles;
+pub mod reconcile;
 
 /// The longest AMQP short string, in bytes: the limit of exchange names, routing keys and
 /// `message_id`. Config checks the exchange against it; the outbox checks routing keys.
@@ -522,6 +523,10 @@ pub struct Fields {
     /// `X-Botix-Event` or `X-Event-Type`. Off by default: the signature covers the body, not
     /// these headers, so anyone replaying a signed body could choose them.
     pub unsigned_header_fallbacks: bool,
+    /// The message an inbound event is about. With a `reconcile:` block, an inbound
+    /// message is deduplicated by it, so the webhook's event and the one reconciliation
+    /// makes of the same message are one. Default `/data/message_id`.
+    pub message_id: String,
 }
 
 impl Default for Fields {
@@ -531,6 +536,7 @@ impl Default for Fields {
             event_type: "/event".into(),
             timestamp: "/timestamp".into(),
             unsigned_header_fallbacks: false,
+            message_id: "/data/message_id".into(),
         }
     }
 }
@@ -630,6 +636,9 @@ pub struct Route {
     /// Out-of-order guard rules.
     #[serde(default)]
     pub guard: GuardConfig,
+    /// Reconciliation with the sender's list API (contract §10); off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<reconcile::Reconcile>,
 }
 
 impl Config {
@@ -749,6 +758,7 @@ impl Config {
                     ("fields.event_id", &fields.event_id),
                     ("fields.event_type", &fields.event_type),
                     ("fields.timestamp", &fields.timestamp),
+                    ("fields.message_id", &fields.message_id),
                 ] {
                     check_pointer(&format!("{at}.{name}"), ptr)?;
                 }
@@ -768,6 +778,15 @@ impl Config {
                 check_pointer(&format!("{at}.guard.keywords.text"), &kw.text)?;
                 check_pointer(&format!("{at}.guard.keywords.contact"), &kw.contact)?;
                 check_pointer(&format!("{at}.guard.keywords.channel"), &kw.channel)?;
+            }
+            if let Some(rc) = &route.reconcile {
+                if route.profile != Profile::Botix {
+                    return invalid(format!(
+                        "{at}.reconcile: only with profile botix (the list API it reads)"
+                    ));
+                }
+                rc.validate(&format!("{at}.reconcile"), self.dedup.ttl)
+                    .map_err(ConfigError::Invalid)?;
             }
         }
         if self.limits.max_body_bytes == 0 {
@@ -1612,6 +1631,14 @@ routes:
     profile: twilio
     public_url: https://hooks.example.com/t
     secrets: [{secret_env: T}]
+  - name: e
+    path: /e
+    secrets: [{secret_env: E}]
+    reconcile: {url: 'https://api.example/m', token_env: K}
+  - name: f
+    path: /f
+    secrets: [{secret_env: F}]
+    reconcile: {url: 'https://api.example/m', token_file: /k}
 ";
 
     /// Only what is required, plus the sections whose keys have defaults of their own.
@@ -1625,6 +1652,7 @@ routes:
     guard:
       status: {events: [a]}
       keywords: {events: [b]}
+    reconcile: {url: 'https://api.example/m', token_env: K}
 ";
 
     /// (key, default cell) of each row of the README's configuration table.
@@ -1738,7 +1766,7 @@ routes:
             }
             let actual = at(&defaults, key).filter(|v| !v.is_null());
             match (cell.as_str(), actual) {
-                ("required" | "one of three", _) | ("unset", None) => {}
+                ("required" | "one of two" | "one of three", _) | ("unset", None) => {}
                 ("unset", Some(v)) => problems.push(format!("{key}: README unset, code {v}")),
                 (cell, actual) => match (cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')), actual) {
                     (Some(doc), Some(v)) if same_default(doc, v) => {}
