@@ -22,6 +22,8 @@ use crate::outbox::publish::Publisher;
 use crate::outbox::spool::Spool;
 use crate::outbox::Outbox;
 use crate::pipeline::{CompiledRoute, Pipeline, RouteRuntime, Settings};
+use crate::reconcile::key::KeySource;
+use crate::reconcile::{Parts as ReconcileParts, Reconcilers};
 use crate::state::{BackendChoice, StateStore};
 use crate::store::{Store, StoreError};
 use crate::tls::{TlsError, TlsReloader};
@@ -46,6 +48,8 @@ pub enum AppError {
     Tls(#[from] TlsError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("reconcile: {0}")]
+    Reconcile(String),
 }
 
 impl AppError {
@@ -187,6 +191,16 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
         for source in secrets.short() {
             tracing::warn!(route = %route.name, %source, min_bytes = crate::ingress::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
         }
+        if let Some(reconcile) = &route.reconcile {
+            // Like a secret, a key that cannot be read is a fault of the deployment, found
+            // before any port is bound.
+            KeySource::of(reconcile)
+                .read()
+                .map_err(|e| AppError::Route {
+                    route: route.name.clone(),
+                    reason: format!("reconcile: {e}"),
+                })?;
+        }
         let mut fields = EventFields::for_route(route);
         let guard = RouteGuard::new(&route.guard, &mut fields);
         routes.push(CompiledRoute {
@@ -282,6 +296,20 @@ pub async fn serve(
         metrics.store_errors.clone(),
         options.clock.clone(),
     ));
+    let stop_reconcile = CancellationToken::new();
+    let reconcilers = Arc::new(
+        Reconcilers::start(
+            &routes,
+            &ReconcileParts {
+                pipeline: pipeline.clone(),
+                state: state.clone(),
+                metrics: metrics.clone(),
+                clock: options.clock.clone(),
+            },
+            &stop_reconcile,
+        )
+        .map_err(|e| AppError::Reconcile(e.to_string()))?,
+    );
     let drainer = tokio::spawn(spool.clone().run_drainer(
         publisher.clone(),
         config.amqp.exchange.clone(),
@@ -311,6 +339,7 @@ pub async fn serve(
             clock: options.clock.clone(),
         },
         shutdown: shutting_down.clone(),
+        reconcile: reconcilers.clone(),
     });
     let addr_text = |l: &TcpListener| {
         l.local_addr()
@@ -354,6 +383,9 @@ pub async fn serve(
 
     shutdown.await;
     shutting_down.cancel();
+    // A walk stops between two events; what it published is marked before the flush.
+    stop_reconcile.cancel();
+    reconcilers.finish(config.shutdown_grace).await;
     // serve_webhooks returns once in-flight requests finished or the grace ran out.
     let _ = webhooks.await;
     if !pipeline.finish_running(config.shutdown_grace).await {

@@ -24,6 +24,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod pipeline;
 pub mod ratelimit;
+pub mod reconcile;
 pub mod shutdown;
 pub mod state;
 pub mod store;

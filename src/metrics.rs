@@ -249,6 +249,8 @@ pub struct Metrics {
     pub body_budget_waits: Counter,
     /// Secret reloads refused (the previous secrets stay in force).
     pub secret_reload_failures: Family<RouteLabel, Counter>,
+    /// Reconciliation with the senders' list APIs.
+    pub reconcile: ReconcileMetrics,
 }
 
 impl Metrics {
@@ -393,6 +395,7 @@ impl Metrics {
             "Secret reloads refused; the previous secrets stay in force",
             secret_reload_failures.clone(),
         );
+        let reconcile = ReconcileMetrics::register(&mut registry);
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -425,6 +428,7 @@ impl Metrics {
             unverified_body_bytes,
             body_budget_waits,
             secret_reload_failures,
+            reconcile,
         }
     }
 
@@ -484,6 +488,100 @@ impl Metrics {
             tracing::warn!(error = %e, "cannot encode metrics");
         }
         out
+    }
+}
+
+/// Labels of reconciliation counts with a kind (walk result, event outcome, bad answer).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteKind {
+    /// Route name.
+    pub route: String,
+    /// What is counted.
+    pub kind: String,
+}
+
+/// A counter of seconds.
+pub type SecondsCounter = Counter<f64, std::sync::atomic::AtomicU64>;
+
+/// Reconciliation's metric families, labelled by route (see `reconcile::metrics`).
+#[derive(Clone, Default)]
+pub struct ReconcileMetrics {
+    /// Walks by result: `complete`, `gave_up`, `key_refused`, `failed`.
+    pub walks: Family<RouteKind, Counter>,
+    /// Pages read.
+    pub pages: Family<RouteLabel, Counter>,
+    /// Items listed.
+    pub items: Family<RouteLabel, Counter>,
+    /// Events published by reconciliation: each one an event the webhook missed.
+    pub missed_events: Family<RouteLabel, Counter>,
+    /// Events by outcome: `published`, `duplicate`, `dropped`, `unavailable`, `refused`.
+    pub events: Family<RouteKind, Counter>,
+    /// 429 answers.
+    pub rate_limited: Family<RouteLabel, Counter>,
+    /// Time spent waiting for the sender's rate limit (Reset and Retry-After).
+    pub rate_limit_wait: Family<RouteLabel, SecondsCounter>,
+    /// Answers or items not as documented, by kind.
+    pub bad_answers: Family<RouteKind, Counter>,
+    /// Unix time the last complete walk ended.
+    pub last_complete_walk: Family<RouteLabel, Gauge>,
+    /// 1 while the route's key is refused (401/403) and its reconciler stopped.
+    pub key_refused: Family<RouteLabel, Gauge>,
+}
+
+impl ReconcileMetrics {
+    fn register(registry: &mut Registry) -> Self {
+        let m = Self::default();
+        registry.register(
+            "reconcile_walks",
+            "Reconciliation walks by result",
+            m.walks.clone(),
+        );
+        registry.register(
+            "reconcile_pages",
+            "Pages read from the sender's list API",
+            m.pages.clone(),
+        );
+        registry.register(
+            "reconcile_items",
+            "Messages listed by the sender's list API",
+            m.items.clone(),
+        );
+        registry.register(
+            "reconcile_missed_events",
+            "Events reconciliation published: each one an event the webhook missed",
+            m.missed_events.clone(),
+        );
+        registry.register(
+            "reconcile_events",
+            "Events reconciliation made, by outcome",
+            m.events.clone(),
+        );
+        registry.register(
+            "reconcile_rate_limited",
+            "429 answers of the sender's list API",
+            m.rate_limited.clone(),
+        );
+        registry.register(
+            "reconcile_rate_limit_wait_seconds",
+            "Time spent waiting for the sender's rate limit",
+            m.rate_limit_wait.clone(),
+        );
+        registry.register(
+            "reconcile_bad_answers",
+            "Answers or items of the sender's list API not as documented, by kind",
+            m.bad_answers.clone(),
+        );
+        registry.register(
+            "reconcile_last_complete_walk_timestamp_seconds",
+            "Unix time the last complete reconciliation walk ended",
+            m.last_complete_walk.clone(),
+        );
+        registry.register(
+            "reconcile_key_refused",
+            "1 while the sender refuses the route's API key and its reconciler is stopped",
+            m.key_refused.clone(),
+        );
+        m
     }
 }
 

@@ -312,6 +312,35 @@ impl Pipeline {
         }
     }
 
+    /// Handles one event reconciliation made of a message the sender's list API gave:
+    /// freshness, dedup, guard and publish-or-spool, like a delivery past its signature
+    /// (the API call was authenticated by the route's key). Its message carries
+    /// `x-source: reconcile` (its request id says so). Not counted as a request: the
+    /// reconciler counts what it finds.
+    pub async fn handle_listed(&self, route: &RouteRuntime, event: Event) -> Outcome {
+        let name = route.config.name.as_str();
+        let now_ms = self.now_ms();
+        if !self.routing_keys_fit(route, &event) {
+            return Outcome::BadRequest(ParseError::RoutingKeyTooLong);
+        }
+        if let Some(reason) = self.freshness(&event, now_ms) {
+            return Outcome::Dropped {
+                event_id: event.id,
+                reason,
+            };
+        }
+        match self.process(route, &event, now_ms).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                self.store_errors.inc();
+                tracing::warn!(route = name, event_id = %event.id, %error, "store failed; the walk stops here");
+                Outcome::Unavailable {
+                    retry_after: error.retry_after_secs(),
+                }
+            }
+        }
+    }
+
     /// Whether every routing key the event may be published with (its own, and the drop
     /// copy's) fits an AMQP short string. Checked before anything is recorded, so the
     /// refusal is final and nothing is spooled that could never be sent.
@@ -342,7 +371,12 @@ impl Pipeline {
         now_ms: i64,
     ) -> Result<Outcome, StoreError> {
         let name = route.config.name.as_str();
-        let ev_key = StoreKey::event(name, &event.id);
+        // On a route that reconciles, an inbound message is one event whichever path
+        // brought it: its dedup key is its message id, not the event id of either path.
+        let ev_key = match route.fields.inbound_message_id(event) {
+            Some(message_id) => StoreKey::message(name, &message_id),
+            None => StoreKey::event(name, &event.id),
+        };
         let req_key = event
             .request_id_from_sender
             .then(|| StoreKey::request(name, &event.request_id));

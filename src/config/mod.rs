@@ -13,6 +13,7 @@ use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
 pub mod profiles;
+pub mod reconcile;
 
 /// The longest AMQP short string, in bytes: the limit of exchange names, routing keys and
 /// `message_id`. Config checks the exchange against it; the outbox checks routing keys.
@@ -320,6 +321,12 @@ pub struct Limits {
     /// Requests that fail verification, per peer address: a peer over it is answered 429
     /// before its body is read. Default 5 per second, burst 20.
     pub failed_verification_per_peer: RateLimit,
+    /// Leading bits of an IPv4 peer address that name one peer for
+    /// `failed_verification_per_peer`, 1 to 32. Default 32 (the whole address).
+    pub failed_verification_ipv4_prefix: u8,
+    /// Leading bits of an IPv6 peer address that name one peer, 1 to 128. Default 64: a
+    /// host is handed a whole /64 and can rotate through its addresses.
+    pub failed_verification_ipv6_prefix: u8,
     /// Header holding the client address set by a trusted proxy in front (its last
     /// comma-separated entry is used, as in `X-Forwarded-For`). Default unset: the TCP
     /// peer address; never trusted unless configured.
@@ -343,6 +350,8 @@ impl Default for Limits {
                 per_second: 5,
                 burst: 20,
             },
+            failed_verification_ipv4_prefix: 32,
+            failed_verification_ipv6_prefix: 64,
             peer_address_header: None,
         }
     }
@@ -522,6 +531,10 @@ pub struct Fields {
     /// `X-Botix-Event` or `X-Event-Type`. Off by default: the signature covers the body, not
     /// these headers, so anyone replaying a signed body could choose them.
     pub unsigned_header_fallbacks: bool,
+    /// The message an inbound event is about. With a `reconcile:` block, an inbound
+    /// message is deduplicated by it, so the webhook's event and the one reconciliation
+    /// makes of the same message are one. Default `/data/message_id`.
+    pub message_id: String,
 }
 
 impl Default for Fields {
@@ -531,6 +544,7 @@ impl Default for Fields {
             event_type: "/event".into(),
             timestamp: "/timestamp".into(),
             unsigned_header_fallbacks: false,
+            message_id: "/data/message_id".into(),
         }
     }
 }
@@ -630,6 +644,9 @@ pub struct Route {
     /// Out-of-order guard rules.
     #[serde(default)]
     pub guard: GuardConfig,
+    /// Reconciliation with the sender's list API (contract §10); off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<reconcile::Reconcile>,
 }
 
 impl Config {
@@ -749,6 +766,7 @@ impl Config {
                     ("fields.event_id", &fields.event_id),
                     ("fields.event_type", &fields.event_type),
                     ("fields.timestamp", &fields.timestamp),
+                    ("fields.message_id", &fields.message_id),
                 ] {
                     check_pointer(&format!("{at}.{name}"), ptr)?;
                 }
@@ -768,6 +786,15 @@ impl Config {
                 check_pointer(&format!("{at}.guard.keywords.text"), &kw.text)?;
                 check_pointer(&format!("{at}.guard.keywords.contact"), &kw.contact)?;
                 check_pointer(&format!("{at}.guard.keywords.channel"), &kw.channel)?;
+            }
+            if let Some(rc) = &route.reconcile {
+                if route.profile != Profile::Botix {
+                    return invalid(format!(
+                        "{at}.reconcile: only with profile botix (the list API it reads)"
+                    ));
+                }
+                rc.validate(&format!("{at}.reconcile"), self.dedup.ttl)
+                    .map_err(ConfigError::Invalid)?;
             }
         }
         if self.limits.max_body_bytes == 0 {
@@ -845,6 +872,12 @@ impl Config {
             return invalid(
                 "limits.failed_verification_per_peer: per_second and burst must be positive",
             );
+        }
+        if !(1..=32).contains(&l.failed_verification_ipv4_prefix) {
+            return invalid("limits.failed_verification_ipv4_prefix: must be 1 to 32");
+        }
+        if !(1..=128).contains(&l.failed_verification_ipv6_prefix) {
+            return invalid("limits.failed_verification_ipv6_prefix: must be 1 to 128");
         }
         if let Some(h) = &l.peer_address_header {
             if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
@@ -1248,6 +1281,13 @@ routes:
             (5, 20)
         );
         assert_eq!(
+            (
+                l.failed_verification_ipv4_prefix,
+                l.failed_verification_ipv6_prefix
+            ),
+            (32, 64)
+        );
+        assert_eq!(
             l.peer_address_header, None,
             "no proxy is trusted by default"
         );
@@ -1268,6 +1308,22 @@ routes:
             (
                 "  failed_verification_per_peer: {per_second: 0, burst: 1}\n",
                 "failed_verification_per_peer",
+            ),
+            (
+                "  failed_verification_ipv4_prefix: 0\n",
+                "failed_verification_ipv4_prefix: must be 1 to 32",
+            ),
+            (
+                "  failed_verification_ipv4_prefix: 33\n",
+                "failed_verification_ipv4_prefix: must be 1 to 32",
+            ),
+            (
+                "  failed_verification_ipv6_prefix: 0\n",
+                "failed_verification_ipv6_prefix: must be 1 to 128",
+            ),
+            (
+                "  failed_verification_ipv6_prefix: 129\n",
+                "failed_verification_ipv6_prefix: must be 1 to 128",
             ),
         ] {
             let e = err(&format!("{MINIMAL}limits:\n{extra}"));
@@ -1612,6 +1668,14 @@ routes:
     profile: twilio
     public_url: https://hooks.example.com/t
     secrets: [{secret_env: T}]
+  - name: e
+    path: /e
+    secrets: [{secret_env: E}]
+    reconcile: {url: 'https://api.example/m', token_env: K}
+  - name: f
+    path: /f
+    secrets: [{secret_env: F}]
+    reconcile: {url: 'https://api.example/m', token_file: /k}
 ";
 
     /// Only what is required, plus the sections whose keys have defaults of their own.
@@ -1625,6 +1689,7 @@ routes:
     guard:
       status: {events: [a]}
       keywords: {events: [b]}
+    reconcile: {url: 'https://api.example/m', token_env: K}
 ";
 
     /// (key, default cell) of each row of the README's configuration table.
@@ -1738,7 +1803,7 @@ routes:
             }
             let actual = at(&defaults, key).filter(|v| !v.is_null());
             match (cell.as_str(), actual) {
-                ("required" | "one of three", _) | ("unset", None) => {}
+                ("required" | "one of two" | "one of three", _) | ("unset", None) => {}
                 ("unset", Some(v)) => problems.push(format!("{key}: README unset, code {v}")),
                 (cell, actual) => match (cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')), actual) {
                     (Some(doc), Some(v)) if same_default(doc, v) => {}

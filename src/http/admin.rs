@@ -9,6 +9,7 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::{Spool, SpoolError};
+use crate::reconcile::{Reconcilers, RunError};
 use crate::state::StateStore;
 
 /// Path of the spool status endpoint.
@@ -18,6 +19,10 @@ pub const SPOOL_PATH: &str = "/spool";
 pub const PARKED_PATH: &str = "/spool/parked";
 /// Last path segment of a republish request.
 pub const REPUBLISH: &str = "republish";
+/// Path of the reconcilers' status: `GET` lists each route's; `POST
+/// {RECONCILE_PATH}/<route>/run[/<seconds>]` asks for a walk now (reaching back that many
+/// seconds).
+pub const RECONCILE_PATH: &str = "/reconcile";
 
 /// An answer: status code, content type, body.
 pub type Answer = (u16, &'static str, String);
@@ -53,6 +58,8 @@ pub struct Admin {
     pub health: Health,
     /// Cancelled the moment shutdown starts: readiness goes 503 at once.
     pub shutdown: CancellationToken,
+    /// The routes' reconcilers.
+    pub reconcile: Arc<Reconcilers>,
 }
 
 impl Admin {
@@ -61,6 +68,13 @@ impl Admin {
     pub async fn handle(&self, req: AdminRequest<'_>) -> Answer {
         if req.method == "GET" {
             return self.respond(req.path);
+        }
+        if let Some(rest) = req
+            .path
+            .strip_prefix(RECONCILE_PATH)
+            .and_then(|r| r.strip_prefix('/'))
+        {
+            return self.run_reconcile(req.method, rest, req.from_loopback);
         }
         let Some(rest) = req
             .path
@@ -102,6 +116,42 @@ impl Admin {
         }
     }
 
+    /// `POST <route>/run[/<seconds>]`: a walk of `route` now.
+    fn run_reconcile(&self, method: &str, rest: &str, from_loopback: bool) -> Answer {
+        let mut parts = rest.split('/');
+        let (Some(route), Some("run"), since, None) =
+            (parts.next(), parts.next(), parts.next(), parts.next())
+        else {
+            return (404, "text/plain", "not found\n".into());
+        };
+        if method != "POST" {
+            return (405, "text/plain", "method not allowed\n".into());
+        }
+        if !from_loopback {
+            return (
+                403,
+                "text/plain",
+                "a walk can only be asked for from the gateway's own host\n".into(),
+            );
+        }
+        let since = match since.map(str::parse::<u64>) {
+            None => None,
+            Some(Ok(secs)) => Some(std::time::Duration::from_secs(secs)),
+            Some(Err(_)) => {
+                return (
+                    400,
+                    "text/plain",
+                    "since must be a number of seconds\n".into(),
+                )
+            }
+        };
+        match self.reconcile.run_now(route, since) {
+            Ok(()) => (200, "text/plain", "walk asked for\n".into()),
+            Err(e @ RunError::NoSuchRoute(_)) => (404, "text/plain", format!("{e}\n")),
+            Err(e) => (409, "text/plain", format!("{e}\n")),
+        }
+    }
+
     /// Status code, content type and body for a GET of `path`.
     pub fn respond(&self, path: &str) -> Answer {
         match path {
@@ -128,6 +178,7 @@ impl Admin {
                     metrics.render(),
                 )
             }
+            RECONCILE_PATH => json_answer(&self.reconcile.statuses()),
             SPOOL_PATH => json_answer(&self.health.spool.status((self.health.clock)() / 1000)),
             PARKED_PATH => match self.health.spool.parked_entries() {
                 Ok(entries) => json_answer(&entries),

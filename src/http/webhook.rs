@@ -24,7 +24,7 @@ use crate::http::{accept_loop, Answer, Connections};
 use crate::ingress::event::{Delivery, RequestId};
 use crate::metrics::Metrics;
 use crate::pipeline::{Outcome, Pipeline};
-use crate::ratelimit::PeerLimiter;
+use crate::ratelimit::{PeerLimiter, PeerPrefixes};
 use crate::tls::TlsReloader;
 
 /// Route label of requests that matched no route.
@@ -43,7 +43,7 @@ pub struct WebhookService {
     metrics: Arc<Metrics>,
     /// Limits from config.
     pub limits: Limits,
-    /// Failed verifications per peer address.
+    /// Failed verifications per peer address prefix.
     peers: PeerLimiter,
     /// Body bytes held before verification, over all connections.
     budget: BodyBudget,
@@ -58,7 +58,11 @@ impl WebhookService {
         clock: Clock,
     ) -> Self {
         let per_peer = &limits.failed_verification_per_peer;
-        let peers = PeerLimiter::new(per_peer.per_second, per_peer.burst, clock);
+        let prefixes = PeerPrefixes {
+            ipv4: limits.failed_verification_ipv4_prefix,
+            ipv6: limits.failed_verification_ipv6_prefix,
+        };
+        let peers = PeerLimiter::new(per_peer.per_second, per_peer.burst, prefixes, clock);
         let budget = BodyBudget::new(
             limits.max_unverified_body_bytes,
             metrics.unverified_body_bytes.clone(),

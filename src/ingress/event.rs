@@ -21,6 +21,9 @@ pub const DELIVERY_ATTEMPT: &str = "x-delivery-attempt";
 pub const EVENT_ID: &str = "x-event-id";
 /// Optional copy of the body's event type.
 pub const EVENT_TYPE: &str = "x-event-type";
+/// The type of an inbound message's event (botix), the one deduplicated by message id on
+/// a route that reconciles.
+pub const INBOUND_EVENT: &str = "message.received";
 /// Twilio's id of one webhook delivery, the same on its retries.
 pub const TWILIO_IDEMPOTENCY_TOKEN: &str = "i-twilio-idempotency-token";
 /// The content type of a Twilio form delivery that came without one.
@@ -129,6 +132,9 @@ pub struct EventFields {
     header_fallbacks: bool,
     /// Set for the Twilio profile, whose events are read differently.
     twilio: Option<TwilioFields>,
+    /// Set for a route that reconciles: where an inbound event's message id is, the key
+    /// that makes the webhook's event and reconciliation's of one message the same.
+    message_id: Option<Slot>,
 }
 
 /// Where a Twilio delivery's id and kind are: form fields (or top-level JSON members).
@@ -150,6 +156,7 @@ impl EventFields {
             header_fallbacks: fields.unsigned_header_fallbacks,
             plan,
             twilio: None,
+            message_id: None,
         }
     }
 
@@ -163,7 +170,21 @@ impl EventFields {
                 message_status: fields.plan.add("/MessageStatus"),
             });
         }
+        if route.reconcile.is_some() {
+            let default_fields = Fields::default();
+            let pointer = &route.fields.as_ref().unwrap_or(&default_fields).message_id;
+            fields.message_id = Some(fields.plan.add(pointer));
+        }
         fields
+    }
+
+    /// The message id an inbound (`message.received`) event is about, on a route that
+    /// reconciles; dedup keys such an event by it, whichever path brought it.
+    pub fn inbound_message_id<'e>(&self, event: &'e Event) -> Option<Cow<'e, str>> {
+        if event.event_type != INBOUND_EVENT {
+            return None;
+        }
+        event.field(self.message_id?).filter(|id| !id.is_empty())
     }
 
     /// Also reads `pointer`; [`Event::field`] finds its value under the returned slot.
@@ -192,7 +213,13 @@ impl RequestId {
             Profile::Telnyx => return Self::generated(),
             Profile::Botix | Profile::Custom => REQUEST_ID,
         };
-        match header_text(headers, name).filter(|v| v.len() <= MAX_ID_BYTES) {
+        // A sender's id that looks like reconciliation's would make its message say
+        // `x-source: reconcile`; it is replaced like a missing one.
+        let usable = |v: &String| {
+            v.len() <= MAX_ID_BYTES
+                && !v.starts_with(crate::outbox::message::RECONCILE_REQUEST_PREFIX)
+        };
+        match header_text(headers, name).filter(usable) {
             Some(value) => Self {
                 value,
                 from_sender: true,
@@ -208,6 +235,30 @@ impl RequestId {
             from_sender: false,
         }
     }
+}
+
+/// Reads the event out of a message the sender's list API gave (reconciliation), laid out
+/// in the webhook's shape. The API answered over TLS to a request made with the route's
+/// key, which authenticates it as a signature authenticates a delivery; it has no request
+/// id from the sender, so `request_id` is the walk's.
+pub fn parse_listed(
+    body: Bytes,
+    fields: &EventFields,
+    request_id: String,
+) -> Result<Event, ParseError> {
+    let verified = Verified(Delivery {
+        headers: HeaderMap::new(),
+        body,
+        query: None,
+    });
+    parse(
+        verified,
+        fields,
+        RequestId {
+            value: request_id,
+            from_sender: false,
+        },
+    )
 }
 
 /// Reads the event out of a verified delivery.

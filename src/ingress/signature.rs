@@ -211,7 +211,8 @@ impl Scheme {
                     .ok_or(SignatureError::Malformed)?;
                 let ts_text = header_str(headers, TELNYX_TIMESTAMP)?.trim();
                 let ts: i64 = ts_text.parse().map_err(|_| SignatureError::Malformed)?;
-                if (now_secs - ts).abs() > *tolerance_secs {
+                // abs_diff in u64, as for Standard Webhooks: the timestamp is the sender's.
+                if now_secs.abs_diff(ts) > tolerance_secs.unsigned_abs() {
                     return Err(SignatureError::Stale);
                 }
                 let mut message = Vec::with_capacity(ts_text.len() + 1 + body.len());
@@ -999,6 +1000,35 @@ mod tests {
                 Err(SignatureError::Stale),
                 "timestamp {ts} at {now}"
             );
+        }
+    }
+
+    #[test]
+    fn extreme_telnyx_timestamps_are_stale_not_an_overflow() {
+        let scheme = Scheme::Telnyx {
+            tolerance_secs: 300,
+        };
+        let v = provider_vectors("telnyx.json");
+        let key = [Secret::new(text(&v["public_key"]).as_bytes())];
+        for (ts, now) in [
+            (i64::MIN, 1_800_000_000),
+            (i64::MAX, -1_800_000_000),
+            (i64::MIN, i64::MAX),
+            (i64::MAX, i64::MIN),
+        ] {
+            // Signed by the key for that very timestamp: only the tolerance can refuse it.
+            let (sig, _) = telnyx_signature(text(&v["seed"]).as_bytes(), ts, b"{}").expect("signs");
+            let mut h = headers(TELNYX_SIGNATURE, &sig);
+            h.insert(
+                TELNYX_TIMESTAMP,
+                HeaderValue::from_str(&ts.to_string()).expect("value"),
+            );
+            assert_eq!(
+                scheme.verify(&h, b"{}", &key, now),
+                Err(SignatureError::Stale),
+                "timestamp {ts} at {now}"
+            );
+            assert_eq!(scheme.verify(&h, b"{}", &key, ts), Ok(()), "at {ts} itself");
         }
     }
 

@@ -6,6 +6,17 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
+/// Header naming the path that brought the event: [`SOURCE_WEBHOOK`] or
+/// [`SOURCE_RECONCILE`].
+pub const SOURCE_HEADER: &str = "x-source";
+/// `x-source` of an event a delivery brought.
+pub const SOURCE_WEBHOOK: &str = "webhook";
+/// `x-source` of an event reconciliation found.
+pub const SOURCE_RECONCILE: &str = "reconcile";
+/// Starts the request id of every event reconciliation makes, and no sender's (the
+/// ingress replaces such an id). The source is read from it, so it survives the spool,
+/// whose record holds the request id, without a change of the record's layout.
+pub const RECONCILE_REQUEST_PREFIX: &str = "reconcile:";
 /// Header carrying the full event id when it is too long for `message_id`.
 pub const EVENT_ID_HEADER: &str = "x-event-id";
 /// Bytes of an oversize id kept readable at the start of its fitted `message_id`.
@@ -43,6 +54,17 @@ pub struct Message<'a> {
     pub body: Bytes,
     /// `content_type` when the body is not JSON (a Twilio form); `application/json` if unset.
     pub content_type: Option<Cow<'a, str>>,
+}
+
+impl Message<'_> {
+    /// `x-source`: which path brought the event.
+    pub fn source(&self) -> &'static str {
+        if self.request_id.starts_with(RECONCILE_REQUEST_PREFIX) {
+            SOURCE_RECONCILE
+        } else {
+            SOURCE_WEBHOOK
+        }
+    }
 }
 
 /// The `message_id` of an event whose id is too long for one: the id's first bytes (cut

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{redact_url, Amqp};
 use crate::metrics::Metrics;
-use crate::outbox::message::{fitted_message_id, Message, EVENT_ID_HEADER};
+use crate::outbox::message::{fitted_message_id, Message, EVENT_ID_HEADER, SOURCE_HEADER};
 
 /// Confirm-mode channels per connection. One channel serialises frames on the broker side;
 /// a few spread the confirm work without multiplying broker resources.
@@ -280,6 +280,7 @@ pub fn properties(msg: &Message<'_>) -> Result<BasicProperties, PublishError> {
     }
     headers.insert(short_constant("x-route"), text(&msg.route));
     headers.insert(short_constant("x-received-at"), text(&msg.received_at));
+    headers.insert(short_constant(SOURCE_HEADER), text(msg.source()));
     let message_id = match short(&msg.message_id) {
         Some(id) => id,
         None => {

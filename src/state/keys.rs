@@ -59,6 +59,11 @@ impl StoreKey {
         Self::new(format!("{route}\0event:{event_id}").into_bytes())
     }
 
+    /// The dedup key of an inbound message, by its message id (routes that reconcile).
+    pub fn message(route: &str, message_id: &str) -> Self {
+        Self::new(format!("{route}\0message:{message_id}").into_bytes())
+    }
+
     /// The dedup key of a request id.
     pub fn request(route: &str, request_id: &str) -> Self {
         Self::new(format!("{route}\0request:{request_id}").into_bytes())

@@ -312,6 +312,28 @@ impl StateStore {
         }
     }
 
+    /// Takes, or extends while `token` holds it, the lease of `key` for `ttl`: one holder
+    /// across replicas. sled serves one process, which holds the store's lock: always true.
+    pub async fn lease(
+        &self,
+        key: &StoreKey,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        match self {
+            StateStore::Sled(_) => Ok(true),
+            StateStore::Redis { redis, .. } => redis.lease(key, token, ttl).await,
+        }
+    }
+
+    /// Ends a lease `token` holds (a no-op for sled).
+    pub async fn end_lease(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
+        match self {
+            StateStore::Sled(_) => Ok(()),
+            StateStore::Redis { redis, .. } => redis.end_lease(key, token).await,
+        }
+    }
+
     /// Reads guard state.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {

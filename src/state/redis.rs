@@ -31,6 +31,21 @@ end
 return 0
 "#;
 
+/// Takes a lease for `ARGV[1]`, or extends it when `ARGV[1]` holds it already, for
+/// `ARGV[2]` ms; 1 if held now.
+const TAKE_OR_EXTEND: &str = r#"
+local held = redis.call('GET', KEYS[1])
+if held == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+if held then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+"#;
+
 /// A checked Redis URL, parsed before any port is bound.
 #[derive(Clone)]
 pub struct RedisTarget {
@@ -65,6 +80,7 @@ pub struct RedisState {
     conn: ConnectionManager,
     prefix: String,
     release: Arc<redis::Script>,
+    lease: Arc<redis::Script>,
     healthy: Arc<AtomicBool>,
 }
 
@@ -83,6 +99,7 @@ impl RedisState {
             conn,
             prefix: target.prefix.clone(),
             release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
+            lease: Arc::new(redis::Script::new(TAKE_OR_EXTEND)),
             healthy: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -196,6 +213,35 @@ impl RedisState {
     pub async fn unlock(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         let lock_key = self.key(key, RedisSpace::Locks);
         self.compare_and_delete(lock_key, token.to_string()).await
+    }
+
+    /// Takes, or extends while `token` holds it, the lease of `key` for `ttl`: one holder
+    /// at a time across replicas (a reconciler's walk of a route). True if held now.
+    pub async fn lease(
+        &self,
+        key: &StoreKey,
+        token: u64,
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let k = self.key(key, RedisSpace::Locks);
+        let mut c = self.conn.clone();
+        let script = self.lease.clone();
+        self.run(Access::Write, async move {
+            script
+                .key(k)
+                .arg(token.to_string())
+                .arg(millis(ttl))
+                .invoke_async::<i64>(&mut c)
+                .await
+        })
+        .await
+        .map(|held| held == 1)
+    }
+
+    /// Ends a lease `token` holds.
+    pub async fn end_lease(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
+        self.compare_and_delete(self.key(key, RedisSpace::Locks), token.to_string())
+            .await
     }
 
     /// Reads guard state.

@@ -356,6 +356,47 @@ async fn behind_a_trusted_proxy_the_forwarded_address_is_the_peer() {
     broker.delete().await;
 }
 
+#[tokio::test]
+async fn a_forger_rotating_through_its_ipv6_64_stays_limited() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    // Bound on the IPv6 loopback; the trusted header carries the addresses a forger walks.
+    cfg.listen_addr = "\"[::1]:0\"".into();
+    cfg.extra = "limits:\n  peer_address_header: x-forwarded-for\n  failed_verification_per_peer:\n    per_second: 1\n    burst: 3\n".into();
+    let gw = Gateway::start(&cfg).await;
+    assert!(gw.addr.is_ipv6(), "listening on {}", gw.addr);
+    let client = client(None);
+    let body = event_body("evt_forged");
+    let forged = |from: String| {
+        client
+            .post(gw.url("/webhooks/botix"))
+            .header("x-botix-signature", sign("not-the-secret", body.as_bytes()))
+            .header("x-forwarded-for", from)
+            .body(body.clone())
+            .send()
+    };
+    let mut statuses = std::collections::BTreeMap::new();
+    for i in 0..20u32 {
+        // A new address of the same /64 for every try.
+        let from = format!("2001:db8:5:9:{:x}:{:x}::1", (i * 7919) & 0xffff, i + 1);
+        let status = forged(from).await.expect("send").status().as_u16();
+        *statuses.entry(status).or_insert(0) += 1;
+    }
+    // Twenty addresses, one failure each: only as one peer do they pass a burst of three.
+    assert_eq!(
+        statuses.keys().copied().collect::<Vec<_>>(),
+        vec![401, 429],
+        "the /64 is one peer: {statuses:?}"
+    );
+    // The neighbouring /64 is another peer.
+    let status = forged("2001:db8:5:a::1".into())
+        .await
+        .expect("send")
+        .status();
+    assert_eq!(status, 401);
+    broker.delete().await;
+}
+
 // ---------------------------------------------------------------------------------------
 // 3. Secrets are real keys.
 

@@ -20,6 +20,8 @@ pub struct GatewayConfig {
     pub confirm_timeout: String,
     /// (cert, key) for TLS; plain HTTP when `None`.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// `listen.addr` (default `127.0.0.1:0`).
+    pub listen_addr: String,
     /// Extra keys under `store:` (indented two spaces).
     pub store_extra: String,
     /// Extra keys under `amqp:` (indented two spaces).
@@ -44,6 +46,7 @@ impl GatewayConfig {
             amqp_url: AMQP_URL.to_owned(),
             confirm_timeout: "3s".to_owned(),
             tls: None,
+            listen_addr: "127.0.0.1:0".to_owned(),
             store_extra: String::new(),
             amqp_extra: String::new(),
             extra: String::new(),
@@ -72,7 +75,8 @@ impl GatewayConfig {
             None => String::new(),
         };
         format!(
-            "listen:\n  addr: 127.0.0.1:0\n{tls}admin:\n  addr: 127.0.0.1:0\nstore:\n  path: {store}\n{store_extra}amqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: {confirm_timeout}\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
+            "listen:\n  addr: {listen}\n{tls}admin:\n  addr: 127.0.0.1:0\nstore:\n  path: {store}\n{store_extra}amqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: {confirm_timeout}\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
+            listen = self.listen_addr,
             store = self.store.display(),
             store_extra = self.store_extra,
             url = self.amqp_url,

@@ -1,0 +1,425 @@
+//! Reconciliation (contract §10): for each route with a `reconcile:` block, a task that
+//! walks the sender's list API every `interval` and hands what it lists to the pipeline,
+//! so what the webhook missed is published once. Holding the route's lease, it walks;
+//! the status and a manual run are reached through [`Reconcilers`].
+//!
+//! `api` reads the API's answers, `pacing` decides waits (pure), `items` makes events of
+//! listed messages (pure), `walk` walks, `position` stores where a walk stands, `key`
+//! reads the API key and `metrics` counts.
+
+pub mod api;
+pub mod items;
+pub mod key;
+pub mod metrics;
+pub mod pacing;
+pub mod position;
+pub mod walk;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+use crate::pipeline::{rfc3339, Pipeline, RouteRuntime};
+use crate::reconcile::api::Client;
+use crate::reconcile::key::{ApiKey, KeySource};
+use crate::reconcile::position::{Position, Positions};
+use crate::reconcile::walk::{WalkEnd, Walker};
+use crate::state::StateStore;
+
+/// How often a replica without the lease asks for it, and a holder renews it.
+const LEASE_POLL: Duration = Duration::from_secs(10);
+/// How often a refused key's file, or a missing key, is looked at again.
+const KEY_POLL: Duration = Duration::from_secs(2);
+/// A pause after the store failed, before the reconciler tries again.
+const STORE_PAUSE: Duration = Duration::from_secs(5);
+
+/// What `hookgate reconcile status` shows of one route.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RouteStatus {
+    /// Route name.
+    pub route: String,
+    /// Whether this replica holds the route's lease (with Redis, one replica does).
+    pub leader: bool,
+    /// Whether a walk runs now.
+    pub walking: bool,
+    /// Whether the sender refuses the key (401/403): stopped until it changes.
+    pub key_refused: bool,
+    /// `since` of the unfinished walk, RFC 3339.
+    pub since: Option<String>,
+    /// Whether the unfinished walk resumes at a cursor.
+    pub at_cursor: bool,
+    /// Start of the last walk tried, RFC 3339.
+    pub last_walk_start: Option<String>,
+    /// End of the last complete walk, RFC 3339.
+    pub last_complete: Option<String>,
+    /// How the last walk ended: `complete`, `gave_up`, `key_refused`, `failed`.
+    pub last_result: Option<String>,
+    /// The last error, if the last walk did not complete.
+    pub last_error: Option<String>,
+}
+
+/// A manual walk asked for: `Some(d)` reaches back `d`.
+type Request = Option<Duration>;
+
+/// One route's reconciler as the admin endpoint sees it.
+pub struct Control {
+    status: Mutex<RouteStatus>,
+    requested: Mutex<Option<Request>>,
+    wake: Notify,
+}
+
+impl Control {
+    fn new(route: &str) -> Self {
+        Self {
+            status: Mutex::new(RouteStatus {
+                route: route.to_owned(),
+                ..RouteStatus::default()
+            }),
+            requested: Mutex::new(None),
+            wake: Notify::new(),
+        }
+    }
+
+    /// The route's status now.
+    pub fn status(&self) -> RouteStatus {
+        self.status.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn update(&self, change: impl FnOnce(&mut RouteStatus)) {
+        if let Ok(mut s) = self.status.lock() {
+            change(&mut s);
+        }
+    }
+
+    fn take_request(&self) -> Option<Request> {
+        self.requested.lock().ok().and_then(|mut r| r.take())
+    }
+}
+
+/// Why a manual walk was not started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    #[error("no route {0} reconciles")]
+    NoSuchRoute(String),
+    #[error("another replica holds the lease of route {0}; ask it")]
+    NotLeader(String),
+    #[error("the sender refuses route {0}'s key; replace the key file or restart")]
+    KeyRefused(String),
+}
+
+/// The running reconcilers, by route.
+#[derive(Default)]
+pub struct Reconcilers {
+    controls: Vec<(String, Arc<Control>)>,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+/// What a reconciler needs, handed over by `app`.
+pub struct Parts {
+    /// The webhook's way.
+    pub pipeline: Arc<Pipeline>,
+    /// Where positions and leases are.
+    pub state: Arc<StateStore>,
+    /// The registry.
+    pub metrics: Arc<Metrics>,
+    /// The wall clock.
+    pub clock: Clock,
+}
+
+/// Why reconcilers could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("route {route}: {source}")]
+    Client {
+        route: String,
+        source: api::ClientError,
+    },
+}
+
+impl Reconcilers {
+    /// Starts a reconciler for each route with a `reconcile:` block; they stop when `stop`
+    /// is cancelled (see [`Reconcilers::finish`]).
+    pub fn start(
+        routes: &[Arc<RouteRuntime>],
+        parts: &Parts,
+        stop: &CancellationToken,
+    ) -> Result<Self, StartError> {
+        let mut controls = Vec::new();
+        let mut tasks = JoinSet::new();
+        for route in routes {
+            let Some(settings) = route.config.reconcile.clone() else {
+                continue;
+            };
+            let name = route.config.name.clone();
+            let client = Client::new(&settings.url, settings.page_size, settings.timeout).map_err(
+                |source| StartError::Client {
+                    route: name.clone(),
+                    source,
+                },
+            )?;
+            let control = Arc::new(Control::new(&name));
+            let walker = Walker {
+                layout: items::Layout::of(&route.config),
+                route: route.clone(),
+                pipeline: parts.pipeline.clone(),
+                client,
+                positions: Arc::new(Positions::new(parts.state.clone(), &name)),
+                metrics: metrics::RouteMetrics::new(&parts.metrics, &name),
+                clock: parts.clock.clone(),
+                rate: api::RateLimit::default(),
+                settings,
+            };
+            tasks.spawn(run(walker, control.clone(), stop.clone()));
+            controls.push((name, control));
+        }
+        Ok(Self {
+            controls,
+            tasks: Mutex::new(tasks),
+        })
+    }
+
+    /// Each reconciling route's status, in config order.
+    pub fn statuses(&self) -> Vec<RouteStatus> {
+        self.controls.iter().map(|(_, c)| c.status()).collect()
+    }
+
+    /// Asks `route`'s reconciler for a walk now, reaching back `since` if given.
+    pub fn run_now(&self, route: &str, since: Option<Duration>) -> Result<(), RunError> {
+        let Some((_, control)) = self.controls.iter().find(|(n, _)| n == route) else {
+            return Err(RunError::NoSuchRoute(route.to_owned()));
+        };
+        let status = control.status();
+        if status.key_refused {
+            return Err(RunError::KeyRefused(route.to_owned()));
+        }
+        if !status.leader {
+            return Err(RunError::NotLeader(route.to_owned()));
+        }
+        if let Ok(mut r) = control.requested.lock() {
+            *r = Some(since);
+        }
+        control.wake.notify_one();
+        Ok(())
+    }
+
+    /// Waits, at most `grace`, for the reconcilers to stop after `stop` was cancelled: a
+    /// walk ends between two events, never between an event's publish and its marks.
+    pub async fn finish(&self, grace: Duration) {
+        let Some(mut tasks) = self.tasks.lock().ok().map(|mut t| std::mem::take(&mut *t)) else {
+            return;
+        };
+        let all = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout(grace, all).await.is_err() {
+            tracing::warn!("reconcilers still running at the end of the shutdown grace");
+        }
+    }
+}
+
+/// Shows `position` in the status.
+fn show(control: &Control, position: &Position) {
+    control.update(|s| {
+        s.since = position.walk.as_ref().map(|w| rfc3339(w.since_ms));
+        s.at_cursor = position.walk.as_ref().is_some_and(|w| w.cursor.is_some());
+        s.last_walk_start = position.last_try_start_ms.map(rfc3339);
+        s.last_complete = position.last_complete_end_ms.map(rfc3339);
+    });
+}
+
+/// Sleeps `wait`, or less if a manual walk is asked for; false when stopped.
+async fn wait(wait: Duration, control: &Control, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(wait) => true,
+        _ = control.wake.notified() => true,
+    }
+}
+
+/// Renews the lease until it is lost, then cancels `walk`.
+async fn keep_lease(positions: Arc<Positions>, walk: CancellationToken, route: String) {
+    loop {
+        tokio::select! {
+            _ = walk.cancelled() => return,
+            _ = tokio::time::sleep(LEASE_POLL) => {}
+        }
+        match positions.lease().await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(route = %route, "reconciliation lease taken by another replica; this walk stops");
+                walk.cancel();
+                return;
+            }
+            // The lease outlives a few failed renewals; the walk's own store calls fail too
+            // while the store is away.
+            Err(error) => {
+                tracing::warn!(route = %route, %error, "reconciliation lease not renewed")
+            }
+        }
+    }
+}
+
+/// One route's reconciler: waits for its lease and its due time, walks, and reports.
+async fn run(mut walker: Walker, control: Arc<Control>, stop: CancellationToken) {
+    let name = walker.route.config.name.clone();
+    let source = KeySource::of(&walker.settings);
+    let mut key_error_logged = false;
+    loop {
+        if stop.is_cancelled() {
+            break;
+        }
+        let key = match source.read() {
+            Ok(key) => {
+                key_error_logged = false;
+                key
+            }
+            Err(error) => {
+                if !key_error_logged {
+                    tracing::error!(route = %name, %error, "reconciliation API key unreadable; the reconciler waits for it");
+                    key_error_logged = true;
+                }
+                control.update(|s| s.last_error = Some(error.to_string()));
+                if !wait(KEY_POLL, &control, &stop).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        match walker.positions.lease().await {
+            Ok(true) => control.update(|s| s.leader = true),
+            Ok(false) => {
+                control.update(|s| s.leader = false);
+                if !wait(LEASE_POLL, &control, &stop).await {
+                    break;
+                }
+                continue;
+            }
+            Err(error) => {
+                tracing::warn!(route = %name, %error, "reconciliation lease unavailable");
+                if !wait(STORE_PAUSE, &control, &stop).await {
+                    break;
+                }
+                continue;
+            }
+        }
+        let mut position = match walker.positions.load(&name).await {
+            Ok(p) => p,
+            Err(error) => {
+                tracing::warn!(route = %name, %error, "reconciliation position unreadable now");
+                if !wait(STORE_PAUSE, &control, &stop).await {
+                    break;
+                }
+                continue;
+            }
+        };
+        show(&control, &position);
+        let requested = control.take_request();
+        let due = pacing::until_due(
+            (walker.clock)(),
+            walker.settings.interval,
+            position.last_try_start_ms,
+            position.walk.is_some(),
+        );
+        if requested.is_none() && !due.is_zero() {
+            // The lease is renewed at least every LEASE_POLL while waiting.
+            if !wait(due.min(LEASE_POLL), &control, &stop).await {
+                break;
+            }
+            continue;
+        }
+        control.update(|s| s.walking = true);
+        let walk_stop = stop.child_token();
+        let keeper = tokio::spawn(keep_lease(
+            walker.positions.clone(),
+            walk_stop.clone(),
+            name.clone(),
+        ));
+        let end = walker
+            .walk(&key, &mut position, requested.flatten(), &walk_stop)
+            .await;
+        walk_stop.cancel();
+        keeper.abort();
+        show(&control, &position);
+        control.update(|s| s.walking = false);
+        let refused = report(&walker, &control, &name, end);
+        if let Some(status) = refused {
+            if !wait_for_new_key(&walker, &control, &source, &key, &stop, &name, status).await {
+                break;
+            }
+        }
+    }
+    walker.positions.end_lease().await;
+    control.update(|s| {
+        s.leader = false;
+        s.walking = false;
+    });
+}
+
+/// Counts and logs how a walk ended; the status of a refused key, if it was.
+fn report(
+    walker: &Walker,
+    control: &Control,
+    name: &str,
+    end: Result<WalkEnd, crate::store::StoreError>,
+) -> Option<u16> {
+    let (result, error) = match end {
+        Ok(WalkEnd::Complete) => ("complete", None),
+        Ok(WalkEnd::GaveUp(reason)) => {
+            tracing::warn!(route = name, %reason, "reconciliation walk given up until the next interval");
+            ("gave_up", Some(reason))
+        }
+        Ok(WalkEnd::KeyRefused(status)) => {
+            walker.metrics.walk("key_refused");
+            walker.metrics.key_refused.set(1);
+            tracing::error!(route = name, status, "the sender refuses the reconciliation API key; reconciliation of this route stops until the key changes or a restart");
+            control.update(|s| {
+                s.key_refused = true;
+                s.last_result = Some("key_refused".into());
+                s.last_error = Some(format!("status {status}: the key is refused"));
+            });
+            return Some(status);
+        }
+        Ok(WalkEnd::Cancelled) => return None,
+        Err(error) => {
+            tracing::warn!(route = name, %error, "reconciliation walk failed on the store; tried again next interval");
+            ("failed", Some(error.to_string()))
+        }
+    };
+    walker.metrics.walk(result);
+    control.update(|s| {
+        s.last_result = Some(result.into());
+        s.last_error = error;
+    });
+    None
+}
+
+/// Waits until the key file holds another key; false when stopped first.
+async fn wait_for_new_key(
+    walker: &Walker,
+    control: &Control,
+    source: &KeySource,
+    refused: &ApiKey,
+    stop: &CancellationToken,
+    name: &str,
+    _status: u16,
+) -> bool {
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return false,
+            _ = tokio::time::sleep(KEY_POLL) => {}
+        }
+        if source.changed_from(refused) {
+            walker.metrics.key_refused.set(0);
+            control.update(|s| s.key_refused = false);
+            tracing::info!(
+                route = name,
+                "reconciliation API key changed; reconciliation resumes"
+            );
+            return true;
+        }
+    }
+}

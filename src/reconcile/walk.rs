@@ -1,0 +1,367 @@
+//! One walk of a route's list: pages until `has_more` is false, each request paced by the
+//! sender's rules, each item made into an event and handed to the pipeline, the position
+//! stored once a page's events are answered for.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::config::reconcile::Reconcile;
+use crate::ingress::event;
+use crate::outbox::message::RECONCILE_REQUEST_PREFIX;
+use crate::pipeline::{rfc3339, Outcome, Pipeline, RouteRuntime};
+use crate::reconcile::api::{Answer, Client, Page, RateLimit, RetryAfter};
+use crate::reconcile::items::{self, Layout};
+use crate::reconcile::key::ApiKey;
+use crate::reconcile::metrics::RouteMetrics;
+use crate::reconcile::pacing::{self, BeforeRequest, Retry};
+use crate::reconcile::position::{Position, Positions, Walk};
+use crate::store::StoreError;
+
+/// Times one walk starts again from its `since` on 422 before it gives up.
+const MAX_CURSOR_RESTARTS: u32 = 3;
+
+/// How a walk ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// The last page said `has_more: false`.
+    Complete,
+    /// Given up until the next interval; the position is where the last answered page left
+    /// it.
+    GaveUp(String),
+    /// 401 or 403: the key is refused.
+    KeyRefused(u16),
+    /// Shutdown, or the lease was lost.
+    Cancelled,
+}
+
+/// What one paced request got.
+enum Fetched {
+    Page(Page),
+    CursorInvalid,
+    KeyRefused(u16),
+    GiveUp(String),
+    Cancelled,
+}
+
+/// Everything one route's walks use.
+pub struct Walker {
+    /// The route the events go in on.
+    pub route: Arc<RouteRuntime>,
+    /// The webhook's way: freshness, dedup, guard, publish or spool.
+    pub pipeline: Arc<Pipeline>,
+    /// The list API.
+    pub client: Client,
+    /// The route's `reconcile:` block.
+    pub settings: Reconcile,
+    /// Where the route reads an event's values.
+    pub layout: Layout,
+    /// The stored position.
+    pub positions: Arc<Positions>,
+    /// The route's reconciliation metrics.
+    pub metrics: RouteMetrics,
+    /// The wall clock (Unix ms).
+    pub clock: Clock,
+    /// What the last answer said about the rate limit; kept across walks, since the limit
+    /// is the key's, not the walk's.
+    pub rate: RateLimit,
+}
+
+impl Walker {
+    fn name(&self) -> &str {
+        &self.route.config.name
+    }
+
+    /// Walks from where `position` stands (a new walk, from `requested` back if given, or
+    /// the unfinished one), storing each step in it and in the store.
+    pub async fn walk(
+        &mut self,
+        key: &ApiKey,
+        position: &mut Position,
+        requested: Option<Duration>,
+        stop: &CancellationToken,
+    ) -> Result<WalkEnd, StoreError> {
+        let now = (self.clock)();
+        if position.walk.is_none() || requested.is_some() {
+            position.walk = Some(Walk {
+                since_ms: pacing::since_of_walk(
+                    now,
+                    self.settings.lookback,
+                    position.last_complete_start_ms,
+                    requested,
+                ),
+                cursor: None,
+                started_ms: now,
+            });
+        }
+        position.last_try_start_ms = Some(now);
+        self.positions.save(position, now).await?;
+        let Some(walk) = position.walk.clone() else {
+            return Ok(WalkEnd::Complete);
+        };
+        let since = rfc3339(walk.since_ms);
+        let request_id = format!(
+            "{RECONCILE_REQUEST_PREFIX}{}:{}",
+            self.name(),
+            walk.started_ms
+        );
+        let mut cursor = walk.cursor.clone();
+        let mut seen: HashSet<String> = cursor.iter().cloned().collect();
+        let mut restarts = 0;
+        loop {
+            let page = match self.fetch(key, cursor.as_deref(), &since, stop).await {
+                Fetched::Page(page) => page,
+                Fetched::CursorInvalid => {
+                    restarts += 1;
+                    self.metrics.bad("cursor_invalid");
+                    if restarts > MAX_CURSOR_RESTARTS {
+                        return Ok(WalkEnd::GaveUp(format!(
+                            "cursor refused (422) {restarts} times in one walk"
+                        )));
+                    }
+                    tracing::warn!(
+                        route = self.name(),
+                        "cursor no longer valid (422); walking again from since"
+                    );
+                    cursor = None;
+                    seen.clear();
+                    self.save_cursor(position, None).await?;
+                    continue;
+                }
+                Fetched::KeyRefused(status) => return Ok(WalkEnd::KeyRefused(status)),
+                Fetched::GiveUp(reason) => return Ok(WalkEnd::GaveUp(reason)),
+                Fetched::Cancelled => return Ok(WalkEnd::Cancelled),
+            };
+            self.metrics.pages.inc();
+            self.metrics
+                .items
+                .inc_by((page.items.len() + page.bad_items.len()) as u64);
+            for error in &page.bad_items {
+                self.metrics.bad("bad_item");
+                tracing::warn!(route = self.name(), %error, "listed item left out");
+            }
+            for item in &page.items {
+                if stop.is_cancelled() {
+                    // The page is not answered for: the position stays before it.
+                    return Ok(WalkEnd::Cancelled);
+                }
+                if let Some(end) = self.answer_for(item, &request_id).await {
+                    return Ok(end);
+                }
+            }
+            if !page.has_more {
+                let end = (self.clock)();
+                position.walk = None;
+                position.last_complete_start_ms = Some(walk.started_ms);
+                position.last_complete_end_ms = Some(end);
+                self.positions.save(position, end).await?;
+                self.metrics.last_complete.set(end / 1000);
+                return Ok(WalkEnd::Complete);
+            }
+            let Some(next) = page.next_cursor else {
+                // read_page refuses has_more without a cursor; kept total all the same.
+                return Ok(WalkEnd::GaveUp("has_more without next_cursor".into()));
+            };
+            if !seen.insert(next.clone()) {
+                self.metrics.bad("repeated_cursor");
+                tracing::warn!(route = self.name(), "page repeats a cursor of this walk; giving the walk up until the next interval");
+                return Ok(WalkEnd::GaveUp("the API repeated a cursor".into()));
+            }
+            self.save_cursor(position, Some(next.clone())).await?;
+            cursor = Some(next);
+        }
+    }
+
+    /// Hands one listed item to the pipeline. `Some` ends the walk: an event that could
+    /// not be answered for must not let the position move past its page.
+    async fn answer_for(
+        &self,
+        item: &crate::reconcile::api::Listed,
+        request_id: &str,
+    ) -> Option<WalkEnd> {
+        let made = match items::make(item, &self.layout) {
+            Ok(made) => made,
+            Err(items::Skip::NoStatus) => return None,
+        };
+        let event = match event::parse_listed(made.body, &self.route.fields, request_id.to_owned())
+        {
+            Ok(event) => event,
+            Err(error) => {
+                self.metrics.bad("bad_item");
+                tracing::warn!(route = self.name(), message_id = %item.id, %error, "listed item makes no usable event");
+                return None;
+            }
+        };
+        let outcome = self.pipeline.handle_listed(&self.route, event).await;
+        self.metrics.event(&outcome);
+        match &outcome {
+            Outcome::Accepted { event_id } => {
+                tracing::info!(route = self.name(), event_id = %event_id, message_id = %item.id, "reconciliation published an event the webhook missed");
+                None
+            }
+            Outcome::Duplicate { .. } => None,
+            Outcome::Dropped { event_id, reason } => {
+                tracing::debug!(route = self.name(), event_id = %event_id, reason, "listed event dropped");
+                None
+            }
+            Outcome::BadRequest(error) => {
+                tracing::warn!(route = self.name(), message_id = %item.id, %error, "listed item refused");
+                None
+            }
+            Outcome::Unavailable { .. }
+            | Outcome::RateLimited { .. }
+            | Outcome::InvalidSignature => Some(WalkEnd::GaveUp(
+                "an event could not be published or spooled".into(),
+            )),
+        }
+    }
+
+    async fn save_cursor(
+        &self,
+        position: &mut Position,
+        cursor: Option<String>,
+    ) -> Result<(), StoreError> {
+        if let Some(walk) = position.walk.as_mut() {
+            walk.cursor = cursor;
+        }
+        self.positions.save(position, (self.clock)()).await
+    }
+
+    /// One page, paced: waits for `Reset` when the last answer left too few requests, and
+    /// tries again on 429, 5xx and timeouts as the sender's rules say.
+    async fn fetch(
+        &mut self,
+        key: &ApiKey,
+        cursor: Option<&str>,
+        since: &str,
+        stop: &CancellationToken,
+    ) -> Fetched {
+        let mut too_many = 0;
+        let mut transient = 0;
+        loop {
+            let before =
+                pacing::before_request(&self.rate, self.settings.min_remaining, (self.clock)());
+            match before {
+                BeforeRequest::Go => {}
+                BeforeRequest::UntilReset(wait) if wait > self.settings.interval => {
+                    self.metrics.bad("reset_too_far");
+                    return Fetched::GiveUp(format!(
+                        "rate limit resets in {}, after the next walk is due",
+                        humantime::format_duration(wait)
+                    ));
+                }
+                BeforeRequest::UntilReset(_) => {
+                    tracing::debug!(
+                        route = self.name(),
+                        wait_ms = before.wait().as_millis() as u64,
+                        "waiting for the rate limit to reset"
+                    );
+                }
+                BeforeRequest::NoReset => {
+                    self.metrics.bad("no_reset");
+                    tracing::warn!(
+                        route = self.name(),
+                        "rate limit low and no X-RateLimit-Reset; pausing 1 s"
+                    );
+                }
+                BeforeRequest::ResetInPast => {
+                    self.metrics.bad("reset_in_past");
+                    tracing::warn!(route = self.name(), reset = ?self.rate.reset_secs, "rate limit low and X-RateLimit-Reset already past; pausing 1 s");
+                }
+            }
+            if !self.pause(before.wait(), stop, true).await {
+                return Fetched::Cancelled;
+            }
+            let reply = self.client.list(key, cursor, since).await;
+            self.rate = reply.rate;
+            let retry = match reply.answer {
+                Answer::Page(page) => return Fetched::Page(page),
+                Answer::CursorInvalid => return Fetched::CursorInvalid,
+                Answer::KeyRefused(status) => return Fetched::KeyRefused(status),
+                Answer::BadBody(error) => {
+                    self.metrics.bad("bad_body");
+                    tracing::warn!(route = self.name(), %error, "list answer not as documented; giving the walk up until the next interval");
+                    return Fetched::GiveUp(format!("bad answer: {error}"));
+                }
+                Answer::Refused(status) => {
+                    self.metrics.bad("refused");
+                    tracing::warn!(
+                        route = self.name(),
+                        status,
+                        "list request refused; not retried"
+                    );
+                    return Fetched::GiveUp(format!("status {status}"));
+                }
+                Answer::TooMany(retry_after) => {
+                    self.metrics.rate_limited.inc();
+                    too_many += 1;
+                    let base = match retry_after {
+                        RetryAfter::Secs(secs) => Duration::from_secs(secs),
+                        RetryAfter::Missing => {
+                            self.metrics.bad("no_retry_after");
+                            tracing::warn!(
+                                route = self.name(),
+                                "429 without Retry-After; waiting 5 s doubled"
+                            );
+                            pacing::FALLBACK_RETRY_AFTER
+                        }
+                        RetryAfter::NotANumber(text) => {
+                            self.metrics.bad("bad_retry_after");
+                            tracing::warn!(route = self.name(), retry_after = %text, "429 with a Retry-After that is not a number; waiting 5 s doubled");
+                            pacing::FALLBACK_RETRY_AFTER
+                        }
+                    };
+                    match pacing::after_too_many(
+                        base,
+                        too_many,
+                        self.settings.max_retries,
+                        self.settings.max_backoff,
+                        rand::random::<f64>(),
+                    ) {
+                        Retry::After(wait) => (wait, true),
+                        Retry::GiveUp => {
+                            return Fetched::GiveUp(format!("429 on {too_many} tries"))
+                        }
+                    }
+                }
+                Answer::Transient(reason) => {
+                    transient += 1;
+                    tracing::debug!(route = self.name(), %reason, tries = transient, "list request failed; trying again");
+                    match pacing::after_transient(
+                        transient,
+                        self.settings.max_retries,
+                        self.settings.max_backoff,
+                        rand::random::<f64>(),
+                    ) {
+                        Retry::After(wait) => (wait, false),
+                        Retry::GiveUp => {
+                            return Fetched::GiveUp(format!("{reason} on {transient} tries"))
+                        }
+                    }
+                }
+            };
+            let (wait, rate_limited) = retry;
+            if !self.pause(wait, stop, rate_limited).await {
+                return Fetched::Cancelled;
+            }
+        }
+    }
+
+    /// Sleeps `wait` unless stopped first (false then); time waited for the rate limit is
+    /// counted.
+    async fn pause(&self, wait: Duration, stop: &CancellationToken, rate_limit: bool) -> bool {
+        if wait.is_zero() {
+            return !stop.is_cancelled();
+        }
+        if rate_limit {
+            self.metrics.waited(wait);
+        }
+        tokio::select! {
+            _ = stop.cancelled() => false,
+            _ = tokio::time::sleep(wait) => true,
+        }
+    }
+}
