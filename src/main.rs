@@ -156,10 +156,11 @@ fn main() -> ExitCode {
                 id: id.as_deref(),
                 timestamp: *timestamp,
             };
-            finish(
-                sign(&cli.config, secret_env, &request, file.as_deref()),
-                EXIT_USAGE,
-            )
+            match sign(&cli.config, secret_env, &request, file.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(SignError::Usage(e)) => finish(Err(e), EXIT_USAGE),
+                Err(SignError::Io(e)) => finish(Err(e), 1),
+            }
         }
         Command::CheckConfig { offline } => check_config(&cli.config, *offline),
         Command::Spool { command } => {
@@ -256,20 +257,21 @@ fn run(cli: &Cli) -> ExitCode {
     let result: anyhow::Result<()> = runtime.block_on(async {
         // Before the ports are bound: a SIGTERM from the moment a probe can see the gateway
         // starts a graceful shutdown, never the default action that kills the process.
-        let first_signal = hookgate::shutdown::signal();
+        let mut signals = hookgate::shutdown::Signals::install();
         let webhooks = tokio::net::TcpListener::bind(config.listen.addr)
             .await
             .with_context(|| format!("cannot bind listen.addr {}", config.listen.addr))?;
         let admin = tokio::net::TcpListener::bind(config.admin.addr)
             .await
             .with_context(|| format!("cannot bind admin.addr {}", config.admin.addr))?;
-        let shutdown = async {
-            first_signal.await;
-            // A second signal means "now": skip the drain.
-            tokio::spawn(async {
-                hookgate::shutdown::signal().await;
+        let shutdown = async move {
+            signals.next().await;
+            // A second signal means "now": skip the drain, and exit as a process killed by
+            // that signal would (128 + its number), so a supervisor sees it was not clean.
+            tokio::spawn(async move {
+                let second = signals.next().await;
                 eprintln!("second signal: exiting at once");
-                std::process::exit(130);
+                std::process::exit(i32::from(second.exit_code()));
             });
         };
         let listeners = hookgate::app::Listeners { webhooks, admin };
@@ -328,19 +330,33 @@ struct SignRequest<'a> {
     timestamp: Option<i64>,
 }
 
+/// Why `sign` failed, which decides its exit code as for `run`.
+enum SignError {
+    /// Arguments, the config, the secret or what the profile needs: exit 64.
+    Usage(anyhow::Error),
+    /// Reading the body or writing the headers: exit 1.
+    Io(anyhow::Error),
+}
+
+impl From<anyhow::Error> for SignError {
+    fn from(e: anyhow::Error) -> Self {
+        SignError::Usage(e)
+    }
+}
+
 fn sign(
     config_path: &Path,
     secret_env: &str,
     request: &SignRequest<'_>,
     file: Option<&Path>,
-) -> anyhow::Result<()> {
+) -> Result<(), SignError> {
     let secret = std::env::var(secret_env)
         .ok()
         .filter(|s| !s.is_empty())
         .with_context(|| format!("environment variable {secret_env} is not set or empty"))?;
     let route = match request.route {
         Some(name) => {
-            let config = Config::load(config_path)?;
+            let config = Config::load(config_path).map_err(anyhow::Error::from)?;
             let route = config
                 .routes
                 .into_iter()
@@ -360,13 +376,15 @@ fn sign(
     let mut body = Vec::new();
     match file {
         Some(path) => {
-            body =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            body = std::fs::read(path)
+                .with_context(|| format!("cannot read {}", path.display()))
+                .map_err(SignError::Io)?;
         }
         None => {
             std::io::stdin()
                 .read_to_end(&mut body)
-                .context("cannot read stdin")?;
+                .context("cannot read stdin")
+                .map_err(SignError::Io)?;
         }
     }
     let secret = secret.as_bytes();
@@ -376,8 +394,8 @@ fn sign(
             .map_or(0, |d| d.as_secs() as i64)
     };
     use hookgate::ingress::signature as sig;
-    match profile {
-        Profile::Botix => println!("{}", sig::botix_header(secret, &body)),
+    let headers = match profile {
+        Profile::Botix => sig::botix_header(secret, &body),
         Profile::StandardWebhooks => {
             let id = request.id.map_or_else(
                 || format!("msg_{}", uuid::Uuid::new_v4().simple()),
@@ -386,24 +404,24 @@ fn sign(
             let ts = request.timestamp.unwrap_or_else(now);
             let signature = sig::standard_webhooks_signature(secret, &id, ts, &body)
                 .context("the secret is not whsec_ followed by base64")?;
-            println!("webhook-id: {id}\nwebhook-timestamp: {ts}\nwebhook-signature: {signature}");
+            format!("webhook-id: {id}\nwebhook-timestamp: {ts}\nwebhook-signature: {signature}")
         }
         Profile::Twilio => {
             let url = request
                 .url
                 .or_else(|| route.as_ref().and_then(|r| r.public_url.as_deref()))
                 .context("profile twilio signs a URL: give --url (with the query Twilio sends)")?;
-            println!(
+            format!(
                 "X-Twilio-Signature: {}",
                 sig::twilio_signature(secret, url, &body)
-            );
+            )
         }
         Profile::Telnyx => {
             let ts = request.timestamp.unwrap_or_else(now);
             let (signature, public) = sig::telnyx_signature(secret, ts, &body)
                 .context("the key is not the base64 of a 32-byte ed25519 private key (seed)")?;
-            println!("telnyx-timestamp: {ts}\ntelnyx-signature-ed25519: {signature}");
             eprintln!("public key (the route's secret): {public}");
+            format!("telnyx-timestamp: {ts}\ntelnyx-signature-ed25519: {signature}")
         }
         Profile::Custom => {
             let scheme = route.as_ref().and_then(|r| r.signature.as_ref()).context(
@@ -418,9 +436,15 @@ fn sign(
                 }
             };
             let prefix = scheme.prefix.as_deref().unwrap_or_default();
-            println!("{}: {prefix}{encoded}", scheme.header);
+            format!("{}: {prefix}{encoded}", scheme.header)
         }
-    }
+    };
+    // A closed stdout is an I/O failure (exit 1), where the print macro would panic.
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{headers}")
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
+        .map_err(SignError::Io)?;
     Ok(())
 }
 
