@@ -1,12 +1,14 @@
 //! The `hookgate` command: parse arguments, set up logging, load the config, run.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use hookgate::config::{Config, Encoding, Profile};
+
+mod cli;
 
 // malloc and free were a fifth of the CPU of an accepted event with glibc's allocator
 // (BENCHMARKS.md, "Profile"); mimalloc spends less per call and keeps per-thread heaps.
@@ -86,6 +88,11 @@ enum Command {
     Spool {
         #[command(subcommand)]
         command: SpoolCommand,
+    },
+    /// Reconciliation with the senders' list APIs, in the running gateway.
+    Reconcile {
+        #[command(subcommand)]
+        command: cli::reconcile::ReconcileCommand,
     },
 }
 
@@ -175,6 +182,16 @@ fn main() -> ExitCode {
                 }
             };
             finish(spool_command(&config, command), 1)
+        }
+        Command::Reconcile { command } => {
+            let config = match Config::load(&cli.config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            finish(cli::reconcile::run(&config, command), 1)
         }
         Command::Run => run(&cli),
     }
@@ -432,11 +449,8 @@ enum SpoolAccess {
 }
 
 fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
-    let mut addr = config.admin.addr;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    let admin_error = match admin_request(addr, "GET", hookgate::http::admin::SPOOL_PATH) {
+    let addr = cli::admin::address(config);
+    let admin_error = match cli::admin::request(addr, "GET", hookgate::http::admin::SPOOL_PATH) {
         Ok(_) => return Ok(SpoolAccess::Gateway(addr)),
         Err(e) => e,
     };
@@ -482,7 +496,7 @@ fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> 
 fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
     let status: hookgate::outbox::spool::SpoolStatus = match access {
         SpoolAccess::Gateway(addr) => {
-            let body = admin_ok(*addr, "GET", hookgate::http::admin::SPOOL_PATH)?;
+            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::SPOOL_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => {
@@ -516,7 +530,7 @@ fn parked_entries(
 ) -> anyhow::Result<Vec<hookgate::outbox::spool::ParkedEntry>> {
     Ok(match access {
         SpoolAccess::Gateway(addr) => {
-            let body = admin_ok(*addr, "GET", hookgate::http::admin::PARKED_PATH)?;
+            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::PARKED_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => spool.parked_entries()?,
@@ -545,13 +559,13 @@ fn change_parked(
             SpoolAccess::Gateway(addr) => {
                 let path = format!("{}/{id}", hookgate::http::admin::PARKED_PATH);
                 if republish {
-                    admin_ok(
+                    cli::admin::ok(
                         *addr,
                         "POST",
                         &format!("{path}/{}", hookgate::http::admin::REPUBLISH),
                     )?;
                 } else {
-                    admin_ok(*addr, "DELETE", &path)?;
+                    cli::admin::ok(*addr, "DELETE", &path)?;
                 }
             }
             SpoolAccess::Store(spool, _) => runtime.block_on(async {
@@ -568,46 +582,4 @@ fn change_parked(
         store.flush_blocking()?;
     }
     Ok(())
-}
-
-/// An admin request that must answer 200; its body.
-fn admin_ok(addr: std::net::SocketAddr, method: &str, path: &str) -> anyhow::Result<String> {
-    let (status, body) = admin_request(addr, method, path)?;
-    anyhow::ensure!(
-        status == 200,
-        "the gateway answered {status}: {}",
-        body.trim()
-    );
-    Ok(body)
-}
-
-/// One request to the admin listener: (status, body).
-fn admin_request(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-) -> anyhow::Result<(u16, String)> {
-    let timeout = std::time::Duration::from_secs(3);
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP answer")?;
-    let status = head
-        .strip_prefix("HTTP/1.")
-        .and_then(|rest| rest.get(2..5))
-        .and_then(|code| code.parse().ok())
-        .with_context(|| {
-            format!(
-                "malformed HTTP answer: {}",
-                head.lines().next().unwrap_or("")
-            )
-        })?;
-    Ok((status, body.to_owned()))
 }

@@ -7,10 +7,10 @@ use crate::require_broker;
 use crate::util::proxy::Proxy;
 use crate::util::*;
 
-const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+pub(crate) const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 
 /// Whether Redis can be used; the same rule as the broker (skip loudly, or fail in CI).
-fn redis_available() -> bool {
+pub(crate) fn redis_available() -> bool {
     local_port_open(6379) || skip_or_fail("Redis is not reachable on 127.0.0.1:6379")
 }
 
@@ -24,7 +24,7 @@ macro_rules! require_redis {
 }
 
 /// Points a gateway config at Redis with its own key prefix.
-fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> GatewayConfig {
+pub(crate) fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> GatewayConfig {
     cfg.extra.push_str(&format!(
         "dedup:\n  backend: redis\nredis:\n  url: {url}\n  key_prefix: \"{prefix}\"\n"
     ));
@@ -42,10 +42,10 @@ async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
 
 /// A fresh key prefix in the shared Redis (`hg-test-<random>:`). Every key under it is
 /// deleted on drop, also when the test fails, so test runs leave Redis as they found it.
-struct KeyPrefix(String);
+pub(crate) struct KeyPrefix(String);
 
 impl KeyPrefix {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(unique("hg-test") + ":")
     }
 }
