@@ -269,10 +269,12 @@ async fn server_errors_are_tried_again_and_the_walk_completes() {
 async fn a_refused_key_stops_the_route_after_one_request_until_the_key_file_changes() {
     require_broker!();
     let (_dir, broker, cfg) = fixture().await;
-    let fake = FakeBotix::start("another_key", 100, 60).await;
+    let fake = FakeBotix::start(KEY, 100, 60).await;
     fake.push([outbound("msg_1", "delivered")]);
-    let cfg = reconciling(cfg, &fake, "");
+    // A key the sender has revoked.
     let key_path = cfg.dir.join("botix-api-key");
+    std::fs::write(&key_path, "botix_revoked_key\n").expect("key file");
+    let cfg = reconciling(cfg, &fake, "");
     let cfg = GatewayConfig {
         route_extra: cfg.route_extra.replace("interval: 1h", "interval: 1s"),
         ..cfg
@@ -302,7 +304,6 @@ async fn a_refused_key_stops_the_route_after_one_request_until_the_key_file_chan
     assert_eq!(errors, 1, "one ERROR for a refused key");
 
     // A new key in the file: the reconciler goes on by itself.
-    fake.set_key(KEY);
     std::fs::write(&key_path, format!("{KEY}\n")).expect("new key");
     complete_walks(&client, &gw, 1.0).await;
     assert_eq!(
