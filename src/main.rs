@@ -1,12 +1,14 @@
 //! The `hookgate` command: parse arguments, set up logging, load the config, run.
 
-use std::io::{IsTerminal, Read, Write};
+use std::io::{IsTerminal, Read};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use hookgate::config::{Config, Encoding, Profile};
+
+mod cli;
 
 // malloc and free were a fifth of the CPU of an accepted event with glibc's allocator
 // (BENCHMARKS.md, "Profile"); mimalloc spends less per call and keeps per-thread heaps.
@@ -87,6 +89,11 @@ enum Command {
         #[command(subcommand)]
         command: SpoolCommand,
     },
+    /// Reconciliation with the senders' list APIs, in the running gateway.
+    Reconcile {
+        #[command(subcommand)]
+        command: cli::reconcile::ReconcileCommand,
+    },
 }
 
 /// The profiles `sign` knows without a config (`custom` needs its route's scheme: --route).
@@ -156,10 +163,11 @@ fn main() -> ExitCode {
                 id: id.as_deref(),
                 timestamp: *timestamp,
             };
-            finish(
-                sign(&cli.config, secret_env, &request, file.as_deref()),
-                EXIT_USAGE,
-            )
+            match sign(&cli.config, secret_env, &request, file.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(SignError::Usage(e)) => finish(Err(e), EXIT_USAGE),
+                Err(SignError::Io(e)) => finish(Err(e), 1),
+            }
         }
         Command::CheckConfig { offline } => check_config(&cli.config, *offline),
         Command::Spool { command } => {
@@ -175,6 +183,16 @@ fn main() -> ExitCode {
                 }
             };
             finish(spool_command(&config, command), 1)
+        }
+        Command::Reconcile { command } => {
+            let config = match Config::load(&cli.config) {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::from(EXIT_USAGE);
+                }
+            };
+            finish(cli::reconcile::run(&config, command), 1)
         }
         Command::Run => run(&cli),
     }
@@ -256,20 +274,21 @@ fn run(cli: &Cli) -> ExitCode {
     let result: anyhow::Result<()> = runtime.block_on(async {
         // Before the ports are bound: a SIGTERM from the moment a probe can see the gateway
         // starts a graceful shutdown, never the default action that kills the process.
-        let first_signal = hookgate::shutdown::signal();
+        let mut signals = hookgate::shutdown::Signals::install();
         let webhooks = tokio::net::TcpListener::bind(config.listen.addr)
             .await
             .with_context(|| format!("cannot bind listen.addr {}", config.listen.addr))?;
         let admin = tokio::net::TcpListener::bind(config.admin.addr)
             .await
             .with_context(|| format!("cannot bind admin.addr {}", config.admin.addr))?;
-        let shutdown = async {
-            first_signal.await;
-            // A second signal means "now": skip the drain.
-            tokio::spawn(async {
-                hookgate::shutdown::signal().await;
+        let shutdown = async move {
+            signals.next().await;
+            // A second signal means "now": skip the drain, and exit as a process killed by
+            // that signal would (128 + its number), so a supervisor sees it was not clean.
+            tokio::spawn(async move {
+                let second = signals.next().await;
                 eprintln!("second signal: exiting at once");
-                std::process::exit(130);
+                std::process::exit(i32::from(second.exit_code()));
             });
         };
         let listeners = hookgate::app::Listeners { webhooks, admin };
@@ -328,19 +347,33 @@ struct SignRequest<'a> {
     timestamp: Option<i64>,
 }
 
+/// Why `sign` failed, which decides its exit code as for `run`.
+enum SignError {
+    /// Arguments, the config, the secret or what the profile needs: exit 64.
+    Usage(anyhow::Error),
+    /// Reading the body or writing the headers: exit 1.
+    Io(anyhow::Error),
+}
+
+impl From<anyhow::Error> for SignError {
+    fn from(e: anyhow::Error) -> Self {
+        SignError::Usage(e)
+    }
+}
+
 fn sign(
     config_path: &Path,
     secret_env: &str,
     request: &SignRequest<'_>,
     file: Option<&Path>,
-) -> anyhow::Result<()> {
+) -> Result<(), SignError> {
     let secret = std::env::var(secret_env)
         .ok()
         .filter(|s| !s.is_empty())
         .with_context(|| format!("environment variable {secret_env} is not set or empty"))?;
     let route = match request.route {
         Some(name) => {
-            let config = Config::load(config_path)?;
+            let config = Config::load(config_path).map_err(anyhow::Error::from)?;
             let route = config
                 .routes
                 .into_iter()
@@ -360,13 +393,15 @@ fn sign(
     let mut body = Vec::new();
     match file {
         Some(path) => {
-            body =
-                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            body = std::fs::read(path)
+                .with_context(|| format!("cannot read {}", path.display()))
+                .map_err(SignError::Io)?;
         }
         None => {
             std::io::stdin()
                 .read_to_end(&mut body)
-                .context("cannot read stdin")?;
+                .context("cannot read stdin")
+                .map_err(SignError::Io)?;
         }
     }
     let secret = secret.as_bytes();
@@ -376,8 +411,8 @@ fn sign(
             .map_or(0, |d| d.as_secs() as i64)
     };
     use hookgate::ingress::signature as sig;
-    match profile {
-        Profile::Botix => println!("{}", sig::botix_header(secret, &body)),
+    let headers = match profile {
+        Profile::Botix => sig::botix_header(secret, &body),
         Profile::StandardWebhooks => {
             let id = request.id.map_or_else(
                 || format!("msg_{}", uuid::Uuid::new_v4().simple()),
@@ -386,24 +421,24 @@ fn sign(
             let ts = request.timestamp.unwrap_or_else(now);
             let signature = sig::standard_webhooks_signature(secret, &id, ts, &body)
                 .context("the secret is not whsec_ followed by base64")?;
-            println!("webhook-id: {id}\nwebhook-timestamp: {ts}\nwebhook-signature: {signature}");
+            format!("webhook-id: {id}\nwebhook-timestamp: {ts}\nwebhook-signature: {signature}")
         }
         Profile::Twilio => {
             let url = request
                 .url
                 .or_else(|| route.as_ref().and_then(|r| r.public_url.as_deref()))
                 .context("profile twilio signs a URL: give --url (with the query Twilio sends)")?;
-            println!(
+            format!(
                 "X-Twilio-Signature: {}",
                 sig::twilio_signature(secret, url, &body)
-            );
+            )
         }
         Profile::Telnyx => {
             let ts = request.timestamp.unwrap_or_else(now);
             let (signature, public) = sig::telnyx_signature(secret, ts, &body)
                 .context("the key is not the base64 of a 32-byte ed25519 private key (seed)")?;
-            println!("telnyx-timestamp: {ts}\ntelnyx-signature-ed25519: {signature}");
             eprintln!("public key (the route's secret): {public}");
+            format!("telnyx-timestamp: {ts}\ntelnyx-signature-ed25519: {signature}")
         }
         Profile::Custom => {
             let scheme = route.as_ref().and_then(|r| r.signature.as_ref()).context(
@@ -418,9 +453,15 @@ fn sign(
                 }
             };
             let prefix = scheme.prefix.as_deref().unwrap_or_default();
-            println!("{}: {prefix}{encoded}", scheme.header);
+            format!("{}: {prefix}{encoded}", scheme.header)
         }
-    }
+    };
+    // A closed stdout is an I/O failure (exit 1), where the print macro would panic.
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{headers}")
+        .and_then(|()| stdout.flush())
+        .context("cannot write to stdout")
+        .map_err(SignError::Io)?;
     Ok(())
 }
 
@@ -432,11 +473,8 @@ enum SpoolAccess {
 }
 
 fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
-    let mut addr = config.admin.addr;
-    if addr.ip().is_unspecified() {
-        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
-    }
-    let admin_error = match admin_request(addr, "GET", hookgate::http::admin::SPOOL_PATH) {
+    let addr = cli::admin::address(config);
+    let admin_error = match cli::admin::request(addr, "GET", hookgate::http::admin::SPOOL_PATH) {
         Ok(_) => return Ok(SpoolAccess::Gateway(addr)),
         Err(e) => e,
     };
@@ -482,7 +520,7 @@ fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> 
 fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
     let status: hookgate::outbox::spool::SpoolStatus = match access {
         SpoolAccess::Gateway(addr) => {
-            let body = admin_ok(*addr, "GET", hookgate::http::admin::SPOOL_PATH)?;
+            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::SPOOL_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => {
@@ -516,7 +554,7 @@ fn parked_entries(
 ) -> anyhow::Result<Vec<hookgate::outbox::spool::ParkedEntry>> {
     Ok(match access {
         SpoolAccess::Gateway(addr) => {
-            let body = admin_ok(*addr, "GET", hookgate::http::admin::PARKED_PATH)?;
+            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::PARKED_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => spool.parked_entries()?,
@@ -545,13 +583,13 @@ fn change_parked(
             SpoolAccess::Gateway(addr) => {
                 let path = format!("{}/{id}", hookgate::http::admin::PARKED_PATH);
                 if republish {
-                    admin_ok(
+                    cli::admin::ok(
                         *addr,
                         "POST",
                         &format!("{path}/{}", hookgate::http::admin::REPUBLISH),
                     )?;
                 } else {
-                    admin_ok(*addr, "DELETE", &path)?;
+                    cli::admin::ok(*addr, "DELETE", &path)?;
                 }
             }
             SpoolAccess::Store(spool, _) => runtime.block_on(async {
@@ -568,46 +606,4 @@ fn change_parked(
         store.flush_blocking()?;
     }
     Ok(())
-}
-
-/// An admin request that must answer 200; its body.
-fn admin_ok(addr: std::net::SocketAddr, method: &str, path: &str) -> anyhow::Result<String> {
-    let (status, body) = admin_request(addr, method, path)?;
-    anyhow::ensure!(
-        status == 200,
-        "the gateway answered {status}: {}",
-        body.trim()
-    );
-    Ok(body)
-}
-
-/// One request to the admin listener: (status, body).
-fn admin_request(
-    addr: std::net::SocketAddr,
-    method: &str,
-    path: &str,
-) -> anyhow::Result<(u16, String)> {
-    let timeout = std::time::Duration::from_secs(3);
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
-    stream.set_read_timeout(Some(timeout))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
-    )?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response)?;
-    let (head, body) = response
-        .split_once("\r\n\r\n")
-        .context("malformed HTTP answer")?;
-    let status = head
-        .strip_prefix("HTTP/1.")
-        .and_then(|rest| rest.get(2..5))
-        .and_then(|code| code.parse().ok())
-        .with_context(|| {
-            format!(
-                "malformed HTTP answer: {}",
-                head.lines().next().unwrap_or("")
-            )
-        })?;
-    Ok((status, body.to_owned()))
 }

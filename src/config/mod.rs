@@ -20,6 +20,12 @@ pub mod reconcile;
 pub const AMQP_SHORT_STRING_MAX: usize = 255;
 /// Longest `store.commit_interval`: every durable answer may wait this long for its commit.
 const MAX_COMMIT_INTERVAL: Duration = Duration::from_millis(100);
+/// The shortest `dedup.ttl`: the state store rewrites a run once a ttl has passed since it
+/// was written, so a zero ttl rewrites in a loop.
+const MIN_DEDUP_TTL: Duration = Duration::from_secs(1);
+/// The longest a request waits for its spool entry's fsync before it answers 503: with the
+/// guard-key lock wait and the publish, part of how long a request holds its claim.
+pub const SPOOL_FLUSH_WAIT: Duration = Duration::from_secs(5);
 
 /// Whether `text` fits an AMQP short string.
 pub fn fits_short_string(text: &str) -> bool {
@@ -819,10 +825,20 @@ impl Config {
             return invalid("store.commit_interval: must be at most 100ms".into());
         }
         self.validate_hardening()?;
-        if self.dedup.in_flight_lease <= self.amqp.confirm_timeout {
-            return invalid(
-                "dedup.in_flight_lease: must be longer than amqp.confirm_timeout, or a slow publish could be taken over".into(),
-            );
+        if self.dedup.ttl < MIN_DEDUP_TTL {
+            return invalid(format!(
+                "dedup.ttl: must be at least {MIN_DEDUP_TTL:?} (the state store rewrites its runs once a ttl has passed)"
+            ));
+        }
+        // A request holds its claim while it waits for the guard-key lock (at most
+        // `in_flight_wait`), publishes (at most `confirm_timeout`) and, when the publish
+        // fails, waits for its spool entry's fsync: a shorter lease lets a second request take
+        // a claim whose publish is still under way.
+        let held = self.dedup.in_flight_wait + self.amqp.confirm_timeout + SPOOL_FLUSH_WAIT;
+        if self.dedup.in_flight_lease <= held {
+            return invalid(format!(
+                "dedup.in_flight_lease: must be longer than {held:?} (dedup.in_flight_wait + amqp.confirm_timeout + {SPOOL_FLUSH_WAIT:?} for the spool's fsync), or a claim still publishing could be taken over"
+            ));
         }
         if self.spool.stall_after <= self.amqp.confirm_timeout {
             return invalid(
@@ -1524,6 +1540,21 @@ routes:
                 "dedup.in_flight_lease",
             ),
             (
+                "a lease no longer than the lock wait, the publish and the spool's fsync",
+                format!("{MINIMAL}dedup: {{in_flight_lease: 15s, in_flight_wait: 5s}}\namqp: {{confirm_timeout: 5s}}\n"),
+                "dedup.in_flight_lease: must be longer than 15s",
+            ),
+            (
+                "a zero dedup ttl",
+                format!("{MINIMAL}dedup: {{ttl: 0s}}\n"),
+                "dedup.ttl: must be at least 1s",
+            ),
+            (
+                "a dedup ttl under a second",
+                format!("{MINIMAL}dedup: {{ttl: 999ms}}\n"),
+                "dedup.ttl",
+            ),
+            (
                 "the admin listener on the webhook address",
                 format!("{MINIMAL}admin: {{addr: 127.0.0.1:8080}}\n"),
                 "admin.addr",
@@ -1572,6 +1603,12 @@ routes:
         let store_at_limits =
             format!("{MINIMAL}store: {{hot_entries: 1024, cache: 1MiB, journal_segment: 64KiB, commit_interval: 100ms}}\n");
         assert!(Config::parse(&store_at_limits).is_ok());
+        let shortest_ttl = format!("{MINIMAL}dedup: {{ttl: 1s}}\n");
+        assert!(Config::parse(&shortest_ttl).is_ok());
+        let shortest_lease = format!(
+            "{MINIMAL}dedup: {{in_flight_lease: 15001ms, in_flight_wait: 5s}}\namqp: {{confirm_timeout: 5s}}\n"
+        );
+        assert!(Config::parse(&shortest_lease).is_ok());
         let commits_back_to_back = format!("{MINIMAL}store: {{commit_interval: 0s}}\n");
         assert!(Config::parse(&commits_back_to_back).is_ok());
         let budget_of_one_body =

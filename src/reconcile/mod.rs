@@ -317,6 +317,10 @@ async fn run(mut walker: Walker, control: Arc<Control>, stop: CancellationToken)
             }
         };
         show(&control, &position);
+        // A restarted replica reports the stored last walk, not none.
+        if let Some(end) = position.last_complete_end_ms {
+            walker.metrics.last_complete.set(end / 1000);
+        }
         let requested = control.take_request();
         let due = pacing::until_due(
             (walker.clock)(),

@@ -296,12 +296,14 @@ impl Journal {
             }
         }
         let journal_dir = dir.join(JOURNAL_DIR);
-        let (mut wal, highest) = Wal::open(&journal_dir, settings.segment_bytes, |seq, batch| {
-            // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
-            if seq >= held_by_runs {
-                replay(seq, batch);
-            }
-        })?;
+        let segment_bytes = settings.segment_bytes;
+        let (mut wal, highest) =
+            Wal::open(&journal_dir, segment_bytes, held_by_runs, |seq, batch| {
+                // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
+                if seq >= held_by_runs {
+                    replay(seq, batch);
+                }
+            })?;
         wal.forget_below(held_by_runs)?;
         let next_seq = highest.map_or(next_seq, |h| next_seq.max(h + 1));
         let held = shards.iter().map(|s| s.map.len()).sum();

@@ -8,13 +8,20 @@
 //! `fdatasync` writes data and no file system metadata. On this machine's virtual disk
 //! that made a commit about 2.4 times cheaper in time than appending to a growing file.
 //!
-//! Reading stops at the first frame that is zero, cut short, fails its checksum or does
-//! not follow the previous one's sequence number: the end of what was written, or a write
-//! a crash cut short (never acknowledged, since the commit's `fdatasync` did not return).
-//! After a failed write or `fdatasync` the segment is not trusted again (a failed `fsync`
-//! may have dropped pages that later read back as written): the batches are written again
-//! to a new segment. A later segment may so repeat batches of an earlier one; replaying
-//! every segment in order gives the same state.
+//! Reading a segment stops at the first frame that is zero (its end), cut short, fails its
+//! checksum or does not carry the previous one's sequence number plus one. In the last
+//! segment that is a write a crash cut short (never acknowledged, since the commit's
+//! `fdatasync` did not return). After a failed write or `fdatasync` the segment is not
+//! trusted again (a failed `fsync` may have dropped pages that later read back as
+//! written): the batches are written again to a new segment. A later segment may so repeat
+//! batches of an earlier one; replaying every segment in order gives the same state.
+//!
+//! Damage is what leaves acknowledged batches unread: a segment whose reading stopped
+//! early, or a missing segment, with no later segment starting at or before the first
+//! batch it lost. [`Wal::open`] refuses such a journal, naming the segment and the byte,
+//! rather than start without opt-outs it acknowledged. An operator who accepts the loss
+//! renames that segment to `<name>.wal.damaged`: it is then read up to the damage and the
+//! gap after it is passed over (logged at ERROR at every start until the file is removed).
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -29,6 +36,8 @@ const MAGIC: [u8; 8] = *b"hgwal\0\0\x01";
 pub const FRAME_HEAD: usize = 16;
 /// A segment being filled has this suffix until it is renamed to its number.
 const FILLING: &str = ".tmp";
+/// Added by an operator to a damaged segment's name: its loss is accepted.
+pub const DAMAGED: &str = ".damaged";
 static ZEROS: [u8; 64 * 1024] = [0; 64 * 1024];
 
 /// A batch ready to be written: a frame whose head [`seal`] fills.
@@ -77,10 +86,13 @@ pub struct Spare {
 impl Wal {
     /// Opens the segments in `dir` (created if absent), hands every readable batch to
     /// `replay` in order, with its sequence number, and starts a new segment. Returns the
-    /// journal and the sequence number after the highest read.
+    /// journal and the highest sequence number read. Batches below `needed_from` are held
+    /// elsewhere (by runs); losing any other batch to damage is an error naming the
+    /// segment and the byte where its reading stopped.
     pub fn open(
         dir: &Path,
         segment_bytes: u64,
+        needed_from: u64,
         mut replay: impl FnMut(u64, &[u8]),
     ) -> Result<(Self, Option<u64>), StoreError> {
         std::fs::create_dir_all(dir)?;
@@ -93,28 +105,70 @@ impl Wal {
                 // A segment or spare whose filling a stop cut short.
                 std::fs::remove_file(entry.path())?;
             } else if let Some(number) = segment_number(name) {
-                numbers.push(number);
+                numbers.push((number, false));
+            } else if let Some(number) = name.strip_suffix(DAMAGED).and_then(segment_number) {
+                numbers.push((number, true));
             }
         }
         numbers.sort_unstable();
         let mut sealed = VecDeque::new();
-        let mut highest = None;
-        for number in numbers {
-            let path = segment_path(dir, number);
+        let mut highest: Option<u64> = None;
+        // Where the previous segment's reading stopped early, and whether its loss is
+        // accepted: checked against the next segment's first batch.
+        let mut before: Option<(PathBuf, Option<u64>, bool)> = None;
+        for &(number, accepted) in &numbers {
+            let mut path = segment_path(dir, number);
+            if accepted {
+                path.as_mut_os_string().push(DAMAGED);
+            }
             let bytes = std::fs::read(&path)?;
-            let last_seq = read_frames(&bytes, &mut replay).map_err(|reason| StoreError::Open {
+            let read = read_frames(&bytes, &mut replay).map_err(|reason| StoreError::Open {
                 path: path.clone(),
                 reason,
             })?;
-            highest = highest.max(last_seq);
-            if last_seq.is_none() {
+            if let (Some(first), Some(high)) = (read.first, highest) {
+                let lost_from = (high + 1).max(needed_from);
+                if lost_from < first {
+                    let lost = format!("batches {lost_from}..={}", first - 1);
+                    match &before {
+                        Some((damaged, _, true)) => tracing::error!(
+                            segment = %damaged.display(),
+                            lost,
+                            "state journal starts without batches of a damaged segment, as its name accepts"
+                        ),
+                        Some((damaged, stopped_at, false)) => {
+                            let reason = match stopped_at {
+                                Some(at) => format!("damaged at byte {at}: {lost}, acknowledged, are in no later segment; see \"What a 200 means\" in README.md"),
+                                None => format!("{lost}, acknowledged, are missing after it; see \"What a 200 means\" in README.md"),
+                            };
+                            return Err(StoreError::Open {
+                                path: damaged.clone(),
+                                reason,
+                            });
+                        }
+                        None => {}
+                    }
+                }
+            }
+            highest = highest.max(read.last);
+            if read.last.is_some() {
+                before = Some((path.clone(), read.stopped_at, accepted));
+            }
+            if accepted {
+                // Left for the operator to remove; never written again.
+                continue;
+            }
+            if read.last.is_none() {
                 // Nothing in it: a segment started just before a stop.
                 std::fs::remove_file(&path)?;
                 continue;
             }
-            sealed.push_back(Sealed { number, last_seq });
+            sealed.push_back(Sealed {
+                number,
+                last_seq: read.last,
+            });
         }
-        let next_number = sealed.back().map_or(0, |s| s.number + 1);
+        let next_number = numbers.last().map_or(0, |(n, _)| n + 1);
         let file = create_segment(dir, next_number, segment_bytes)?;
         let active = Active::new(next_number, file);
         let wal = Self {
@@ -309,32 +363,52 @@ fn seal(frame: &mut Frame<'_>) {
     frame.bytes[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
-/// Hands each frame of a segment's `bytes` to `replay`; returns the last sequence number.
-/// An error only if the file is not a segment.
-fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Option<u64>, String> {
+/// What reading a segment found.
+struct SegmentRead {
+    first: Option<u64>,
+    last: Option<u64>,
+    /// The byte where reading stopped before the segment's end: a frame cut short, failing
+    /// its checksum or out of sequence.
+    stopped_at: Option<u64>,
+}
+
+/// Hands each frame of a segment's `bytes` to `replay`. An error only if the file is not
+/// a segment.
+fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<SegmentRead, String> {
     if bytes.get(..MAGIC.len()) != Some(&MAGIC[..]) {
         return Err("not a hookgate state journal segment".into());
     }
     let mut rest = &bytes[MAGIC.len()..];
-    let mut last: Option<u64> = None;
+    let mut read = SegmentRead {
+        first: None,
+        last: None,
+        stopped_at: None,
+    };
     while let Some(head) = rest.get(..FRAME_HEAD) {
+        let at = (bytes.len() - rest.len()) as u64;
+        if head.iter().all(|b| *b == 0) {
+            break; // the zeros after the last frame
+        }
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
         let mut seq_bytes = [0; 8];
         seq_bytes.copy_from_slice(&head[8..16]);
         let seq = u64::from_le_bytes(seq_bytes);
-        let Some(frame) = rest.get(..FRAME_HEAD + len) else {
+        // Within a segment each batch follows the previous one: a gap is damage.
+        let follows = read.last.is_none_or(|l| l.checked_add(1) == Some(seq));
+        let whole = rest
+            .get(..FRAME_HEAD + len)
+            .filter(|frame| len > 0 && crc32fast::hash(&frame[8..]) == crc);
+        let Some(frame) = whole.filter(|_| follows) else {
+            read.stopped_at = Some(at);
             break;
         };
-        let follows = last.is_none_or(|l| seq > l);
-        if len == 0 || !follows || crc32fast::hash(&frame[8..]) != crc {
-            break;
-        }
         replay(seq, &frame[FRAME_HEAD..]);
-        last = Some(seq);
+        read.first = read.first.or(Some(seq));
+        read.last = Some(seq);
         rest = &rest[FRAME_HEAD + len..];
     }
-    Ok(last)
+    Ok(read)
 }
 
 #[cfg(test)]
@@ -360,7 +434,7 @@ mod tests {
 
     fn reopen(dir: &Path, segment_bytes: u64) -> (Wal, Vec<(u64, Vec<u8>)>) {
         let mut read = Vec::new();
-        let (wal, _) = Wal::open(dir, segment_bytes, |seq, batch| {
+        let (wal, _) = Wal::open(dir, segment_bytes, 0, |seq, batch| {
             read.push((seq, batch.to_vec()))
         })
         .expect("open");
@@ -470,11 +544,91 @@ mod tests {
         assert_eq!(read.len(), 3);
     }
 
+    /// Flips a byte of the frame of `seq`'s batch in segment `number` (frames of one
+    /// byte-long batch each, seq 1 first).
+    fn damage(dir: &Path, number: u64, nth_frame: usize) {
+        let path = segment_path(dir, number);
+        let mut bytes = std::fs::read(&path).expect("read");
+        bytes[MAGIC.len() + nth_frame * (FRAME_HEAD + 1) + FRAME_HEAD] ^= 0xff;
+        std::fs::write(&path, &bytes).expect("write");
+    }
+
+    #[test]
+    fn damage_inside_a_sealed_segment_is_an_error_naming_it_and_the_offset() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(4, b"d")]);
+        drop(wal);
+        // Batch 2 of the sealed segment rots: 2 and 3 were acknowledged, and no later
+        // segment holds them.
+        damage(dir.path(), first, 1);
+        let error = Wal::open(dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(
+            error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
+            "{error}"
+        );
+        assert!(error.contains("2..=3"), "{error}");
+        // Batches the runs hold already are not needed: the same damage is harmless then.
+        let (_, read) = {
+            let mut read = Vec::new();
+            let (wal, _) = Wal::open(dir.path(), 1 << 16, 4, |seq, _| read.push(seq))
+                .expect("opens when the runs hold what was lost");
+            (wal, read)
+        };
+        assert_eq!(read, [1, 4]);
+    }
+
+    #[test]
+    fn a_sequence_gap_inside_a_segment_is_damage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        // Batch 2 is missing, yet every frame is whole.
+        commit(&mut wal, &[(1, b"a"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(4, b"d")]);
+        drop(wal);
+        let error = Wal::open(dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
+    }
+
+    #[test]
+    fn a_damaged_segment_renamed_by_the_operator_is_read_up_to_the_damage() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(4, b"d")]);
+        drop(wal);
+        damage(dir.path(), first, 1);
+        let path = segment_path(dir.path(), first);
+        let mut accepted = path.clone().into_os_string();
+        accepted.push(DAMAGED);
+        std::fs::rename(&path, &accepted).expect("rename");
+        let (mut wal, read) = reopen(dir.path(), 1 << 16);
+        assert_eq!(read.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 4]);
+        commit(&mut wal, &[(5, b"e")]);
+        drop(wal);
+        let (_, read) = reopen(dir.path(), 1 << 16);
+        assert_eq!(read.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1, 4, 5]);
+    }
+
     #[test]
     fn a_file_that_is_not_a_segment_is_an_error_naming_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(segment_path(dir.path(), 3), b"something else").expect("write");
-        let error = Wal::open(dir.path(), 4096, |_, _| {})
+        let error = Wal::open(dir.path(), 4096, 0, |_, _| {})
             .err()
             .expect("refused")
             .to_string();

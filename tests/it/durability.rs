@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rand::Rng;
+use rand::RngExt;
 use tokio::io::AsyncWriteExt;
 
 use crate::require_broker;

@@ -192,3 +192,59 @@ async fn sigterm_finishes_a_request_whose_body_is_still_arriving() {
     assert_eq!(m.message_id.as_deref(), Some("evt_in_flight"));
     broker.delete().await;
 }
+
+/// A second signal during the drain ends the process at once with 128 + that signal's
+/// number, as a shell reports a process killed by it.
+async fn second_signal_exits_with(first: &str, second: &str, code: i32) {
+    let (_dir, broker, mut cfg) = fixture().await;
+    // The drain waits for the request below far longer than any poll here.
+    cfg.extra = "shutdown_grace: 120s\nlimits:\n  body_read_timeout: 120s\n".into();
+    let mut gw = Gateway::start(&cfg).await;
+    let body = event_body("evt_held_in_the_drain");
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!(
+        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\nExpect: 100-continue\r\n\r\n",
+        body.len(),
+        sign(SECRET, body.as_bytes())
+    );
+    s.write_all(head.as_bytes()).await.expect("head");
+    read_until(&mut s, b"\r\n\r\n").await;
+
+    gw.signal(first);
+    assert!(
+        gw.logged(&format!("SIG{first} received"), POLL_DEADLINE)
+            .await,
+        "the first signal starts the drain; logs:\n{}",
+        gw.logs().join("\n")
+    );
+    gw.signal(second);
+    let status = gw
+        .wait_exit(POLL_DEADLINE)
+        .await
+        .expect("exited at once after the second signal");
+    assert_eq!(
+        status.code(),
+        Some(code),
+        "SIG{first} then SIG{second}; logs:\n{}",
+        gw.logs().join("\n")
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn a_second_sigterm_exits_143() {
+    require_broker!();
+    second_signal_exits_with("TERM", "TERM", 143).await;
+}
+
+#[tokio::test]
+async fn a_second_sigint_exits_130() {
+    require_broker!();
+    second_signal_exits_with("INT", "INT", 130).await;
+}
+
+#[tokio::test]
+async fn sigint_during_a_sigterm_drain_exits_130() {
+    require_broker!();
+    second_signal_exits_with("TERM", "INT", 130).await;
+}

@@ -430,3 +430,97 @@ async fn hookgate_sign_makes_a_delivery_every_profile_accepts() {
         assert_eq!(status, 401, "{route}");
     }
 }
+
+/// `hookgate sign` with `args`, the secret in `SIGN_SECRET` (if any) and `{}` on stdin;
+/// stdout goes to `stdout`.
+async fn sign_exit(
+    args: &[&str],
+    secret: Option<&str>,
+    stdout: std::process::Stdio,
+) -> (i32, String) {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_hookgate"));
+    cmd.arg("sign")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(stdout)
+        .stderr(std::process::Stdio::piped());
+    if let Some(secret) = secret {
+        cmd.env("SIGN_SECRET", secret);
+    }
+    let out = run_bounded(cmd, POLL_DEADLINE).await;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out.status.code().unwrap_or(-1), stderr)
+}
+
+#[tokio::test]
+async fn hookgate_sign_exits_64_for_usage_and_1_for_io_as_run_does() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = GatewayConfig::new(dir.path(), "x");
+    let config = dir.path().join("hookgate.yaml");
+    std::fs::write(&config, cfg.yaml()).expect("write config");
+    let config = config.to_str().expect("utf-8 path");
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, "{}").expect("write body");
+    let body = body.to_str().expect("utf-8 path");
+    let missing = dir.path().join("no-such-body.json");
+    let missing = missing.to_str().expect("utf-8 path");
+    let piped = std::process::Stdio::piped;
+    let cases: [(&str, &[&str], Option<&str>, i32); 6] = [
+        (
+            "signed",
+            &["--secret-env", "SIGN_SECRET", body],
+            Some("s"),
+            0,
+        ),
+        (
+            "no secret",
+            &["--secret-env", "SIGN_SECRET", body],
+            None,
+            64,
+        ),
+        (
+            "no such route",
+            &[
+                "--secret-env",
+                "SIGN_SECRET",
+                "--config",
+                config,
+                "--route",
+                "nope",
+                body,
+            ],
+            Some("s"),
+            64,
+        ),
+        (
+            "a Telnyx key that is not one",
+            &["--secret-env", "SIGN_SECRET", "--profile", "telnyx", body],
+            Some("not a key"),
+            64,
+        ),
+        ("an unknown flag", &["--nope"], Some("s"), 64),
+        (
+            "an unreadable body",
+            &["--secret-env", "SIGN_SECRET", missing],
+            Some("s"),
+            1,
+        ),
+    ];
+    for (what, args, secret, code) in cases {
+        let (got, stderr) = sign_exit(args, secret, piped()).await;
+        assert_eq!(got, code, "{what}: {stderr}");
+    }
+    // A stdout that cannot be written (a full disk) is an I/O failure, not a panic.
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .expect("/dev/full");
+    let (got, stderr) = sign_exit(
+        &["--secret-env", "SIGN_SECRET", body],
+        Some("s"),
+        full.into(),
+    )
+    .await;
+    assert_eq!(got, 1, "a full stdout: {stderr}");
+    assert!(stderr.contains("cannot write to stdout"), "{stderr}");
+}

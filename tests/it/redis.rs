@@ -7,10 +7,10 @@ use crate::require_broker;
 use crate::util::proxy::Proxy;
 use crate::util::*;
 
-const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+pub(crate) const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 
 /// Whether Redis can be used; the same rule as the broker (skip loudly, or fail in CI).
-fn redis_available() -> bool {
+pub(crate) fn redis_available() -> bool {
     local_port_open(6379) || skip_or_fail("Redis is not reachable on 127.0.0.1:6379")
 }
 
@@ -24,7 +24,7 @@ macro_rules! require_redis {
 }
 
 /// Points a gateway config at Redis with its own key prefix.
-fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> GatewayConfig {
+pub(crate) fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> GatewayConfig {
     cfg.extra.push_str(&format!(
         "dedup:\n  backend: redis\nredis:\n  url: {url}\n  key_prefix: \"{prefix}\"\n"
     ));
@@ -42,10 +42,10 @@ async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
 
 /// A fresh key prefix in the shared Redis (`hg-test-<random>:`). Every key under it is
 /// deleted on drop, also when the test fails, so test runs leave Redis as they found it.
-struct KeyPrefix(String);
+pub(crate) struct KeyPrefix(String);
 
 impl KeyPrefix {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self(unique("hg-test") + ":")
     }
 }
@@ -550,15 +550,15 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
     // Instance A publishes through a proxy that will swallow its publish; B directly.
     let proxy = Proxy::to_rabbitmq().await;
     let shared = format!(
-        "dedup:\n  backend: redis\n  in_flight_lease: 6s\n  in_flight_wait: 20s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
+        "dedup:\n  backend: redis\n  in_flight_lease: 8s\n  in_flight_wait: 1s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
     );
     let mut cfg_a = GatewayConfig::new(dirs[0].path(), &broker.exchange);
     cfg_a.amqp_url = proxy.amqp_url("");
-    cfg_a.confirm_timeout = "5s".into();
+    cfg_a.confirm_timeout = "1s".into();
     cfg_a.extra = shared.clone();
     let mut a = Gateway::start(&cfg_a).await;
     let mut cfg_b = GatewayConfig::new(dirs[1].path(), &broker.exchange);
-    cfg_b.confirm_timeout = "5s".into();
+    cfg_b.confirm_timeout = "1s".into();
     cfg_b.extra = shared;
     let b = Gateway::start(&cfg_b).await;
     let client = client(None);
@@ -598,11 +598,30 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
     a.kill9();
     held.abort();
 
-    let (status, answer) = b.deliver(&client, &body, "req_orphan_b").await;
+    // The lease outlasts a request's wait (it must cover the wait, the publish and the
+    // spool's fsync): B answers 503 until the lease runs out, then takes the claim over.
+    let deadline = tokio::time::Instant::now() + POLL_DEADLINE;
+    let mut answers = Vec::new();
+    loop {
+        let (status, answer) = b.deliver(&client, &body, "req_orphan_b").await;
+        answers.push((status, outcome(&answer)));
+        if status == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the dead instance's claim was not taken over: {answers:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     assert_eq!(
-        (status, outcome(&answer)),
-        (200, "accepted".into()),
-        "the dead instance's claim was not taken over: {answer}"
+        answers.last().map(|(_, o)| o.as_str()),
+        Some("accepted"),
+        "{answers:?}"
+    );
+    assert!(
+        answers[..answers.len() - 1].iter().all(|(s, _)| *s == 503),
+        "only 503s before the takeover: {answers:?}"
     );
     assert_eq!(
         ids_before_sentinel(&client, &b, &broker).await,

@@ -6,6 +6,7 @@
 pub mod broker;
 pub mod cli;
 pub mod disk;
+pub mod fake_botix;
 pub mod gateway;
 pub mod inprocess;
 pub mod metrics;

@@ -1,0 +1,59 @@
+//! Requests to the running gateway's admin listener, for the commands that work through it
+//! (`spool`, `reconcile`).
+
+use std::io::{Read, Write};
+
+use anyhow::Context;
+use hookgate::config::Config;
+
+/// The admin address to call: the configured one, on loopback when it listens on all
+/// addresses.
+pub fn address(config: &Config) -> std::net::SocketAddr {
+    let mut addr = config.admin.addr;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    addr
+}
+
+/// An admin request that must answer 200; its body.
+pub fn ok(addr: std::net::SocketAddr, method: &str, path: &str) -> anyhow::Result<String> {
+    let (status, body) = request(addr, method, path)?;
+    anyhow::ensure!(
+        status == 200,
+        "the gateway answered {status}: {}",
+        body.trim()
+    );
+    Ok(body)
+}
+
+/// One request to the admin listener: (status, body).
+pub fn request(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+) -> anyhow::Result<(u16, String)> {
+    let timeout = std::time::Duration::from_secs(3);
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+    stream.set_read_timeout(Some(timeout))?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP answer")?;
+    let status = head
+        .strip_prefix("HTTP/1.")
+        .and_then(|rest| rest.get(2..5))
+        .and_then(|code| code.parse().ok())
+        .with_context(|| {
+            format!(
+                "malformed HTTP answer: {}",
+                head.lines().next().unwrap_or("")
+            )
+        })?;
+    Ok((status, body.to_owned()))
+}
