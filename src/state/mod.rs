@@ -20,6 +20,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::clock::Clock;
 use crate::config::{Backend, Config};
+use crate::liveness::Liveness;
 use crate::state::backoff::Backoff;
 use crate::state::journal::Journal;
 use crate::state::keys::StoreKey;
@@ -103,12 +104,14 @@ impl BackendChoice {
 
 impl StateStore {
     /// Opens the chosen backend (sled: its runs, and the journal replayed at the clock's
-    /// time). Must run inside the tokio runtime.
+    /// time). Must run inside the tokio runtime. A failure only a restart cures marks
+    /// `liveness`.
     pub fn open(
         choice: &BackendChoice,
         config: &Config,
         store: &Store,
         clock: Clock,
+        liveness: &Liveness,
     ) -> Result<Self, StoreError> {
         match choice {
             BackendChoice::Sled => {
@@ -119,6 +122,7 @@ impl StateStore {
                     clock,
                     segment_bytes: config.store.journal_segment,
                     commit_interval: config.store.commit_interval,
+                    liveness: liveness.clone(),
                 };
                 let journal =
                     Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;
@@ -387,8 +391,14 @@ mod tests {
             "listen:\n  addr: 127.0.0.1:0\ndedup:\n  in_flight_wait: 50ms\nroutes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n",
         )
         .expect("config");
-        let state =
-            StateStore::open(&BackendChoice::Sled, &config, &store, Arc::new(|| 0)).expect("state");
+        let state = StateStore::open(
+            &BackendChoice::Sled,
+            &config,
+            &store,
+            Arc::new(|| 0),
+            &Liveness::new(),
+        )
+        .expect("state");
         let held = state
             .lock(&StoreKey::raw(b"key"))
             .await
