@@ -371,6 +371,23 @@ impl Journal {
         Ok(record.map(|r| r.value.clone()))
     }
 
+    /// Whether reading `key` now would read a run page: the hot set lacks it, no answer for
+    /// it is remembered, and a run's filter says it may hold it.
+    pub fn may_read_disk(&self, key: &StoreKey) -> bool {
+        let key = key.digest();
+        {
+            let shard = self.shared.shard(&key);
+            if shard.map.contains_key(&key) || shard.looked_up.iter().any(|(k, _)| *k == key) {
+                return false;
+            }
+        }
+        self.shared
+            .runs
+            .snapshot()
+            .iter()
+            .any(|run| run.may_contain(&key))
+    }
+
     /// Sets `key` durably.
     pub fn put(
         &self,
@@ -1468,6 +1485,22 @@ pub(crate) mod tests {
         );
         drop(j2);
         assert_eq!(quiet.restart_reason(), None);
+    }
+
+    #[test]
+    fn only_a_key_a_run_may_hold_that_is_neither_hot_nor_remembered_reads_the_disk() {
+        let (dir, store) = temp_store();
+        let j = open_at(&store, dir.path(), 0);
+        put(&j, b"on disk", b"v", i64::MAX, 0);
+        j.flush_to_run().expect("flush");
+        put(&j, b"hot", b"v", i64::MAX, 0);
+        assert!(!j.may_read_disk(&StoreKey::raw(b"hot")));
+        assert!(j.may_read_disk(&StoreKey::raw(b"on disk")));
+        assert_eq!(get(&j, b"on disk").as_deref(), Some(&b"v"[..]));
+        assert!(
+            !j.may_read_disk(&StoreKey::raw(b"on disk")),
+            "the runs' answer is remembered"
+        );
     }
 
     #[tokio::test]
