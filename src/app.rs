@@ -17,6 +17,7 @@ use crate::http::webhook::{serve_webhooks, WebhookService};
 use crate::ingress::event::EventFields;
 use crate::ingress::secrets::{RouteSecrets, SecretError};
 use crate::ingress::signature::Scheme;
+use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::Spool;
@@ -73,6 +74,8 @@ pub struct Options {
     pub clock: Clock,
     /// How often expired marks are swept.
     pub sweep_interval: Duration,
+    /// Set by any part in a state only a restart cures; `/healthz` reports it.
+    pub liveness: Liveness,
 }
 
 impl Default for Options {
@@ -80,6 +83,7 @@ impl Default for Options {
         Self {
             clock: system_clock(),
             sweep_interval: Duration::from_secs(60),
+            liveness: Liveness::new(),
         }
     }
 }
@@ -280,6 +284,7 @@ pub async fn serve(
         &config,
         &store,
         options.clock.clone(),
+        &options.liveness,
     )?);
     tracing::info!(backend = state.name(), "dedup and guard state store");
     // A no-op for sled; for Redis it keeps readiness current while no requests flow.
@@ -337,6 +342,7 @@ pub async fn serve(
             publisher: publisher.clone(),
             metrics: metrics.clone(),
             clock: options.clock.clone(),
+            liveness: options.liveness.clone(),
         },
         shutdown: shutting_down.clone(),
         reconcile: reconcilers.clone(),

@@ -20,6 +20,7 @@ pub mod config;
 pub mod guard;
 pub mod http;
 pub mod ingress;
+pub mod liveness;
 pub mod metrics;
 pub mod outbox;
 pub mod pipeline;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::{Spool, SpoolError};
@@ -50,6 +51,8 @@ pub struct Health {
     pub metrics: Arc<Metrics>,
     /// The clock of the spool's ages.
     pub clock: Clock,
+    /// Whether a part needs a restart: `/healthz` fails then.
+    pub liveness: Liveness,
 }
 
 /// What the admin endpoints look at.
@@ -155,7 +158,10 @@ impl Admin {
     /// Status code, content type and body for a GET of `path`.
     pub fn respond(&self, path: &str) -> Answer {
         match path {
-            "/healthz" => (200, "text/plain", "ok\n".into()),
+            "/healthz" => match self.health.liveness.restart_reason() {
+                None => (200, "text/plain", "ok\n".into()),
+                Some(reason) => (503, "text/plain", format!("needs a restart: {reason}\n")),
+            },
             "/readyz" => {
                 let (ready, why) = self.readiness();
                 (

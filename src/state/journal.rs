@@ -40,6 +40,7 @@ use nohash_hasher::BuildNoHashHasher;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::liveness::Liveness;
 use crate::state::keys::{Digest, StoreKey};
 use crate::state::run::Record;
 use crate::state::runs::Runs;
@@ -98,6 +99,10 @@ pub struct Settings {
     /// Commits start at most this often (`store.commit_interval`); a record that arrives
     /// after a quiet interval is committed at once.
     pub commit_interval: Duration,
+    /// Marked when a thread of the journal ends before the journal is dropped: without its
+    /// writer no change is ever durable again, without its flush and merge threads the hot
+    /// set fills and stays full.
+    pub liveness: Liveness,
 }
 
 impl Settings {
@@ -342,12 +347,7 @@ impl Journal {
             ("state-flush", flush_loop),
             ("state-merge", merge_loop),
         ] {
-            let for_thread = shared.clone();
-            let thread = std::thread::Builder::new()
-                .name(name.into())
-                .spawn(move || work(&for_thread))
-                .map_err(|e| StoreError::Stopped(format!("cannot start {name}: {e}")))?;
-            threads.push(thread);
+            threads.push(spawn_watched(name, &shared, work)?);
         }
         shared.ask_flush_if_full();
         shared.ask(|a| {
@@ -369,6 +369,23 @@ impl Journal {
         // read and the answer it leaves in `looked_up`.
         let record = on_disk(&mut shard.looked_up, &key, &self.shared.runs)?;
         Ok(record.map(|r| r.value.clone()))
+    }
+
+    /// Whether reading `key` now would read a run page: the hot set lacks it, no answer for
+    /// it is remembered, and a run's filter says it may hold it.
+    pub fn may_read_disk(&self, key: &StoreKey) -> bool {
+        let key = key.digest();
+        {
+            let shard = self.shared.shard(&key);
+            if shard.map.contains_key(&key) || shard.looked_up.iter().any(|(k, _)| *k == key) {
+                return false;
+            }
+        }
+        self.shared
+            .runs
+            .snapshot()
+            .iter()
+            .any(|run| run.may_contain(&key))
     }
 
     /// Sets `key` durably.
@@ -861,6 +878,32 @@ impl Drop for Journal {
     }
 }
 
+/// Starts a thread of the journal. Should it end before the journal is dropped (a panic),
+/// the process is marked as needing a restart: the journal cannot work without it.
+fn spawn_watched(
+    name: &'static str,
+    shared: &Arc<Shared>,
+    work: fn(&Shared),
+) -> Result<JoinHandle<()>, StoreError> {
+    /// Reports the thread's end when dropped, by a return or by unwinding.
+    struct Watch(Arc<Shared>, &'static str);
+    impl Drop for Watch {
+        fn drop(&mut self) {
+            if !self.0.stopping() {
+                self.0
+                    .settings
+                    .liveness
+                    .needs_restart(format!("the state store's {} thread ended", self.1));
+            }
+        }
+    }
+    let watch = Watch(shared.clone(), name);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || work(&watch.0))
+        .map_err(|e| StoreError::Stopped(format!("cannot start {name}: {e}")))
+}
+
 /// The writer thread: sleeps while nothing was appended; otherwise writes and syncs
 /// everything appended so far at once, and starts again as soon as that sync ends and the
 /// commit interval has passed since the last one started (records that arrive meanwhile
@@ -1082,6 +1125,7 @@ pub(crate) mod tests {
             clock: Arc::new(move || now.load(Ordering::SeqCst)),
             segment_bytes: 1 << 20,
             commit_interval: Duration::from_millis(1),
+            liveness: Liveness::new(),
         }
     }
 
@@ -1406,6 +1450,57 @@ pub(crate) mod tests {
         );
         assert!(matches!(refused, StoreError::Unwritable(_)), "{refused:?}");
         assert!(j.is_failing(), "readiness reports it");
+    }
+
+    #[test]
+    fn a_thread_of_the_journal_that_ends_before_it_is_dropped_marks_the_process_for_a_restart() {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        let liveness = Liveness::new();
+        let watched = Settings {
+            liveness: liveness.clone(),
+            ..settings(16, &now)
+        };
+        let j = open_with(&store, dir.path(), 0, watched);
+        fn dies(_: &Shared) {
+            panic!("a thread of the journal panics");
+        }
+        let thread = spawn_watched("state-test", &j.shared, dies).expect("spawn");
+        assert!(thread.join().is_err(), "the thread panicked");
+        assert_eq!(
+            liveness.restart_reason().as_deref(),
+            Some("the state store's state-test thread ended")
+        );
+        // The journal's own threads end at its drop without marking anything.
+        let quiet = Liveness::new();
+        let (j2_dir, j2_store) = temp_store();
+        let j2 = open_with(
+            &j2_store,
+            j2_dir.path(),
+            0,
+            Settings {
+                liveness: quiet.clone(),
+                ..settings(16, &now)
+            },
+        );
+        drop(j2);
+        assert_eq!(quiet.restart_reason(), None);
+    }
+
+    #[test]
+    fn only_a_key_a_run_may_hold_that_is_neither_hot_nor_remembered_reads_the_disk() {
+        let (dir, store) = temp_store();
+        let j = open_at(&store, dir.path(), 0);
+        put(&j, b"on disk", b"v", i64::MAX, 0);
+        j.flush_to_run().expect("flush");
+        put(&j, b"hot", b"v", i64::MAX, 0);
+        assert!(!j.may_read_disk(&StoreKey::raw(b"hot")));
+        assert!(j.may_read_disk(&StoreKey::raw(b"on disk")));
+        assert_eq!(get(&j, b"on disk").as_deref(), Some(&b"v"[..]));
+        assert!(
+            !j.may_read_disk(&StoreKey::raw(b"on disk")),
+            "the runs' answer is remembered"
+        );
     }
 
     #[tokio::test]

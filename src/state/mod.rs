@@ -20,6 +20,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use crate::clock::Clock;
 use crate::config::{Backend, Config};
+use crate::liveness::Liveness;
 use crate::state::backoff::Backoff;
 use crate::state::journal::Journal;
 use crate::state::keys::StoreKey;
@@ -44,6 +45,24 @@ pub struct SledState {
     locks: KeyedLocks,
     /// How long a request waits for a guard-key lock.
     lock_wait: Duration,
+}
+
+impl SledState {
+    /// Runs `call`, a call of the journal about `keys`, on this thread; when it will read a
+    /// run page from disk (a key the hot set lacks that a run's filter may hold) and the
+    /// runtime has several workers, it runs as blocking: the runtime hands this worker's
+    /// other tasks to another thread meanwhile, so a slow disk read (done under the key's
+    /// shard lock) does not stall the requests queued behind it. The call and its locks are
+    /// the same either way.
+    fn off_worker<T>(&self, keys: &[&StoreKey], call: impl FnOnce() -> T) -> T {
+        let multi_thread = tokio::runtime::Handle::try_current()
+            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi_thread && keys.iter().any(|k| self.journal.may_read_disk(k)) {
+            tokio::task::block_in_place(call)
+        } else {
+            call()
+        }
+    }
 }
 
 /// The chosen backend.
@@ -103,12 +122,14 @@ impl BackendChoice {
 
 impl StateStore {
     /// Opens the chosen backend (sled: its runs, and the journal replayed at the clock's
-    /// time). Must run inside the tokio runtime.
+    /// time). Must run inside the tokio runtime. A failure only a restart cures marks
+    /// `liveness`.
     pub fn open(
         choice: &BackendChoice,
         config: &Config,
         store: &Store,
         clock: Clock,
+        liveness: &Liveness,
     ) -> Result<Self, StoreError> {
         match choice {
             BackendChoice::Sled => {
@@ -119,6 +140,7 @@ impl StateStore {
                     clock,
                     segment_bytes: config.store.journal_segment,
                     commit_interval: config.store.commit_interval,
+                    liveness: liveness.clone(),
                 };
                 let journal =
                     Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;
@@ -166,7 +188,7 @@ impl StateStore {
     /// The state of a dedup key at `now_ms`.
     async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
-            StateStore::Sled(s) => s.marks.state(key, now_ms),
+            StateStore::Sled(s) => s.off_worker(&[key], || s.marks.state(key, now_ms)),
             StateStore::Redis { redis, .. } => redis.state(key).await,
         }
     }
@@ -180,7 +202,7 @@ impl StateStore {
         lease: Duration,
     ) -> Result<Claim, StoreError> {
         match self {
-            StateStore::Sled(s) => s.marks.try_claim(key, token, now_ms),
+            StateStore::Sled(s) => s.off_worker(&[key], || s.marks.try_claim(key, token, now_ms)),
             StateStore::Redis { redis, .. } => redis.try_claim(key, token, lease).await,
         }
     }
@@ -229,7 +251,9 @@ impl StateStore {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_ms = from_ms.saturating_add(ttl_ms);
         match self {
-            StateStore::Sled(s) => s.marks.mark_done(keys, expires_ms, now_ms),
+            StateStore::Sled(s) => {
+                s.off_worker(keys, || s.marks.mark_done(keys, expires_ms, now_ms))
+            }
             StateStore::Redis { redis, .. } => {
                 let lifetime =
                     Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
@@ -337,7 +361,7 @@ impl StateStore {
     /// Reads guard state.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
-            StateStore::Sled(s) => s.journal.get(key),
+            StateStore::Sled(s) => s.off_worker(&[key], || s.journal.get(key)),
             StateStore::Redis { redis, .. } => redis.get(key).await,
         }
     }
@@ -351,10 +375,10 @@ impl StateStore {
         expires_ms: Option<i64>,
     ) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Sled(s) => s.off_worker(&[key], || {
                 s.journal
                     .put(key, value, expires_ms.unwrap_or(i64::MAX), now_ms)
-            }
+            }),
             StateStore::Redis { redis, .. } => {
                 let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
                 redis.put(key, value, ttl).await
@@ -409,8 +433,14 @@ mod tests {
             "listen:\n  addr: 127.0.0.1:0\ndedup:\n  in_flight_wait: 50ms\nroutes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n",
         )
         .expect("config");
-        let state =
-            StateStore::open(&BackendChoice::Sled, &config, &store, Arc::new(|| 0)).expect("state");
+        let state = StateStore::open(
+            &BackendChoice::Sled,
+            &config,
+            &store,
+            Arc::new(|| 0),
+            &Liveness::new(),
+        )
+        .expect("state");
         let held = state
             .lock(&StoreKey::raw(b"key"))
             .await
@@ -429,6 +459,40 @@ mod tests {
         assert!(
             state.lock(&StoreKey::raw(b"key")).await.is_ok(),
             "a released lock is taken"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn values_read_from_runs_off_the_workers_are_the_values_written() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let config = Config::parse(
+            "listen:\n  addr: 127.0.0.1:0\nroutes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n",
+        )
+        .expect("config");
+        let state = StateStore::open(
+            &BackendChoice::Sled,
+            &config,
+            &store,
+            Arc::new(|| 0),
+            &Liveness::new(),
+        )
+        .expect("state");
+        let StateStore::Sled(sled) = &state else {
+            panic!("sled backend");
+        };
+        let key = StoreKey::raw(b"guard");
+        state.put(&key, b"opted out", 0, None).await.expect("put");
+        sled.journal.flush_to_run().expect("flush");
+        assert!(sled.journal.may_read_disk(&key), "the value is in a run");
+        assert_eq!(
+            state.get(&key).await.expect("get").as_deref(),
+            Some(&b"opted out"[..])
+        );
+        state.put(&key, b"opted in", 0, None).await.expect("put");
+        assert_eq!(
+            state.get(&key).await.expect("get").as_deref(),
+            Some(&b"opted in"[..])
         );
     }
 }

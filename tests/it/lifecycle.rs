@@ -248,3 +248,38 @@ async fn sigint_during_a_sigterm_drain_exits_130() {
     require_broker!();
     second_signal_exits_with("TERM", "INT", 130).await;
 }
+
+#[tokio::test]
+async fn healthz_fails_with_the_reason_once_a_part_needs_a_restart() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    let app = InProcess::start(&cfg.yaml()).await;
+    let client = client(None);
+    let get = |path: &'static str| {
+        let (client, url) = (client.clone(), format!("http://{}{path}", app.admin));
+        async move {
+            let resp = client.get(url).send().await.expect("admin request");
+            let status = resp.status().as_u16();
+            (status, resp.text().await.expect("body"))
+        }
+    };
+    assert_eq!(get("/healthz").await, (200, "ok\n".to_owned()));
+    // What the state store's journal does when one of its threads ends.
+    app.liveness
+        .needs_restart("the state store's state-journal thread ended");
+    assert_eq!(
+        get("/healthz").await,
+        (
+            503,
+            "needs a restart: the state store's state-journal thread ended\n".to_owned()
+        )
+    );
+    // Readiness is about what may pass by itself, and the webhooks still answer.
+    let ready = get("/readyz").await;
+    assert!(
+        ready.0 == 200 || ready.1.contains("broker"),
+        "readiness: {ready:?}"
+    );
+    app.stop().await;
+    broker.delete().await;
+}

@@ -13,6 +13,8 @@ use super::{sign, Exposition, SECRET};
 pub struct InProcess {
     pub addr: SocketAddr,
     pub admin: SocketAddr,
+    /// The app's liveness flag, for tests that mark it as a failing part would.
+    pub liveness: hookgate::liveness::Liveness,
     now: Arc<AtomicI64>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     server: Option<tokio::task::JoinHandle<Result<(), hookgate::app::AppError>>>,
@@ -43,6 +45,7 @@ impl InProcess {
         let addr = webhooks.local_addr().expect("addr");
         let admin_addr = admin.local_addr().expect("admin addr");
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let liveness = hookgate::liveness::Liveness::new();
         let server = tokio::spawn(hookgate::app::serve(
             prepared,
             hookgate::app::Listeners { webhooks, admin },
@@ -52,9 +55,11 @@ impl InProcess {
             hookgate::app::Options {
                 clock,
                 sweep_interval: Duration::from_millis(20),
+                liveness: liveness.clone(),
             },
         ));
         Self {
+            liveness,
             addr,
             admin: admin_addr,
             now,
