@@ -23,6 +23,7 @@ pub mod ingress;
 pub mod metrics;
 pub mod outbox;
 pub mod pipeline;
+pub mod process;
 pub mod ratelimit;
 pub mod shutdown;
 pub mod state;
