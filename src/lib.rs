@@ -24,6 +24,7 @@ pub mod liveness;
 pub mod metrics;
 pub mod outbox;
 pub mod pipeline;
+pub mod process;
 pub mod ratelimit;
 pub mod reconcile;
 pub mod shutdown;

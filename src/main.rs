@@ -1,6 +1,6 @@
 //! The `hookgate` command: parse arguments, set up logging, load the config, run.
 
-use std::io::{IsTerminal, Read};
+use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -167,6 +167,8 @@ pub struct RouteCounters {
     pub dedup_hits: Counter,
     /// Deliveries refused for their signature.
     pub signature_failures: Counter,
+    /// The route's series of the request duration histogram.
+    pub duration: Histogram,
 }
 
 impl RouteCounters {
@@ -204,8 +206,9 @@ pub struct Metrics {
     registry: Registry,
     /// Requests by route and outcome.
     pub requests: Family<RouteOutcome, Counter>,
-    /// Time from request head to answer, seconds.
-    pub request_duration: Histogram,
+    /// Time from request head to answer, seconds, by route (`unmatched` for a path no
+    /// route has).
+    pub request_duration: Family<RouteLabel, Histogram, fn() -> Histogram>,
     /// Deliveries answered `duplicate`.
     pub dedup_hits: Family<RouteLabel, Counter>,
     /// Events dropped by the guard or the freshness check, by reason.
@@ -256,17 +259,21 @@ pub struct Metrics {
 impl Metrics {
     /// Registers every metric.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("hookgate");
+        // The process_* series keep their standard names, outside hookgate's prefix.
+        let mut root = Registry::default();
+        root.register_collector(Box::new(crate::process::ProcessCollector));
+        let registry = root.sub_registry_with_prefix("hookgate");
         let requests = Family::<RouteOutcome, Counter>::default();
         registry.register(
             "requests",
             "Webhook requests by route and outcome",
             requests.clone(),
         );
-        let request_duration = Histogram::new(LATENCY_BUCKETS);
+        let request_duration: Family<RouteLabel, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(latency_histogram);
         registry.register(
             "request_duration_seconds",
-            "Time from request head to answer",
+            "Time from request head to answer, by route",
             request_duration.clone(),
         );
         let dedup_hits = Family::<RouteLabel, Counter>::default();
@@ -395,7 +402,7 @@ impl Metrics {
             "Secret reloads refused; the previous secrets stay in force",
             secret_reload_failures.clone(),
         );
-        let reconcile = ReconcileMetrics::register(&mut registry);
+        let reconcile = ReconcileMetrics::register(registry);
         let build = Family::<BuildLabels, Gauge>::default();
         build
             .get_or_create(&BuildLabels {
@@ -404,7 +411,7 @@ impl Metrics {
             .set(1);
         registry.register("build_info", "Build information", build);
         Self {
-            registry,
+            registry: root,
             requests,
             request_duration,
             dedup_hits,
@@ -473,6 +480,7 @@ impl Metrics {
             drops: Presized(drops),
             dedup_hits: self.dedup_hits.get_or_create(&label).clone(),
             signature_failures: self.signature_failures.get_or_create(&label).clone(),
+            duration: self.request_duration.get_or_create(&label).clone(),
         }
     }
 
@@ -481,10 +489,32 @@ impl Metrics {
         count_labelled(&self.requests, route, outcome);
     }
 
-    /// The Prometheus text exposition.
+    /// The request duration series of requests whose path matches no route.
+    pub fn unmatched_duration(&self) -> Histogram {
+        self.request_duration
+            .get_or_create(&RouteLabel {
+                route: UNMATCHED_ROUTE.to_owned(),
+            })
+            .clone()
+    }
+
+    /// The exposition in the Prometheus text format 0.0.4.
     pub fn render(&self) -> String {
+        self.render_as(Format::Text)
+    }
+
+    /// The exposition in `format`.
+    pub fn render_as(&self, format: Format) -> String {
         let mut out = String::new();
-        if let Err(e) = prometheus_client::encoding::text::encode(&mut out, &self.registry) {
+        let encoded = match format {
+            Format::Text => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &self.registry)
+            }
+            Format::OpenMetrics => {
+                prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            }
+        };
+        if let Err(e) = encoded {
             tracing::warn!(error = %e, "cannot encode metrics");
         }
         out
@@ -585,6 +615,53 @@ impl ReconcileMetrics {
     }
 }
 
+/// The route label of requests whose path matches no route.
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// A request duration histogram with hookgate's latency buckets.
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+/// The exposition formats `/metrics` answers in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus text format 0.0.4: what `curl` and most scrapers read.
+    Text,
+    /// OpenMetrics 1.0.0 text, for a scraper that asks for it.
+    OpenMetrics,
+}
+
+impl Format {
+    /// OpenMetrics when `accept` lists `application/openmetrics-text` with a non-zero
+    /// quality (Prometheus sends that), else the text format.
+    pub fn from_accept(accept: Option<&str>) -> Self {
+        let wants_openmetrics = accept.unwrap_or_default().split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            let media = parts.next().unwrap_or_default();
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.parse::<f64>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            media.eq_ignore_ascii_case("application/openmetrics-text") && !refused
+        });
+        if wants_openmetrics {
+            Format::OpenMetrics
+        } else {
+            Format::Text
+        }
+    }
+
+    /// The `Content-Type` of an answer in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => "text/plain; version=0.0.4; charset=utf-8",
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
@@ -624,6 +701,59 @@ mod tests {
         // The same series as the label-building path.
         metrics.count_request("botix", "accepted");
         assert_eq!(sample(&metrics, "botix", "accepted").as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn the_format_follows_accept_and_defaults_to_text() {
+        let prometheus = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+        for (accept, format) in [
+            (None, Format::Text),
+            (Some("*/*"), Format::Text),
+            (Some("text/plain"), Format::Text),
+            (Some(prometheus), Format::OpenMetrics),
+            (Some("Application/OpenMetrics-Text"), Format::OpenMetrics),
+            (
+                Some("application/openmetrics-text;q=0, text/plain"),
+                Format::Text,
+            ),
+        ] {
+            assert_eq!(Format::from_accept(accept), format, "{accept:?}");
+        }
+    }
+
+    #[test]
+    fn both_formats_carry_the_same_series_and_only_openmetrics_ends_in_eof() {
+        let metrics = Metrics::new();
+        let counters = metrics.route_counters("botix");
+        counters.count("accepted");
+        counters.duration.observe(0.002);
+        let text = metrics.render_as(Format::Text);
+        let open = metrics.render_as(Format::OpenMetrics);
+        for series in [
+            "hookgate_requests_total{route=\"botix\",outcome=\"accepted\"} 1",
+            "hookgate_request_duration_seconds_count{route=\"botix\"} 1",
+        ] {
+            assert!(text.contains(series), "{series} in\n{text}");
+            assert!(open.contains(series), "{series} in\n{open}");
+        }
+        assert!(
+            text.contains("# TYPE hookgate_requests_total counter"),
+            "{text}"
+        );
+        assert!(open.contains("# TYPE hookgate_requests counter"), "{open}");
+        assert!(!text.contains("# EOF"));
+        assert!(open.ends_with("# EOF\n"));
+        for name in [
+            "process_resident_memory_bytes",
+            "process_cpu_seconds_total",
+            "process_start_time_seconds",
+        ] {
+            #[cfg(target_os = "linux")]
+            assert!(
+                text.lines().any(|l| l.starts_with(name)),
+                "{name} in\n{text}"
+            );
+        }
     }
 
     #[test]

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::liveness::Liveness;
-use crate::metrics::Metrics;
+use crate::metrics::{Format, Metrics};
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::{Spool, SpoolError};
 use crate::reconcile::{Reconcilers, RunError};
@@ -34,6 +34,8 @@ pub struct AdminRequest<'a> {
     pub method: &'a str,
     /// The path, without the query.
     pub path: &'a str,
+    /// The `Accept` header, if any: `/metrics` answers OpenMetrics when it asks for it.
+    pub accept: Option<&'a str>,
     /// Whether the peer is on this host. Changing the spool is only allowed from there:
     /// the admin listener is often reachable from the whole cluster network.
     pub from_loopback: bool,
@@ -70,6 +72,9 @@ impl Admin {
     /// changes to parked spool entries.
     pub async fn handle(&self, req: AdminRequest<'_>) -> Answer {
         if req.method == "GET" {
+            if req.path == "/metrics" {
+                return self.metrics(Format::from_accept(req.accept));
+            }
             return self.respond(req.path);
         }
         if let Some(rest) = req
@@ -170,20 +175,7 @@ impl Admin {
                     format!("{why}\n"),
                 )
             }
-            "/metrics" => {
-                let metrics = &self.health.metrics;
-                if let Some(n) = self.health.state.entries() {
-                    metrics.state_entries.set(n as i64);
-                }
-                metrics
-                    .spool_drainer_stalled
-                    .set(i64::from(self.health.spool.is_stalled()));
-                (
-                    200,
-                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    metrics.render(),
-                )
-            }
+            "/metrics" => self.metrics(Format::Text),
             RECONCILE_PATH => json_answer(&self.reconcile.statuses()),
             SPOOL_PATH => json_answer(&self.health.spool.status((self.health.clock)() / 1000)),
             PARKED_PATH => match self.health.spool.parked_entries() {
@@ -192,6 +184,18 @@ impl Admin {
             },
             _ => (404, "text/plain", "not found\n".into()),
         }
+    }
+
+    /// `/metrics` in `format`, with the gauges that are set when scraped brought up to date.
+    fn metrics(&self, format: Format) -> Answer {
+        let metrics = &self.health.metrics;
+        if let Some(n) = self.health.state.entries() {
+            metrics.state_entries.set(n as i64);
+        }
+        metrics
+            .spool_drainer_stalled
+            .set(i64::from(self.health.spool.is_stalled()));
+        (200, format.content_type(), metrics.render_as(format))
     }
 
     /// Ready while not shutting down and either the broker is connected or the spool can

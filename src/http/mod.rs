@@ -60,6 +60,10 @@ pub async fn serve_admin(
                 .handle(AdminRequest {
                     method: req.method().as_str(),
                     path: req.uri().path(),
+                    accept: req
+                        .headers()
+                        .get(http::header::ACCEPT)
+                        .and_then(|v| v.to_str().ok()),
                     from_loopback: peer.ip().is_loopback(),
                 })
                 .await;

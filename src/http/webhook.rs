@@ -28,7 +28,7 @@ use crate::ratelimit::{PeerLimiter, PeerPrefixes};
 use crate::tls::TlsReloader;
 
 /// Route label of requests that matched no route.
-const UNMATCHED: &str = "unmatched";
+const UNMATCHED: &str = crate::metrics::UNMATCHED_ROUTE;
 /// Bytes taken from the unverified body budget before each chunk is pulled off the
 /// connection: an HTTP/2 DATA frame is at most 16 KiB (the default frame size).
 const BODY_CHUNK_RESERVE: u64 = 16 * 1024;
@@ -96,13 +96,15 @@ pub async fn serve_webhooks(
     let handler = move |peer: SocketAddr, req: Request<Incoming>| {
         let service = service.clone();
         async move {
-            // Timed here so early answers (404, 405, 413, 408) count in the histogram too.
+            // Timed here so early answers (404, 405, 413, 408) count in the histogram too,
+            // in the series of their route, made at start-up.
             let started = Instant::now();
+            let duration = match service.pipeline.route(req.uri().path()) {
+                Some(route) => route.counters.duration.clone(),
+                None => service.metrics.unmatched_duration(),
+            };
             let answer = guarded(handle_webhook(&service, peer, req)).await;
-            service
-                .metrics
-                .request_duration
-                .observe(started.elapsed().as_secs_f64());
+            duration.observe(started.elapsed().as_secs_f64());
             Ok::<_, Infallible>(answer)
         }
     };

@@ -61,14 +61,17 @@ async fn metrics_follow_the_traffic() {
         1.0
     );
     assert_eq!(
-        delta("hookgate_request_duration_seconds_count", &[]),
+        delta(
+            "hookgate_request_duration_seconds_count",
+            &[("route", "botix")]
+        ),
         4.0,
         "every answered delivery is timed"
     );
     assert_eq!(
         delta(
             "hookgate_request_duration_seconds_bucket",
-            &[("le", "+Inf")]
+            &[("route", "botix"), ("le", "+Inf")]
         ),
         4.0
     );
@@ -88,4 +91,86 @@ async fn metrics_follow_the_traffic() {
         Some(1.0)
     );
     broker.delete().await;
+}
+
+#[tokio::test]
+async fn metrics_answer_the_text_format_unless_openmetrics_is_asked_for() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // No broker needed: the exposition is there whether or not it is connected.
+    let cfg = GatewayConfig::new(dir.path(), &unique("x"));
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    // A request to a path no route has is timed in the series of route "unmatched".
+    let resp = client
+        .post(gw.url("/webhooks/nowhere"))
+        .body("{}")
+        .send()
+        .await
+        .expect("send");
+    assert_eq!(resp.status(), 404);
+
+    let get = |accept: Option<&'static str>| {
+        let mut req = client.get(gw.admin_url("/metrics"));
+        if let Some(accept) = accept {
+            req = req.header("accept", accept);
+        }
+        async move {
+            let resp = req.send().await.expect("metrics");
+            assert_eq!(resp.status(), 200);
+            let content_type = resp.headers()["content-type"]
+                .to_str()
+                .expect("ascii")
+                .to_owned();
+            (content_type, resp.text().await.expect("body"))
+        }
+    };
+    // What Prometheus sends when it prefers OpenMetrics.
+    let prometheus =
+        "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2";
+    for (accept, openmetrics) in [
+        (None, false),
+        (Some("text/plain"), false),
+        (Some("*/*"), false),
+        (Some(prometheus), true),
+    ] {
+        let (content_type, body) = get(accept).await;
+        if openmetrics {
+            assert!(
+                content_type.starts_with("application/openmetrics-text; version=1.0.0"),
+                "{accept:?}: {content_type}"
+            );
+            assert!(body.ends_with("# EOF\n"), "{accept:?}");
+            assert!(body.contains("# TYPE hookgate_requests counter"));
+        } else {
+            assert_eq!(
+                content_type, "text/plain; version=0.0.4; charset=utf-8",
+                "{accept:?}"
+            );
+            assert!(!body.contains("# EOF"), "{accept:?}");
+            assert!(body.contains("# TYPE hookgate_requests_total counter"));
+        }
+        let samples = Exposition::parse(&body);
+        assert_eq!(
+            samples.find(
+                "hookgate_request_duration_seconds_count",
+                &[("route", "unmatched")]
+            ),
+            Some(1.0),
+            "{accept:?}"
+        );
+        for name in [
+            "process_resident_memory_bytes",
+            "process_virtual_memory_bytes",
+            "process_cpu_seconds_total",
+            "process_open_fds",
+            "process_max_fds",
+            "process_start_time_seconds",
+        ] {
+            let value = samples.find(name, &[]);
+            assert!(
+                value.is_some_and(|v| v > 0.0),
+                "{name} in {accept:?}: {value:?}"
+            );
+        }
+    }
 }
