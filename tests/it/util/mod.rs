@@ -236,10 +236,18 @@ impl TestCert {
     }
 }
 
+/// How long a test client keeps an idle connection for reuse: well under the gateway's
+/// default `limits.header_read_timeout` (10 s), after which the gateway closes an idle
+/// keep-alive connection. A client that reuses a connection the server is closing at that
+/// moment sees the request fail (`IncompleteMessage`), as any HTTP client would.
+const POOL_IDLE: Duration = Duration::from_secs(5);
+
 /// A client that trusts `cert` (or any plain-HTTP server when `None`).
 pub fn client(cert: Option<&TestCert>) -> reqwest::Client {
     hookgate::tls::install_crypto_provider();
-    let mut builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+    let mut builder = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_idle_timeout(POOL_IDLE);
     if let Some(cert) = cert {
         let mut roots = rustls::RootCertStore::empty();
         roots
@@ -274,6 +282,7 @@ pub fn client_from(from: std::net::IpAddr) -> reqwest::Client {
     hookgate::tls::install_crypto_provider();
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
+        .pool_idle_timeout(POOL_IDLE)
         .local_address(from)
         .build()
         .expect("client")
