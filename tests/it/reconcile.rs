@@ -365,6 +365,7 @@ async fn bad_answers_are_logged_with_the_route_and_given_up_without_a_storm() {
     fake.push((0..4).map(|i| outbound(&format!("msg_{i}"), "delivered")));
     fake.push([serde_json::json!({"direction": "inbound", "text": "no id"})]);
     fake.script([
+        Scripted::Status(429, Some("soon".into())),
         Scripted::Body("<html>maintenance</html>".into()),
         Scripted::RepeatCursor,
         Scripted::RepeatCursor,
@@ -378,6 +379,7 @@ async fn bad_answers_are_logged_with_the_route_and_given_up_without_a_storm() {
     let client = client(None);
     complete_walks(&client, &gw, 1.0).await;
     for needle in [
+        "429 with a Retry-After that is not a number",
         "list answer not as documented",
         "page repeats a cursor",
         "listed item left out",
@@ -391,7 +393,7 @@ async fn bad_answers_are_logged_with_the_route_and_given_up_without_a_storm() {
         );
     }
     let e = scrape(&client, &gw).await;
-    for kind in ["bad_body", "repeated_cursor", "bad_item"] {
+    for kind in ["bad_retry_after", "bad_body", "repeated_cursor", "bad_item"] {
         assert!(
             e.get(
                 "hookgate_reconcile_bad_answers_total",
@@ -400,10 +402,17 @@ async fn bad_answers_are_logged_with_the_route_and_given_up_without_a_storm() {
             "{kind}"
         );
     }
+    // A 429 whose Retry-After is not a number waits as one of 5 s would.
+    let log = fake.log();
+    assert_eq!(log[0].retry_after.as_deref(), Some("soon"));
+    assert!(
+        log[1].at_ms - log[0].at_ms >= 5000,
+        "retried after {} ms",
+        log[1].at_ms - log[0].at_ms
+    );
     // A bad walk is given up until the next interval: the bad body cost one request, the
     // repeated cursor two (the page and its repeat).
-    let log = fake.log();
-    assert!(log.len() <= 8, "{} requests: {log:#?}", log.len());
+    assert!(log.len() <= 9, "{} requests: {log:#?}", log.len());
     broker.delete().await;
 }
 
