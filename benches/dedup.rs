@@ -24,6 +24,8 @@ fn claim_and_done(c: &mut Criterion) {
         clock: std::sync::Arc::new(move || now),
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
+        disk: hookgate::disk::real(),
+        background: true,
     };
     let journal = Journal::open(
         store.tree("state").expect("tree"),

@@ -89,6 +89,8 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         clock: Arc::new(move || clock_now.load(Ordering::SeqCst)),
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
+        disk: hookgate::disk::real(),
+        background: true,
     };
     let journal = Journal::open(
         store.tree(JOURNAL_TREE)?,

@@ -40,6 +40,7 @@ use nohash_hasher::BuildNoHashHasher;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::disk::Disk;
 use crate::state::keys::{Digest, StoreKey};
 use crate::state::run::Record;
 use crate::state::runs::Runs;
@@ -95,6 +96,13 @@ pub struct Settings {
     /// Commits start at most this often (`store.commit_interval`); a record that arrives
     /// after a quiet interval is committed at once.
     pub commit_interval: Duration,
+    /// The file system of the runs and the journal's segments.
+    pub disk: Arc<dyn Disk>,
+    /// Whether the writer, flush and merge threads run. Without them nothing is written
+    /// until the caller asks ([`Journal::write_now`], [`Journal::flush_to_run`],
+    /// [`Journal::merge_now`], [`Journal::prepare_spare`]): the model test drives every
+    /// step itself, in an order its seed decides.
+    pub background: bool,
 }
 
 impl Settings {
@@ -252,7 +260,11 @@ impl Journal {
         now_ms: i64,
         settings: Settings,
     ) -> Result<Arc<Self>, StoreError> {
-        let runs = Runs::open(&dir.join(RUNS_DIR))?;
+        // The store folder's own entry: a power cut that takes the folder back takes every
+        // run and segment in it. Its subfolders are synced into it as they are made.
+        crate::disk::create_dir_all(&*settings.disk, dir)?;
+        settings.disk.sync_dir(&crate::disk::parent_of(dir))?;
+        let runs = Runs::open(settings.disk.clone(), &dir.join(RUNS_DIR))?;
         let held_by_runs = runs.journal_below();
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
         let mut replay = |seq: u64, batch: &[u8]| {
@@ -290,12 +302,14 @@ impl Journal {
             }
         }
         let journal_dir = dir.join(JOURNAL_DIR);
-        let (mut wal, highest) = Wal::open(&journal_dir, settings.segment_bytes, |seq, batch| {
-            // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
-            if seq >= held_by_runs {
-                replay(seq, batch);
-            }
-        })?;
+        let disk = settings.disk.clone();
+        let (mut wal, highest) =
+            Wal::open(disk, &journal_dir, settings.segment_bytes, |seq, batch| {
+                // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
+                if seq >= held_by_runs {
+                    replay(seq, batch);
+                }
+            })?;
         wal.forget_below(held_by_runs)?;
         let next_seq = highest.map_or(next_seq, |h| next_seq.max(h + 1));
         let held = shards.iter().map(|s| s.map.len()).sum();
@@ -327,11 +341,16 @@ impl Journal {
         });
         shared.forget_expired(now_ms);
         let mut threads = Vec::new();
+        // Without them the caller does their work (see `Settings::background`).
+        let wanted = if shared.settings.background { 3 } else { 0 };
         for (name, work) in [
             ("state-journal", write_loop as fn(&Shared)),
             ("state-flush", flush_loop),
             ("state-merge", merge_loop),
-        ] {
+        ]
+        .into_iter()
+        .take(wanted)
+        {
             let for_thread = shared.clone();
             let thread = std::thread::Builder::new()
                 .name(name.into())
@@ -524,6 +543,11 @@ impl Journal {
         self.shared.merge_due()
     }
 
+    /// Prepares the journal's next segment if it has none, as the flush thread does (tests).
+    pub fn prepare_spare(&self) -> Result<(), StoreError> {
+        self.shared.prepare_spare()
+    }
+
     /// The point everything appended so far ends at: once it is durable, so is every
     /// change made before this call (and every value read before it).
     pub fn sync_point(&self) -> SyncPoint {
@@ -685,7 +709,12 @@ impl Shared {
             return Ok(());
         }
         let name = format!("spare-{}", self.spares.fetch_add(1, Ordering::Relaxed));
-        let spare = Wal::prepare_spare(&self.journal_dir, self.settings.segment_bytes, &name)?;
+        let spare = Wal::prepare_spare(
+            &*self.settings.disk,
+            &self.journal_dir,
+            self.settings.segment_bytes,
+            &name,
+        )?;
         lock(&self.writer).wal.adopt_spare(spare)
     }
 
@@ -1059,6 +1088,8 @@ pub(crate) mod tests {
             clock: Arc::new(move || now.load(Ordering::SeqCst)),
             segment_bytes: 1 << 20,
             commit_interval: Duration::from_millis(1),
+            disk: crate::disk::real(),
+            background: true,
         }
     }
 
@@ -1414,5 +1445,32 @@ pub(crate) mod tests {
         let (created, records) = decode_batch(full).expect("whole batch");
         assert_eq!((created, records.len()), (1, 1));
         assert!(decode_batch(&full[..full.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn a_store_made_on_a_fresh_disk_keeps_its_runs_after_a_power_cut() {
+        use crate::disk::sim::SimDisk;
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(1);
+        let now = Arc::new(AtomicI64::new(0));
+        let on = |disk: &SimDisk| Settings {
+            disk: disk.handle(),
+            background: false,
+            ..settings(usize::MAX, &now)
+        };
+        let dir = Path::new("/var/lib/hookgate");
+        let j = open_with(&store, dir, 0, on(&disk));
+        put(&j, b"stop", b"forever", i64::MAX, 0);
+        // In a run, and out of the journal: the run is all that holds it.
+        j.flush_to_run().expect("flush");
+        assert_eq!((j.runs(), j.hot_len()), (1, 0));
+        let disk = disk.crash();
+        drop(j);
+        let j = open_with(&store, dir, 0, on(&disk));
+        assert_eq!(
+            get(&j, b"stop").as_deref(),
+            Some(&b"forever"[..]),
+            "the run's folder was not synced into the store's, nor the store's into its parent"
+        );
     }
 }

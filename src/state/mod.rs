@@ -119,6 +119,8 @@ impl StateStore {
                     clock,
                     segment_bytes: config.store.journal_segment,
                     commit_interval: config.store.commit_interval,
+                    disk: crate::disk::real(),
+                    background: true,
                 };
                 let journal =
                     Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;

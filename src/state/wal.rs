@@ -17,11 +17,10 @@
 //! every segment in order gives the same state.
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::state::run::sync_dir;
+use crate::disk::{Disk, DiskFile};
 use crate::store::StoreError;
 
 const MAGIC: [u8; 8] = *b"hgwal\0\0\x01";
@@ -42,7 +41,7 @@ pub struct Frame<'a> {
 /// The segment being written.
 struct Active {
     number: u64,
-    file: File,
+    file: Arc<dyn DiskFile>,
     /// Where the next frame goes.
     offset: u64,
     /// The last sequence number written to it, if any.
@@ -59,6 +58,7 @@ struct Sealed {
 
 /// The journal's segment files.
 pub struct Wal {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     segment_bytes: u64,
     active: Active,
@@ -71,7 +71,7 @@ pub struct Wal {
 /// A zero-filled segment file under a temporary name, ready to be the next segment.
 pub struct Spare {
     path: PathBuf,
-    file: File,
+    file: Arc<dyn DiskFile>,
 }
 
 impl Wal {
@@ -79,20 +79,18 @@ impl Wal {
     /// `replay` in order, with its sequence number, and starts a new segment. Returns the
     /// journal and the sequence number after the highest read.
     pub fn open(
+        disk: Arc<dyn Disk>,
         dir: &Path,
         segment_bytes: u64,
         mut replay: impl FnMut(u64, &[u8]),
     ) -> Result<(Self, Option<u64>), StoreError> {
-        std::fs::create_dir_all(dir)?;
+        crate::disk::create_dir_all(&*disk, dir)?;
         let mut numbers = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_str().unwrap_or_default();
+        for name in disk.list(dir)? {
             if name.ends_with(FILLING) {
                 // A segment or spare whose filling a stop cut short.
-                std::fs::remove_file(entry.path())?;
-            } else if let Some(number) = segment_number(name) {
+                disk.remove(&dir.join(&name))?;
+            } else if let Some(number) = segment_number(&name) {
                 numbers.push(number);
             }
         }
@@ -101,7 +99,7 @@ impl Wal {
         let mut highest = None;
         for number in numbers {
             let path = segment_path(dir, number);
-            let bytes = std::fs::read(&path)?;
+            let bytes = crate::disk::read(&*disk, &path)?;
             let last_seq = read_frames(&bytes, &mut replay).map_err(|reason| StoreError::Open {
                 path: path.clone(),
                 reason,
@@ -109,15 +107,16 @@ impl Wal {
             highest = highest.max(last_seq);
             if last_seq.is_none() {
                 // Nothing in it: a segment started just before a stop.
-                std::fs::remove_file(&path)?;
+                disk.remove(&path)?;
                 continue;
             }
             sealed.push_back(Sealed { number, last_seq });
         }
         let next_number = sealed.back().map_or(0, |s| s.number + 1);
-        let file = create_segment(dir, next_number, segment_bytes)?;
+        let file = create_segment(&*disk, dir, next_number, segment_bytes)?;
         let active = Active::new(next_number, file);
         let wal = Self {
+            disk,
             dir: dir.to_owned(),
             segment_bytes,
             active,
@@ -167,15 +166,22 @@ impl Wal {
 
     /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them).
     pub fn forget_below(&mut self, seq: u64) -> Result<(), StoreError> {
+        let mut removed = false;
         while let Some(oldest) = self.sealed.front() {
             if oldest.last_seq.is_some_and(|last| last >= seq) {
                 break;
             }
-            match std::fs::remove_file(segment_path(&self.dir, oldest.number)) {
+            match self.disk.remove(&segment_path(&self.dir, oldest.number)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}
             }
             self.sealed.pop_front();
+            removed = true;
+        }
+        if removed {
+            // A removal a power cut undoes only costs space, but the next open would read
+            // the segment again for nothing.
+            self.disk.sync_dir(&self.dir)?;
         }
         Ok(())
     }
@@ -189,7 +195,7 @@ impl Wal {
     /// it if one is kept already).
     pub fn adopt_spare(&mut self, spare: Spare) -> Result<(), StoreError> {
         if self.spare.is_some() {
-            std::fs::remove_file(&spare.path)?;
+            self.disk.remove(&spare.path)?;
         } else {
             self.spare = Some(spare);
         }
@@ -199,16 +205,28 @@ impl Wal {
     /// Makes a segment, zero-filled and synced, under the temporary name `name` (unique
     /// to this call): slow work for a background thread, which then gives it to
     /// [`Wal::adopt_spare`].
-    pub fn prepare_spare(dir: &Path, segment_bytes: u64, name: &str) -> Result<Spare, StoreError> {
+    pub fn prepare_spare(
+        disk: &dyn Disk,
+        dir: &Path,
+        segment_bytes: u64,
+        name: &str,
+    ) -> Result<Spare, StoreError> {
         let path = dir.join(format!("{name}{FILLING}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
-        fill(&file, segment_bytes)?;
+        let file = disk.create(&path)?;
+        if let Err(error) = fill(&*file, segment_bytes) {
+            // Each try has a name of its own: on a full disk, the tries left behind would
+            // hold the space the next one needs.
+            if let Err(e) = disk.remove(&path) {
+                tracing::warn!(error = %e, path = %path.display(), "unfinished segment not removed");
+            }
+            return Err(error);
+        }
         Ok(Spare { path, file })
+    }
+
+    /// The disk the segments are on.
+    pub fn disk(&self) -> &Arc<dyn Disk> {
+        &self.disk
     }
 
     /// The directory of the segments.
@@ -231,9 +249,14 @@ impl Wal {
         let number = self.active.number + 1;
         let spare = match self.spare.take() {
             Some(spare) => spare,
-            None => Wal::prepare_spare(&self.dir, self.segment_bytes, &segment_name(number))?,
+            None => Wal::prepare_spare(
+                &*self.disk,
+                &self.dir,
+                self.segment_bytes,
+                &segment_name(number),
+            )?,
         };
-        let file = install(spare, &self.dir, number)?;
+        let file = install(&*self.disk, spare, &self.dir, number)?;
         let next = Active::new(number, file);
         let done = std::mem::replace(&mut self.active, next);
         self.sealed.push_back(Sealed {
@@ -245,7 +268,7 @@ impl Wal {
 }
 
 impl Active {
-    fn new(number: u64, file: File) -> Self {
+    fn new(number: u64, file: Arc<dyn DiskFile>) -> Self {
         Self {
             number,
             file,
@@ -274,21 +297,31 @@ fn segment_path(dir: &Path, number: u64) -> PathBuf {
 }
 
 /// Creates segment `number`.
-fn create_segment(dir: &Path, number: u64, segment_bytes: u64) -> Result<File, StoreError> {
-    let spare = Wal::prepare_spare(dir, segment_bytes, &segment_name(number))?;
-    install(spare, dir, number)
+fn create_segment(
+    disk: &dyn Disk,
+    dir: &Path,
+    number: u64,
+    segment_bytes: u64,
+) -> Result<Arc<dyn DiskFile>, StoreError> {
+    let spare = Wal::prepare_spare(disk, dir, segment_bytes, &segment_name(number))?;
+    install(disk, spare, dir, number)
 }
 
 /// Renames a filled segment to `number` and syncs the directory, so a segment that exists
 /// under its number is whole.
-fn install(spare: Spare, dir: &Path, number: u64) -> Result<File, StoreError> {
-    std::fs::rename(&spare.path, segment_path(dir, number))?;
-    sync_dir(dir)?;
+fn install(
+    disk: &dyn Disk,
+    spare: Spare,
+    dir: &Path,
+    number: u64,
+) -> Result<Arc<dyn DiskFile>, StoreError> {
+    disk.rename(&spare.path, &segment_path(dir, number))?;
+    disk.sync_dir(dir)?;
     Ok(spare.file)
 }
 
 /// Writes the magic and zeros up to `segment_bytes`, and syncs.
-fn fill(file: &File, segment_bytes: u64) -> Result<(), StoreError> {
+fn fill(file: &dyn DiskFile, segment_bytes: u64) -> Result<(), StoreError> {
     file.write_all_at(&MAGIC, 0)?;
     let mut at = MAGIC.len() as u64;
     while at < segment_bytes {
@@ -360,7 +393,7 @@ mod tests {
 
     fn reopen(dir: &Path, segment_bytes: u64) -> (Wal, Vec<(u64, Vec<u8>)>) {
         let mut read = Vec::new();
-        let (wal, _) = Wal::open(dir, segment_bytes, |seq, batch| {
+        let (wal, _) = Wal::open(crate::disk::real(), dir, segment_bytes, |seq, batch| {
             read.push((seq, batch.to_vec()))
         })
         .expect("open");
@@ -451,10 +484,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut wal, _) = reopen(dir.path(), 2048);
         assert!(wal.wants_spare());
-        let spare = Wal::prepare_spare(wal.dir(), wal.segment_bytes(), "spare-1").expect("spare");
+        let spare = Wal::prepare_spare(&**wal.disk(), wal.dir(), wal.segment_bytes(), "spare-1")
+            .expect("spare");
         wal.adopt_spare(spare).expect("adopt");
         assert!(!wal.wants_spare());
-        let second = Wal::prepare_spare(wal.dir(), wal.segment_bytes(), "spare-2").expect("spare");
+        let second = Wal::prepare_spare(&**wal.disk(), wal.dir(), wal.segment_bytes(), "spare-2")
+            .expect("spare");
         wal.adopt_spare(second).expect("adopt");
         assert!(
             !dir.path().join("spare-2.tmp").exists(),
@@ -474,7 +509,7 @@ mod tests {
     fn a_file_that_is_not_a_segment_is_an_error_naming_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(segment_path(dir.path(), 3), b"something else").expect("write");
-        let error = Wal::open(dir.path(), 4096, |_, _| {})
+        let error = Wal::open(crate::disk::real(), dir.path(), 4096, |_, _| {})
             .err()
             .expect("refused")
             .to_string();
