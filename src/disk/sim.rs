@@ -137,8 +137,9 @@ struct State {
     /// The operation at which the power goes: it and every later call fail.
     cut_at: Option<u64>,
     cut: bool,
-    /// Each of the next operations of a kind fails with its fault, in order.
-    scheduled: VecDeque<(OpKind, Fault)>,
+    /// Each of the next operations of a kind (whose description holds the text, if one is
+    /// given) fails with its fault, in order.
+    scheduled: VecDeque<(OpKind, Fault, Option<String>)>,
     /// Every faultable operation fails with this chance in a million.
     random_faults: u32,
     faults_injected: u64,
@@ -215,7 +216,15 @@ impl SimDisk {
     /// The next operation of kind `kind` fails with `fault` (after those scheduled
     /// before it).
     pub fn fail_next(&self, kind: OpKind, fault: Fault) {
-        lock(&self.state).scheduled.push_back((kind, fault));
+        lock(&self.state).scheduled.push_back((kind, fault, None));
+    }
+
+    /// The next operation of kind `kind` whose description (as [`SimDisk::recent`] shows
+    /// it, e.g. `sync dir /store/state-runs`) contains `text` fails with `fault`.
+    pub fn fail_next_matching(&self, kind: OpKind, fault: Fault, text: &str) {
+        lock(&self.state)
+            .scheduled
+            .push_back((kind, fault, Some(text.to_owned())));
     }
 
     /// Every write, sync, rename and removal from now on fails with this chance in a
@@ -464,8 +473,12 @@ impl State {
             self.note(what);
             return Ok(());
         };
-        let fault = match self.scheduled.iter().position(|(k, _)| *k == kind) {
-            Some(at) => self.scheduled.remove(at).map(|(_, f)| f),
+        let described = what.to_string();
+        let due = |(k, _, text): &(OpKind, Fault, Option<String>)| {
+            *k == kind && text.as_ref().is_none_or(|t| described.contains(t.as_str()))
+        };
+        let fault = match self.scheduled.iter().position(due) {
+            Some(at) => self.scheduled.remove(at).map(|(_, f, _)| f),
             None if self.random_faults > 0 && self.rng.chance(self.random_faults) => {
                 Some(if self.rng.below(2) == 0 {
                     Fault::NoSpace

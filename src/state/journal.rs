@@ -1473,4 +1473,42 @@ pub(crate) mod tests {
             "the run's folder was not synced into the store's, nor the store's into its parent"
         );
     }
+
+    #[test]
+    fn a_run_whose_folder_sync_failed_is_made_durable_before_a_restart_relies_on_it() {
+        use crate::disk::sim::{Fault, OpKind, SimDisk};
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(2);
+        let now = Arc::new(AtomicI64::new(0));
+        let on = |disk: &SimDisk| Settings {
+            disk: disk.handle(),
+            background: false,
+            segment_bytes: 4096,
+            ..settings(usize::MAX, &now)
+        };
+        let dir = Path::new("/var/lib/hookgate");
+        let j = open_with(&store, dir, 0, on(&disk));
+        put(&j, b"stop", b"forever", i64::MAX, 0);
+        j.write_now().expect("commit");
+        // The run is renamed into place, then its folder's sync fails: the flush fails and
+        // the run's name is not durable.
+        disk.fail_next_matching(
+            OpKind::Sync,
+            Fault::Io,
+            "sync dir /var/lib/hookgate/state-runs",
+        );
+        assert!(j.flush_to_run().is_err());
+        drop(j);
+        // A clean restart finds the run and deletes the journal segments it holds.
+        let j = open_with(&store, dir, 0, on(&disk));
+        assert_eq!(get(&j, b"stop").as_deref(), Some(&b"forever"[..]));
+        let disk = disk.crash();
+        drop(j);
+        let j = open_with(&store, dir, 0, on(&disk));
+        assert_eq!(
+            get(&j, b"stop").as_deref(),
+            Some(&b"forever"[..]),
+            "a power cut after the restart took the run back, and the segments were gone"
+        );
+    }
 }

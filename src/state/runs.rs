@@ -42,6 +42,9 @@ impl Runs {
     /// deleted, and so are runs that a finished merge replaced.
     pub fn open(disk: Arc<dyn Disk>, dir: &Path) -> Result<Self, StoreError> {
         crate::disk::create_dir_all(&*disk, dir)?;
+        // A run renamed into place whose folder's sync then failed is whole but its name
+        // is not durable: made durable before the journal deletes the segments it holds.
+        disk.sync_dir(dir)?;
         let mut runs = Vec::new();
         for name in disk.list(dir)? {
             let path = dir.join(name);

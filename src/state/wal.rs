@@ -85,6 +85,9 @@ impl Wal {
         mut replay: impl FnMut(u64, &[u8]),
     ) -> Result<(Self, Option<u64>), StoreError> {
         crate::disk::create_dir_all(&*disk, dir)?;
+        // Segments installed by a rename whose folder's sync failed: what is replayed from
+        // them must not vanish at a power cut after the open.
+        disk.sync_dir(dir)?;
         let mut numbers = Vec::new();
         for name in disk.list(dir)? {
             if name.ends_with(FILLING) {
