@@ -4,7 +4,7 @@
 //!
 //! Layout, little-endian:
 //! - header ([`HEADER_BYTES`]): magic, the run's span of flushes (`first`, `last`), level,
-//!   entries, latest expiry, the journal point it covers, when it is due for a rewrite, page
+//!   generation, entries, latest expiry, the journal point it covers, when it is due for a rewrite, page
 //!   count, filter size;
 //! - pages of records (16-byte digest, `expires_ms` i64, value length u32, value), a new
 //!   page started once a page reaches [`PAGE_BYTES`];
@@ -55,6 +55,10 @@ pub struct RunInfo {
     pub last: u64,
     /// 0 for a flush of the hot set; one more than its sources for a merge.
     pub level: u32,
+    /// How many times the span was rewritten alone: a rewrite keeps its source's span, and
+    /// this tells the two apart (in the file name, and at open when a crash left both).
+    /// Runs written before the field existed read 0 (it was padding).
+    pub generation: u32,
     pub entries: u64,
     /// The latest expiry of any record: after it the whole run may go.
     pub max_expires_ms: i64,
@@ -99,11 +103,12 @@ impl Run {
             return Err(corrupt("not a run file of this version"));
         }
         let (first, last, level) = (u64_at(take(8)), u64_at(take(8)), u32_at(take(4)));
-        take(4); // padding
+        let generation = u32_at(take(4));
         let info = RunInfo {
             first,
             last,
             level,
+            generation,
             entries: u64_at(take(8)),
             max_expires_ms: u64_at(take(8)) as i64,
             journal_below: u64_at(take(8)),
@@ -399,7 +404,7 @@ impl RunWriter {
         header.extend_from_slice(&info.first.to_le_bytes());
         header.extend_from_slice(&info.last.to_le_bytes());
         header.extend_from_slice(&info.level.to_le_bytes());
-        header.extend_from_slice(&0u32.to_le_bytes());
+        header.extend_from_slice(&info.generation.to_le_bytes());
         header.extend_from_slice(&info.entries.to_le_bytes());
         header.extend_from_slice(&info.max_expires_ms.to_le_bytes());
         header.extend_from_slice(&info.journal_below.to_le_bytes());
@@ -411,6 +416,17 @@ impl RunWriter {
         file.write_all_at(&header, 0)?;
         file.sync_all()?;
         let path = self.dir.join(file_name(&info));
+        // A rename replaces its target: a run named as one that exists would delete that
+        // run's records (and the caller would then delete its own).
+        match self.disk.open(&path) {
+            Ok(_) => {
+                return Err(StoreError::Corrupt(
+                    format!("state run {} exists already", path.display()).into(),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
+        }
         self.disk.rename(&self.tmp, &path)?;
         self.disk.sync_dir(&self.dir)?;
         Ok(path)
@@ -428,9 +444,13 @@ fn remove_unfinished(disk: &dyn Disk, tmp: &Path) {
     }
 }
 
-/// A run's file name: its span of flushes, so a listing sorts runs oldest first.
+/// A run's file name: its span of flushes, so a listing sorts runs oldest first, and its
+/// generation, so a rewrite never takes its source's name.
 pub fn file_name(info: &RunInfo) -> String {
-    format!("run-{:016x}-{:016x}.run", info.first, info.last)
+    format!(
+        "run-{:016x}-{:016x}-{:08x}.run",
+        info.first, info.last, info.generation
+    )
 }
 
 fn prefix_of(key: &Digest) -> u64 {
@@ -471,6 +491,7 @@ mod tests {
             first,
             last: first,
             level: 0,
+            generation: 2,
             entries: 0,
             max_expires_ms: 0,
             journal_below: 7,
@@ -509,8 +530,12 @@ mod tests {
         assert_eq!(run.info().entries, 20_000);
         assert_eq!(run.info().max_expires_ms, 19_999);
         assert_eq!(
-            (run.info().journal_below, run.info().rewrite_after_ms),
-            (7, 99)
+            (
+                run.info().journal_below,
+                run.info().rewrite_after_ms,
+                run.info().generation
+            ),
+            (7, 99, 2)
         );
         for r in &records {
             assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));

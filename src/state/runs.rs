@@ -7,7 +7,9 @@
 //! filter check per lookup) logarithmic in the number of records. A merge keeps the newest
 //! record of each key and drops expired ones; a run whose records have all expired is
 //! deleted whole; a run that long-lived records (a STOP kept forever) hold past its time is
-//! rewritten alone, so expired marks do not stay on disk beside them.
+//! rewritten alone, so expired marks do not stay on disk beside them. A rewrite keeps its
+//! source's span and takes the next generation: its file has a name of its own, and a
+//! crash that leaves it beside its source opens to the rewrite.
 //!
 //! Records expire no earlier than the records they supersede (the journal keeps that rule
 //! when it writes), so dropping an expired record never brings an older value back.
@@ -39,7 +41,7 @@ pub struct Runs {
 
 impl Runs {
     /// Opens the runs in `dir` (created if absent). Unfinished runs (temporary files) are
-    /// deleted, and so are runs that a finished merge replaced.
+    /// deleted, and so are runs that a finished merge or rewrite replaced.
     pub fn open(disk: Arc<dyn Disk>, dir: &Path) -> Result<Self, StoreError> {
         crate::disk::create_dir_all(&*disk, dir)?;
         // A run renamed into place whose folder's sync then failed is whole but its name
@@ -54,9 +56,10 @@ impl Runs {
                 _ => {}
             }
         }
-        runs.sort_by_key(|r| (r.info().last, Reverse(r.info().first)));
+        runs.sort_by_key(|r| (r.info().last, Reverse(r.info().first), r.info().generation));
         // A merge writes its run before it deletes its sources: a crash in between leaves
-        // sources whose span lies inside the merged run's.
+        // sources whose span lies inside the merged run's. A rewrite's source has the same
+        // span and a lower generation: the rewrite comes first below and covers it.
         let mut kept: Vec<Arc<Run>> = Vec::with_capacity(runs.len());
         for run in runs.into_iter().rev() {
             let covered = kept
@@ -129,6 +132,7 @@ impl Runs {
             first: id,
             last: id,
             level: 0,
+            generation: 0,
             entries: 0,
             max_expires_ms: 0,
             journal_below,
@@ -182,15 +186,24 @@ impl Runs {
             return Ok(false);
         };
         let sources = &runs[from..to];
-        let level = if sources.len() == 1 {
-            sources[0].info().level
+        // A rewrite alone keeps its source's span and level: the next generation gives it a
+        // file name of its own. Deleting the source must not delete the rewrite.
+        let (level, generation) = if sources.len() == 1 {
+            let source = sources[0].info();
+            let generation = source.generation.checked_add(1).ok_or_else(|| {
+                StoreError::Corrupt(
+                    format!("state run {}: generations exhausted", source.first).into(),
+                )
+            })?;
+            (source.level, generation)
         } else {
-            sources[0].info().level + 1
+            (sources[0].info().level + 1, 0)
         };
         let info = RunInfo {
             first: sources[0].info().first,
             last: sources[sources.len() - 1].info().last,
             level,
+            generation,
             entries: 0,
             max_expires_ms: 0,
             journal_below: sources
@@ -546,5 +559,86 @@ mod tests {
         assert_eq!(tmp_files(), Vec::<PathBuf>::new(), "after a failed merge");
         assert!(runs.merge_one(0, 5_000, &|| false).expect("merge"));
         assert_eq!(value(&runs, "k3").as_deref(), Some("v"));
+    }
+
+    fn run_files(dir: &Path) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("dir")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        files.sort();
+        files
+    }
+
+    #[test]
+    fn a_run_rewritten_alone_keeps_its_file_and_its_records_through_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let records = sorted(vec![
+            record("stop", i64::MAX, "opted out"),
+            record("mark", 1_500, "m"),
+        ]);
+        flush(&runs, &records, 1, 1_000);
+        for (now, rewrites_left) in [(1_000, 2), (2_000, 1), (3_000, 0)] {
+            assert!(
+                runs.merge_one(now, 1_000, &|| false).expect("rewrite"),
+                "due at {now}"
+            );
+            assert_eq!(
+                run_files(dir.path()).len(),
+                1,
+                "one run file after a rewrite ({rewrites_left} to go): {:?}",
+                run_files(dir.path())
+            );
+        }
+        assert_eq!(value(&runs, "stop").as_deref(), Some("opted out"));
+        drop(runs);
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        assert_eq!(
+            value(&runs, "stop").as_deref(),
+            Some("opted out"),
+            "the long-lived record outlives its run's rewrites and a reopen"
+        );
+        assert_eq!(value(&runs, "mark"), None);
+        assert_eq!(runs.journal_below(), 1);
+    }
+
+    #[test]
+    fn a_crash_between_a_rewrite_and_the_deletion_of_its_source_opens_to_the_rewrite() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let records = sorted(vec![
+            record("stop", i64::MAX, "opted out"),
+            record("mark", 1_500, "m"),
+        ]);
+        flush(&runs, &records, 1, 1_000);
+        let copies = tempfile::tempdir().expect("tempdir");
+        for source in run_files(dir.path()) {
+            let name = source.file_name().expect("name");
+            std::fs::copy(&source, copies.path().join(name)).expect("copy");
+        }
+        assert!(runs.merge_one(2_000, 1_000, &|| false).expect("rewrite"));
+        drop(runs);
+        // The rewrite's file beside its source, as a crash before the unlink leaves them.
+        for source in run_files(copies.path()) {
+            let target = dir.path().join(source.file_name().expect("name"));
+            assert!(!target.exists(), "the rewrite took its source's name");
+            std::fs::copy(&source, target).expect("copy");
+        }
+        assert_eq!(run_files(dir.path()).len(), 2);
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        assert_eq!(runs.snapshot().len(), 1, "the rewrite alone");
+        assert_eq!(
+            runs.snapshot()[0].info().entries,
+            1,
+            "the rewrite, not its source"
+        );
+        assert_eq!(run_files(dir.path()).len(), 1, "the source is deleted");
+        assert_eq!(value(&runs, "stop").as_deref(), Some("opted out"));
+        // Rewritten again after the reopen, the run still gets a name of its own.
+        assert!(runs.merge_one(3_000, 1_000, &|| false).expect("rewrite"));
+        drop(runs);
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        assert_eq!(value(&runs, "stop").as_deref(), Some("opted out"));
     }
 }
