@@ -8,6 +8,8 @@ pub mod journal;
 pub mod keys;
 pub mod locks;
 pub mod marks;
+#[cfg(test)]
+mod model;
 pub mod redis;
 pub mod run;
 pub mod runs;
