@@ -263,7 +263,15 @@ impl Journal {
         // The store folder's own entry: a power cut that takes the folder back takes every
         // run and segment in it. Its subfolders are synced into it as they are made.
         crate::disk::create_dir_all(&*settings.disk, dir)?;
-        settings.disk.sync_dir(&crate::disk::parent_of(dir))?;
+        let parent = crate::disk::parent_of(dir);
+        match settings.disk.sync_dir(&parent) {
+            // A parent the process may not read (a mount point's) cannot be synced by it;
+            // the store worked there before, and keeps working.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
+            }
+            synced => synced?,
+        }
         let runs = Runs::open(settings.disk.clone(), &dir.join(RUNS_DIR))?;
         let held_by_runs = runs.journal_below();
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
