@@ -25,6 +25,8 @@ fn claim_and_done(c: &mut Criterion) {
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
         liveness: hookgate::liveness::Liveness::new(),
+        disk: hookgate::disk::real(),
+        background: true,
     };
     let journal = Journal::open(
         store.tree("state").expect("tree"),

@@ -90,6 +90,8 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
         liveness: hookgate::liveness::Liveness::new(),
+        disk: hookgate::disk::real(),
+        background: true,
     };
     let journal = Journal::open(
         store.tree(JOURNAL_TREE)?,

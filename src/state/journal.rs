@@ -40,6 +40,7 @@ use nohash_hasher::BuildNoHashHasher;
 use tokio::sync::watch;
 
 use crate::clock::Clock;
+use crate::disk::Disk;
 use crate::liveness::Liveness;
 use crate::state::keys::{Digest, StoreKey};
 use crate::state::run::Record;
@@ -103,6 +104,13 @@ pub struct Settings {
     /// writer no change is ever durable again, without its flush and merge threads the hot
     /// set fills and stays full.
     pub liveness: Liveness,
+    /// The file system of the runs and the journal's segments.
+    pub disk: Arc<dyn Disk>,
+    /// Whether the writer, flush and merge threads run. Without them nothing is written
+    /// until the caller asks ([`Journal::write_now`], [`Journal::flush_to_run`],
+    /// [`Journal::merge_now`], [`Journal::prepare_spare`]): the model test drives every
+    /// step itself, in an order its seed decides.
+    pub background: bool,
 }
 
 impl Settings {
@@ -263,7 +271,19 @@ impl Journal {
         now_ms: i64,
         settings: Settings,
     ) -> Result<Arc<Self>, StoreError> {
-        let runs = Runs::open(&dir.join(RUNS_DIR))?;
+        // The store folder's own entry: a power cut that takes the folder back takes every
+        // run and segment in it. Its subfolders are synced into it as they are made.
+        crate::disk::create_dir_all(&*settings.disk, dir)?;
+        let parent = crate::disk::parent_of(dir);
+        match settings.disk.sync_dir(&parent) {
+            // A parent the process may not read (a mount point's) cannot be synced by it;
+            // the store worked there before, and keeps working.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+                tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
+            }
+            synced => synced?,
+        }
+        let runs = Runs::open(settings.disk.clone(), &dir.join(RUNS_DIR))?;
         let held_by_runs = runs.journal_below();
         let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
         let mut replay = |seq: u64, batch: &[u8]| {
@@ -301,14 +321,19 @@ impl Journal {
             }
         }
         let journal_dir = dir.join(JOURNAL_DIR);
-        let segment_bytes = settings.segment_bytes;
-        let (mut wal, highest) =
-            Wal::open(&journal_dir, segment_bytes, held_by_runs, |seq, batch| {
+        let disk = settings.disk.clone();
+        let (mut wal, highest) = Wal::open(
+            disk,
+            &journal_dir,
+            settings.segment_bytes,
+            held_by_runs,
+            |seq, batch| {
                 // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
                 if seq >= held_by_runs {
                     replay(seq, batch);
                 }
-            })?;
+            },
+        )?;
         wal.forget_below(held_by_runs)?;
         let next_seq = highest.map_or(next_seq, |h| next_seq.max(h + 1));
         let held = shards.iter().map(|s| s.map.len()).sum();
@@ -342,11 +367,16 @@ impl Journal {
         });
         shared.forget_expired(now_ms);
         let mut threads = Vec::new();
+        // Without them the caller does their work (see `Settings::background`).
+        let wanted = if shared.settings.background { 3 } else { 0 };
         for (name, work) in [
             ("state-journal", write_loop as fn(&Shared)),
             ("state-flush", flush_loop),
             ("state-merge", merge_loop),
-        ] {
+        ]
+        .into_iter()
+        .take(wanted)
+        {
             threads.push(spawn_watched(name, &shared, work)?);
         }
         shared.ask_flush_if_full();
@@ -551,6 +581,11 @@ impl Journal {
         self.shared.merge_due()
     }
 
+    /// Prepares the journal's next segment if it has none, as the flush thread does (tests).
+    pub fn prepare_spare(&self) -> Result<(), StoreError> {
+        self.shared.prepare_spare()
+    }
+
     /// The point everything appended so far ends at: once it is durable, so is every
     /// change made before this call (and every value read before it).
     pub fn sync_point(&self) -> SyncPoint {
@@ -713,7 +748,12 @@ impl Shared {
             return Ok(());
         }
         let name = format!("spare-{}", self.spares.fetch_add(1, Ordering::Relaxed));
-        let spare = Wal::prepare_spare(&self.journal_dir, self.settings.segment_bytes, &name)?;
+        let spare = Wal::prepare_spare(
+            &*self.settings.disk,
+            &self.journal_dir,
+            self.settings.segment_bytes,
+            &name,
+        )?;
         lock(&self.writer).wal.adopt_spare(spare)
     }
 
@@ -1126,6 +1166,8 @@ pub(crate) mod tests {
             segment_bytes: 1 << 20,
             commit_interval: Duration::from_millis(1),
             liveness: Liveness::new(),
+            disk: crate::disk::real(),
+            background: true,
         }
     }
 
@@ -1596,5 +1638,70 @@ pub(crate) mod tests {
         let (created, records) = decode_batch(full).expect("whole batch");
         assert_eq!((created, records.len()), (1, 1));
         assert!(decode_batch(&full[..full.len() - 1]).is_none());
+    }
+
+    #[test]
+    fn a_store_made_on_a_fresh_disk_keeps_its_runs_after_a_power_cut() {
+        use crate::disk::sim::SimDisk;
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(1);
+        let now = Arc::new(AtomicI64::new(0));
+        let on = |disk: &SimDisk| Settings {
+            disk: disk.handle(),
+            background: false,
+            ..settings(usize::MAX, &now)
+        };
+        let dir = Path::new("/var/lib/hookgate");
+        let j = open_with(&store, dir, 0, on(&disk));
+        put(&j, b"stop", b"forever", i64::MAX, 0);
+        // In a run, and out of the journal: the run is all that holds it.
+        j.flush_to_run().expect("flush");
+        assert_eq!((j.runs(), j.hot_len()), (1, 0));
+        let disk = disk.crash();
+        drop(j);
+        let j = open_with(&store, dir, 0, on(&disk));
+        assert_eq!(
+            get(&j, b"stop").as_deref(),
+            Some(&b"forever"[..]),
+            "the run's folder was not synced into the store's, nor the store's into its parent"
+        );
+    }
+
+    #[test]
+    fn a_run_whose_folder_sync_failed_is_made_durable_before_a_restart_relies_on_it() {
+        use crate::disk::sim::{Fault, OpKind, SimDisk};
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(2);
+        let now = Arc::new(AtomicI64::new(0));
+        let on = |disk: &SimDisk| Settings {
+            disk: disk.handle(),
+            background: false,
+            segment_bytes: 4096,
+            ..settings(usize::MAX, &now)
+        };
+        let dir = Path::new("/var/lib/hookgate");
+        let j = open_with(&store, dir, 0, on(&disk));
+        put(&j, b"stop", b"forever", i64::MAX, 0);
+        j.write_now().expect("commit");
+        // The run is renamed into place, then its folder's sync fails: the flush fails and
+        // the run's name is not durable.
+        disk.fail_next_matching(
+            OpKind::Sync,
+            Fault::Io,
+            "sync dir /var/lib/hookgate/state-runs",
+        );
+        assert!(j.flush_to_run().is_err());
+        drop(j);
+        // A clean restart finds the run and deletes the journal segments it holds.
+        let j = open_with(&store, dir, 0, on(&disk));
+        assert_eq!(get(&j, b"stop").as_deref(), Some(&b"forever"[..]));
+        let disk = disk.crash();
+        drop(j);
+        let j = open_with(&store, dir, 0, on(&disk));
+        assert_eq!(
+            get(&j, b"stop").as_deref(),
+            Some(&b"forever"[..]),
+            "a power cut after the restart took the run back, and the segments were gone"
+        );
     }
 }

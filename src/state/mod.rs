@@ -8,6 +8,8 @@ pub mod journal;
 pub mod keys;
 pub mod locks;
 pub mod marks;
+#[cfg(test)]
+mod model;
 pub mod redis;
 pub mod run;
 pub mod runs;
@@ -141,6 +143,8 @@ impl StateStore {
                     segment_bytes: config.store.journal_segment,
                     commit_interval: config.store.commit_interval,
                     liveness: liveness.clone(),
+                    disk: crate::disk::real(),
+                    background: true,
                 };
                 let journal =
                     Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;

@@ -15,11 +15,11 @@
 //! A run is written to a temporary name, synced, then renamed: a run file under its final
 //! name is whole.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use crate::disk::{Disk, DiskFile, Reader, Writer};
 use crate::state::bloom::Bloom;
 use crate::state::keys::Digest;
 use crate::store::StoreError;
@@ -72,7 +72,7 @@ pub struct RunInfo {
 pub struct Run {
     info: RunInfo,
     path: PathBuf,
-    file: File,
+    file: Arc<dyn DiskFile>,
     /// First 8 bytes of each page's first digest, as a big-endian number.
     firsts: Vec<u64>,
     /// Offset of each page, and of the end of the last one.
@@ -82,15 +82,17 @@ pub struct Run {
 
 impl Run {
     /// Opens a run file, reading its index and filter into memory.
-    pub fn open(path: &Path) -> Result<Self, StoreError> {
+    pub fn open(disk: &dyn Disk, path: &Path) -> Result<Self, StoreError> {
         let corrupt = |what: &str| {
             StoreError::Corrupt(format!("state run {}: {what}", path.display()).into())
         };
-        let mut file = File::open(path)?;
-        let len = file.metadata()?.len();
+        let file = disk.open(path)?;
+        let len = file.len()?;
         let mut header = [0u8; HEADER_BYTES as usize];
-        file.read_exact(&mut header)
-            .map_err(|_| corrupt("shorter than its header"))?;
+        if len < HEADER_BYTES {
+            return Err(corrupt("shorter than its header"));
+        }
+        file.read_exact_at(&mut header, 0)?;
         let mut at = 0;
         let mut take = |n: usize| {
             let part = &header[at..at + n];
@@ -120,8 +122,7 @@ impl Run {
             .filter(|tail| HEADER_BYTES + tail <= len)
             .ok_or_else(|| corrupt("index and filter do not fit the file"))?;
         let index_at = len - tail;
-        file.seek(SeekFrom::Start(index_at))?;
-        let mut reader = BufReader::new(&file);
+        let mut reader = BufReader::new(Reader::new(file.clone(), index_at));
         let mut firsts = Vec::with_capacity(pages as usize);
         let mut offsets = Vec::with_capacity(pages as usize + 1);
         let mut word = [0u8; 8];
@@ -209,8 +210,7 @@ impl Run {
 
     /// Reads the run's records in key order (for a merge).
     pub fn records(&self) -> Result<RunRecords, StoreError> {
-        let mut file = self.file.try_clone()?;
-        file.seek(SeekFrom::Start(self.offsets[0]))?;
+        let file = Reader::new(self.file.clone(), self.offsets[0]);
         Ok(RunRecords {
             reader: BufReader::with_capacity(64 * 1024, file),
             left: self.offsets[self.offsets.len() - 1] - self.offsets[0],
@@ -220,7 +220,7 @@ impl Run {
 
 /// The records of a run in key order.
 pub struct RunRecords {
-    reader: BufReader<File>,
+    reader: BufReader<Reader>,
     left: u64,
 }
 
@@ -269,9 +269,10 @@ impl Iterator for RunRecords {
 
 /// Writes a run: records in ascending key order, then [`RunWriter::finish`].
 pub struct RunWriter {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     tmp: PathBuf,
-    out: BufWriter<File>,
+    out: BufWriter<Writer>,
     at: u64,
     page_start: Option<u64>,
     firsts: Vec<u64>,
@@ -285,16 +286,18 @@ pub struct RunWriter {
 
 impl RunWriter {
     /// Starts a run in `dir` that will hold at most `capacity` records (its filter's size).
-    pub fn create(dir: &Path, name: &str, capacity: u64) -> Result<Self, StoreError> {
+    pub fn create(
+        disk: Arc<dyn Disk>,
+        dir: &Path,
+        name: &str,
+        capacity: u64,
+    ) -> Result<Self, StoreError> {
         let tmp = dir.join(format!("{name}.tmp"));
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        let mut out = BufWriter::with_capacity(256 * 1024, file);
-        out.write_all(&[0u8; HEADER_BYTES as usize])?;
+        let file = disk.create(&tmp)?;
+        // The header's place; `finish` writes the header there.
+        let out = BufWriter::with_capacity(256 * 1024, Writer::new(file, HEADER_BYTES));
         Ok(Self {
+            disk,
             dir: dir.to_owned(),
             tmp,
             out,
@@ -344,7 +347,7 @@ impl RunWriter {
         self.at += len as u64;
         if self.at - self.synced_at >= SYNC_EVERY {
             self.out.flush()?;
-            self.out.get_ref().sync_data()?;
+            self.out.get_ref().file().sync_data()?;
             self.synced_at = self.at;
         }
         self.bloom.insert(key);
@@ -355,9 +358,19 @@ impl RunWriter {
 
     /// Deletes the unfinished run.
     pub fn abandon(self) -> Result<(), StoreError> {
-        drop(self.out);
-        std::fs::remove_file(&self.tmp)?;
+        // What is still buffered is dropped, not written.
+        let _ = self.out.into_parts();
+        self.disk.remove(&self.tmp)?;
         Ok(())
+    }
+
+    /// Deletes the unfinished run after a failure (which the caller reports): a run or a
+    /// merge that keeps failing must not leave a file a try, which on a full disk would
+    /// hold the space the runs need.
+    pub fn discard(self) {
+        let (disk, tmp) = (self.disk.clone(), self.tmp.clone());
+        let _ = self.out.into_parts();
+        remove_unfinished(&*disk, &tmp);
     }
 
     /// Records pushed so far.
@@ -367,7 +380,16 @@ impl RunWriter {
 
     /// Writes the index, the filter and the header, syncs the file and gives it its final
     /// name; returns the path. `info`'s entry count and latest expiry are the writer's own.
-    pub fn finish(mut self, mut info: RunInfo) -> Result<PathBuf, StoreError> {
+    pub fn finish(self, info: RunInfo) -> Result<PathBuf, StoreError> {
+        let (disk, tmp) = (self.disk.clone(), self.tmp.clone());
+        let finished = self.write_tail(info);
+        if finished.is_err() {
+            remove_unfinished(&*disk, &tmp);
+        }
+        finished
+    }
+
+    fn write_tail(mut self, mut info: RunInfo) -> Result<PathBuf, StoreError> {
         info.entries = self.entries;
         info.max_expires_ms = self.max_expires_ms;
         for (first, offset) in self.firsts.iter().zip(&self.offsets) {
@@ -389,20 +411,36 @@ impl RunWriter {
         header.extend_from_slice(&info.rewrite_after_ms.to_le_bytes());
         header.extend_from_slice(&(self.firsts.len() as u64).to_le_bytes());
         header.extend_from_slice(&(self.bloom.words().len() as u64).to_le_bytes());
-        let file = self.out.into_inner().map_err(|e| e.into_error())?;
+        let out = self.out.into_inner().map_err(|e| e.into_error())?;
+        let file = out.file();
         file.write_all_at(&header, 0)?;
         file.sync_all()?;
         let path = self.dir.join(file_name(&info));
         // A rename replaces its target: a run named as one that exists would delete that
         // run's records (and the caller would then delete its own).
-        if path.try_exists()? {
-            return Err(StoreError::Corrupt(
-                format!("state run {} exists already", path.display()).into(),
-            ));
+        match self.disk.open(&path) {
+            Ok(_) => {
+                return Err(StoreError::Corrupt(
+                    format!("state run {} exists already", path.display()).into(),
+                ))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e.into()),
         }
-        std::fs::rename(&self.tmp, &path)?;
-        sync_dir(&self.dir)?;
+        self.disk.rename(&self.tmp, &path)?;
+        self.disk.sync_dir(&self.dir)?;
         Ok(path)
+    }
+}
+
+/// Removes an unfinished run's file; gone already (renamed, or never made) is fine.
+fn remove_unfinished(disk: &dyn Disk, tmp: &Path) {
+    match disk.remove(tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            // Open deletes it at the next start.
+            tracing::warn!(error = %e, path = %tmp.display(), "unfinished state run not removed");
+        }
+        _ => {}
     }
 }
 
@@ -413,12 +451,6 @@ pub fn file_name(info: &RunInfo) -> String {
         "run-{:016x}-{:016x}-{:08x}.run",
         info.first, info.last, info.generation
     )
-}
-
-/// Makes the directory's entries (a rename, a removal) durable.
-pub fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)?.sync_all()?;
-    Ok(())
 }
 
 fn prefix_of(key: &Digest) -> u64 {
@@ -483,7 +515,9 @@ mod tests {
     fn every_record_is_found_and_absent_keys_are_not() {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(20_000, 17);
-        let mut writer = RunWriter::create(dir.path(), "r", records.len() as u64).expect("create");
+        let mut writer =
+            RunWriter::create(crate::disk::real(), dir.path(), "r", records.len() as u64)
+                .expect("create");
         for r in &records {
             writer.push(r).expect("push");
         }
@@ -492,7 +526,7 @@ mod tests {
             path.file_name().and_then(|n| n.to_str()),
             Some(file_name(&info(3)).as_str())
         );
-        let run = Run::open(&path).expect("open");
+        let run = Run::open(&*crate::disk::real(), &path).expect("open");
         assert_eq!(run.info().entries, 20_000);
         assert_eq!(run.info().max_expires_ms, 19_999);
         assert_eq!(
@@ -521,11 +555,16 @@ mod tests {
     fn a_value_larger_than_a_page_gets_a_page_of_its_own() {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(40, 9000);
-        let mut writer = RunWriter::create(dir.path(), "r", 40).expect("create");
+        let mut writer =
+            RunWriter::create(crate::disk::real(), dir.path(), "r", 40).expect("create");
         for r in &records {
             writer.push(r).expect("push");
         }
-        let run = Run::open(&writer.finish(info(1)).expect("finish")).expect("open");
+        let run = Run::open(
+            &*crate::disk::real(),
+            &writer.finish(info(1)).expect("finish"),
+        )
+        .expect("open");
         for r in &records {
             assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
         }
@@ -535,7 +574,8 @@ mod tests {
     fn a_damaged_record_length_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(2, 17);
-        let mut writer = RunWriter::create(dir.path(), "r", 2).expect("create");
+        let mut writer =
+            RunWriter::create(crate::disk::real(), dir.path(), "r", 2).expect("create");
         for r in &records {
             writer.push(r).expect("push");
         }
@@ -544,7 +584,8 @@ mod tests {
         let at = HEADER_BYTES as usize + 24;
         bytes[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         std::fs::write(&path, &bytes).expect("write");
-        let run = Run::open(&path).expect("header, index and filter are intact");
+        let run =
+            Run::open(&*crate::disk::real(), &path).expect("header, index and filter are intact");
         let first = run.records().expect("records").next().expect("an item");
         assert!(first.is_err(), "{first:?}");
         assert!(matches!(
@@ -557,18 +598,25 @@ mod tests {
     fn out_of_order_records_and_damaged_files_are_errors() {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(2, 1);
-        let mut writer = RunWriter::create(dir.path(), "r", 2).expect("create");
+        let mut writer =
+            RunWriter::create(crate::disk::real(), dir.path(), "r", 2).expect("create");
         writer.push(&records[1]).expect("push");
         assert!(writer.push(&records[0]).is_err());
         let path = writer.finish(info(1)).expect("finish");
         let bytes = std::fs::read(&path).expect("read");
         std::fs::write(&path, &bytes[..40]).expect("truncate");
-        assert!(matches!(Run::open(&path), Err(StoreError::Corrupt(_))));
+        assert!(matches!(
+            Run::open(&*crate::disk::real(), &path),
+            Err(StoreError::Corrupt(_))
+        ));
         std::fs::write(
             &path,
             b"not a run file at all, but long enough to hold a header.........................",
         )
         .expect("write");
-        assert!(matches!(Run::open(&path), Err(StoreError::Corrupt(_))));
+        assert!(matches!(
+            Run::open(&*crate::disk::real(), &path),
+            Err(StoreError::Corrupt(_))
+        ));
     }
 }

@@ -20,8 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use crate::disk::Disk;
 use crate::state::keys::Digest;
-use crate::state::run::{sync_dir, Record, Run, RunInfo, RunRecords, RunWriter};
+use crate::state::run::{Record, Run, RunInfo, RunRecords, RunWriter};
 use crate::store::StoreError;
 
 /// Runs of one level merged at once.
@@ -29,6 +30,7 @@ pub const FANOUT: usize = 4;
 
 /// The runs of a store, oldest first.
 pub struct Runs {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     /// Replaced whole on every change, so a lookup reads a snapshot without holding a lock
     /// across its disk reads.
@@ -40,14 +42,17 @@ pub struct Runs {
 impl Runs {
     /// Opens the runs in `dir` (created if absent). Unfinished runs (temporary files) are
     /// deleted, and so are runs that a finished merge or rewrite replaced.
-    pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir)?;
+    pub fn open(disk: Arc<dyn Disk>, dir: &Path) -> Result<Self, StoreError> {
+        crate::disk::create_dir_all(&*disk, dir)?;
+        // A run renamed into place whose folder's sync then failed is whole but its name
+        // is not durable: made durable before the journal deletes the segments it holds.
+        disk.sync_dir(dir)?;
         let mut runs = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let path = entry?.path();
+        for name in disk.list(dir)? {
+            let path = dir.join(name);
             match path.extension().and_then(|e| e.to_str()) {
-                Some("run") => runs.push(Arc::new(Run::open(&path)?)),
-                Some("tmp") => std::fs::remove_file(&path)?,
+                Some("run") => runs.push(Arc::new(Run::open(&*disk, &path)?)),
+                Some("tmp") => disk.remove(&path)?,
                 _ => {}
             }
         }
@@ -61,7 +66,7 @@ impl Runs {
                 .iter()
                 .any(|k| k.info().first <= run.info().first && run.info().last <= k.info().last);
             if covered {
-                std::fs::remove_file(run.path())?;
+                disk.remove(run.path())?;
             } else {
                 kept.push(run);
             }
@@ -69,6 +74,7 @@ impl Runs {
         kept.reverse();
         let next_flush = kept.last().map_or(0, |r| r.info().last + 1);
         Ok(Self {
+            disk,
             dir: dir.to_owned(),
             list: RwLock::new(Arc::new(kept)),
             next_flush: AtomicU64::new(next_flush),
@@ -132,11 +138,15 @@ impl Runs {
             journal_below,
             rewrite_after_ms,
         };
-        let mut writer = RunWriter::create(&self.dir, &format!("flush-{id}"), count)?;
+        let mut writer =
+            RunWriter::create(self.disk.clone(), &self.dir, &format!("flush-{id}"), count)?;
         for (key, expires_ms, value) in records {
-            writer.push_parts(key, expires_ms, value)?;
+            if let Err(error) = writer.push_parts(key, expires_ms, value) {
+                writer.discard();
+                return Err(error);
+            }
         }
-        let run = Arc::new(Run::open(&writer.finish(info)?)?);
+        let run = Arc::new(Run::open(&*self.disk, &writer.finish(info)?)?);
         self.replace(&[], Some(run));
         Ok(())
     }
@@ -154,9 +164,9 @@ impl Runs {
         if !expired.is_empty() {
             for run in &expired {
                 self.replace(std::slice::from_ref(run), None);
-                std::fs::remove_file(run.path())?;
+                self.disk.remove(run.path())?;
             }
-            sync_dir(&self.dir)?;
+            self.disk.sync_dir(&self.dir)?;
         }
         Ok(records)
     }
@@ -204,11 +214,16 @@ impl Runs {
             rewrite_after_ms: now_ms.saturating_add(ttl_ms),
         };
         let capacity = sources.iter().map(|r| r.info().entries).sum();
-        let mut writer = RunWriter::create(&self.dir, &format!("merge-{}", info.first), capacity)?;
         let mut streams = sources
             .iter()
             .map(|r| r.records())
             .collect::<Result<Vec<_>, _>>()?;
+        let mut writer = RunWriter::create(
+            self.disk.clone(),
+            &self.dir,
+            &format!("merge-{}", info.first),
+            capacity,
+        )?;
         let merged = merge_newest(&mut streams, |record| {
             if writer.entries() % 65_536 == 0 && stop() {
                 return Err(StoreError::Stopped("merge given up at shutdown".into()));
@@ -219,11 +234,11 @@ impl Runs {
             Ok(())
         });
         if let Err(error) = merged {
-            writer.abandon()?;
+            writer.discard();
             return Err(error);
         }
         let merged = if writer.entries() > 0 {
-            Some(Arc::new(Run::open(&writer.finish(info)?)?))
+            Some(Arc::new(Run::open(&*self.disk, &writer.finish(info)?)?))
         } else {
             // Nothing left: the sources just go (an empty run would only cost a check).
             writer.abandon()?;
@@ -231,9 +246,9 @@ impl Runs {
         };
         self.replace(sources, merged);
         for source in sources {
-            std::fs::remove_file(source.path())?;
+            self.disk.remove(source.path())?;
         }
-        sync_dir(&self.dir)?;
+        self.disk.sync_dir(&self.dir)?;
         Ok(true)
     }
 
@@ -347,7 +362,7 @@ mod tests {
     #[test]
     fn the_newest_run_wins_and_merges_keep_it() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(dir.path()).expect("open");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
         for round in 0..FANOUT {
             let records = sorted(vec![
                 record("shared", 1_000, &format!("v{round}")),
@@ -384,7 +399,7 @@ mod tests {
         );
         // Reopened, the merged run stands alone: its sources' files are gone.
         drop(runs);
-        let runs = Runs::open(dir.path()).expect("reopen");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
         assert_eq!(runs.snapshot().len(), 1);
         assert_eq!(value(&runs, "shared").as_deref(), Some("v3"));
     }
@@ -392,7 +407,7 @@ mod tests {
     #[test]
     fn merges_keep_their_place_and_reopens_keep_every_run() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(dir.path()).expect("open");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
         let levels = |runs: &Runs| {
             runs.snapshot()
                 .iter()
@@ -426,11 +441,11 @@ mod tests {
         drop(runs);
         // Neither run's span lies inside the other's: both stay, and a new flush after the
         // reopen gets a span of its own, which the next reopen keeps too.
-        let runs = Runs::open(dir.path()).expect("reopen");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
         assert_eq!(levels(&runs), vec![1, 1]);
         flush(&runs, &[record("later", 1_000, "l")], 0, 5_000);
         drop(runs);
-        let runs = Runs::open(dir.path()).expect("reopen");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
         assert_eq!(levels(&runs), vec![1, 1, 0]);
         assert_eq!(value(&runs, "k").as_deref(), Some("newest"));
         assert_eq!(value(&runs, "more0").as_deref(), Some("m"));
@@ -440,7 +455,7 @@ mod tests {
     #[test]
     fn sources_left_by_a_crash_during_a_merge_are_deleted_at_open() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(dir.path()).expect("open");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
         for round in 0..FANOUT {
             flush(&runs, &[record("k", 1_000, &format!("v{round}"))], 0, 5_000);
         }
@@ -457,7 +472,7 @@ mod tests {
             std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
         }
         std::fs::write(dir.path().join("flush-9.tmp"), b"half").expect("tmp");
-        let runs = Runs::open(dir.path()).expect("reopen");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
         assert_eq!(runs.snapshot().len(), 1, "the merged run alone");
         assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
         assert_eq!(value(&runs, "k").as_deref(), Some("v3"));
@@ -466,7 +481,7 @@ mod tests {
     #[test]
     fn expired_runs_go_whole_and_long_lived_records_are_rewritten_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(dir.path()).expect("open");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
         flush(&runs, &[record("short", 100, "s")], 1, 1_000);
         flush(
             &runs,
@@ -500,6 +515,52 @@ mod tests {
         assert_eq!(runs.journal_below(), 2);
     }
 
+    #[test]
+    fn a_failed_flush_or_merge_leaves_no_temporary_file() {
+        use crate::disk::sim::{Fault, OpKind, SimDisk};
+        let disk = SimDisk::new(1);
+        let dir = Path::new("/store/state-runs");
+        let runs = Runs::open(disk.handle(), dir).expect("open");
+        let tmp_files = || {
+            disk.files_under(dir)
+                .into_iter()
+                .filter(|p| p.extension().is_some_and(|e| e == "tmp"))
+                .collect::<Vec<_>>()
+        };
+        let one = |i: usize| [record(&format!("k{i}"), 1_000, "v")];
+        // A full disk at the write, a failing sync, a failing rename: each try fails, and
+        // none leaves its file.
+        for (i, (kind, fault)) in [
+            (OpKind::Write, Fault::NoSpace),
+            (OpKind::Sync, Fault::Io),
+            (OpKind::Rename, Fault::Io),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            disk.fail_next(kind, fault);
+            let records = one(i);
+            let parts = records
+                .iter()
+                .map(|r| (&r.key, r.expires_ms, r.value.as_slice()));
+            let failed = runs.flush(1, parts, 0, 5_000);
+            assert!(failed.is_err(), "{kind:?} {fault:?} injected");
+            assert_eq!(
+                tmp_files(),
+                Vec::<PathBuf>::new(),
+                "after {kind:?} {fault:?}"
+            );
+        }
+        for i in 0..FANOUT {
+            flush(&runs, &one(i), 0, 5_000);
+        }
+        disk.fail_next(OpKind::Sync, Fault::NoSpace);
+        assert!(runs.merge_one(0, 5_000, &|| false).is_err());
+        assert_eq!(tmp_files(), Vec::<PathBuf>::new(), "after a failed merge");
+        assert!(runs.merge_one(0, 5_000, &|| false).expect("merge"));
+        assert_eq!(value(&runs, "k3").as_deref(), Some("v"));
+    }
+
     fn run_files(dir: &Path) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .expect("dir")
@@ -512,7 +573,7 @@ mod tests {
     #[test]
     fn a_run_rewritten_alone_keeps_its_file_and_its_records_through_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(dir.path()).expect("open");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
         let records = sorted(vec![
             record("stop", i64::MAX, "opted out"),
             record("mark", 1_500, "m"),
@@ -532,7 +593,7 @@ mod tests {
         }
         assert_eq!(value(&runs, "stop").as_deref(), Some("opted out"));
         drop(runs);
-        let runs = Runs::open(dir.path()).expect("reopen");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
         assert_eq!(
             value(&runs, "stop").as_deref(),
             Some("opted out"),
@@ -545,7 +606,7 @@ mod tests {
     #[test]
     fn a_crash_between_a_rewrite_and_the_deletion_of_its_source_opens_to_the_rewrite() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(dir.path()).expect("open");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
         let records = sorted(vec![
             record("stop", i64::MAX, "opted out"),
             record("mark", 1_500, "m"),
@@ -565,7 +626,7 @@ mod tests {
             std::fs::copy(&source, target).expect("copy");
         }
         assert_eq!(run_files(dir.path()).len(), 2);
-        let runs = Runs::open(dir.path()).expect("reopen");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
         assert_eq!(runs.snapshot().len(), 1, "the rewrite alone");
         assert_eq!(
             runs.snapshot()[0].info().entries,
@@ -577,7 +638,7 @@ mod tests {
         // Rewritten again after the reopen, the run still gets a name of its own.
         assert!(runs.merge_one(3_000, 1_000, &|| false).expect("rewrite"));
         drop(runs);
-        let runs = Runs::open(dir.path()).expect("reopen");
+        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
         assert_eq!(value(&runs, "stop").as_deref(), Some("opted out"));
     }
 }

@@ -16,19 +16,20 @@
 //! written): the batches are written again to a new segment. A later segment may so repeat
 //! batches of an earlier one; replaying every segment in order gives the same state.
 //!
-//! Damage is what leaves acknowledged batches unread: a segment whose reading stopped
-//! early, or a missing segment, with no later segment starting at or before the first
-//! batch it lost. [`Wal::open`] refuses such a journal, naming the segment and the byte,
-//! rather than start without opt-outs it acknowledged. An operator who accepts the loss
+//! Damage is what leaves acknowledged batches unread: a sealed segment whose reading
+//! stopped early, with no later segment starting at or before the first batch it lost.
+//! [`Wal::open`] refuses such a journal, naming the segment and the byte, rather than start
+//! without opt-outs it acknowledged. A gap after a segment read whole to its end is not
+//! damage: batches whose write or sync failed (answered with an error) and that a crash
+//! kept from their retry leave it; it is logged at ERROR. An operator who accepts the loss
 //! renames that segment to `<name>.wal.damaged`: it is then read up to the damage and the
 //! gap after it is passed over (logged at ERROR at every start until the file is removed).
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::state::run::sync_dir;
+use crate::disk::{Disk, DiskFile};
 use crate::store::StoreError;
 
 const MAGIC: [u8; 8] = *b"hgwal\0\0\x01";
@@ -51,7 +52,7 @@ pub struct Frame<'a> {
 /// The segment being written.
 struct Active {
     number: u64,
-    file: File,
+    file: Arc<dyn DiskFile>,
     /// Where the next frame goes.
     offset: u64,
     /// The last sequence number written to it, if any.
@@ -68,6 +69,7 @@ struct Sealed {
 
 /// The journal's segment files.
 pub struct Wal {
+    disk: Arc<dyn Disk>,
     dir: PathBuf,
     segment_bytes: u64,
     active: Active,
@@ -80,7 +82,7 @@ pub struct Wal {
 /// A zero-filled segment file under a temporary name, ready to be the next segment.
 pub struct Spare {
     path: PathBuf,
-    file: File,
+    file: Arc<dyn DiskFile>,
 }
 
 impl Wal {
@@ -90,21 +92,22 @@ impl Wal {
     /// elsewhere (by runs); losing any other batch to damage is an error naming the
     /// segment and the byte where its reading stopped.
     pub fn open(
+        disk: Arc<dyn Disk>,
         dir: &Path,
         segment_bytes: u64,
         needed_from: u64,
         mut replay: impl FnMut(u64, &[u8]),
     ) -> Result<(Self, Option<u64>), StoreError> {
-        std::fs::create_dir_all(dir)?;
+        crate::disk::create_dir_all(&*disk, dir)?;
+        // Segments installed by a rename whose folder's sync failed: what is replayed from
+        // them must not vanish at a power cut after the open.
+        disk.sync_dir(dir)?;
         let mut numbers = Vec::new();
-        for entry in std::fs::read_dir(dir)? {
-            let entry = entry?;
-            let name = entry.file_name();
-            let name = name.to_str().unwrap_or_default();
+        for name in disk.list(dir)? {
             if name.ends_with(FILLING) {
                 // A segment or spare whose filling a stop cut short.
-                std::fs::remove_file(entry.path())?;
-            } else if let Some(number) = segment_number(name) {
+                disk.remove(&dir.join(&name))?;
+            } else if let Some(number) = segment_number(&name) {
                 numbers.push((number, false));
             } else if let Some(number) = name.strip_suffix(DAMAGED).and_then(segment_number) {
                 numbers.push((number, true));
@@ -121,7 +124,7 @@ impl Wal {
             if accepted {
                 path.as_mut_os_string().push(DAMAGED);
             }
-            let bytes = std::fs::read(&path)?;
+            let bytes = crate::disk::read(&*disk, &path)?;
             let read = read_frames(&bytes, &mut replay).map_err(|reason| StoreError::Open {
                 path: path.clone(),
                 reason,
@@ -136,15 +139,22 @@ impl Wal {
                             lost,
                             "state journal starts without batches of a damaged segment, as its name accepts"
                         ),
-                        Some((damaged, stopped_at, false)) => {
-                            let reason = match stopped_at {
-                                Some(at) => format!("damaged at byte {at}: {lost}, acknowledged, are in no later segment; see \"What a 200 means\" in README.md"),
-                                None => format!("{lost}, acknowledged, are missing after it; see \"What a 200 means\" in README.md"),
-                            };
+                        Some((damaged, Some(at), false)) => {
                             return Err(StoreError::Open {
                                 path: damaged.clone(),
-                                reason,
+                                reason: format!("damaged at byte {at}: {lost}, acknowledged, are in no later segment; see \"What a 200 means\" in README.md"),
                             });
+                        }
+                        Some((after, None, false)) => {
+                            // Every frame of the earlier segment is whole: the batches between
+                            // were never written whole anywhere, as when a write or sync failed
+                            // and a power cut or a crash came before the retry. Their callers
+                            // had an error, not a 200.
+                            tracing::error!(
+                                segment = %after.display(),
+                                lost,
+                                "state journal has a gap after a whole segment: batches a failed write never made durable"
+                            );
                         }
                         None => {}
                     }
@@ -160,7 +170,7 @@ impl Wal {
             }
             if read.last.is_none() {
                 // Nothing in it: a segment started just before a stop.
-                std::fs::remove_file(&path)?;
+                disk.remove(&path)?;
                 continue;
             }
             sealed.push_back(Sealed {
@@ -168,10 +178,12 @@ impl Wal {
                 last_seq: read.last,
             });
         }
+        // Past every number in the folder, a damaged one kept by the operator included.
         let next_number = numbers.last().map_or(0, |(n, _)| n + 1);
-        let file = create_segment(dir, next_number, segment_bytes)?;
+        let file = create_segment(&*disk, dir, next_number, segment_bytes)?;
         let active = Active::new(next_number, file);
         let wal = Self {
+            disk,
             dir: dir.to_owned(),
             segment_bytes,
             active,
@@ -221,15 +233,22 @@ impl Wal {
 
     /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them).
     pub fn forget_below(&mut self, seq: u64) -> Result<(), StoreError> {
+        let mut removed = false;
         while let Some(oldest) = self.sealed.front() {
             if oldest.last_seq.is_some_and(|last| last >= seq) {
                 break;
             }
-            match std::fs::remove_file(segment_path(&self.dir, oldest.number)) {
+            match self.disk.remove(&segment_path(&self.dir, oldest.number)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}
             }
             self.sealed.pop_front();
+            removed = true;
+        }
+        if removed {
+            // A removal a power cut undoes only costs space, but the next open would read
+            // the segment again for nothing.
+            self.disk.sync_dir(&self.dir)?;
         }
         Ok(())
     }
@@ -243,7 +262,7 @@ impl Wal {
     /// it if one is kept already).
     pub fn adopt_spare(&mut self, spare: Spare) -> Result<(), StoreError> {
         if self.spare.is_some() {
-            std::fs::remove_file(&spare.path)?;
+            self.disk.remove(&spare.path)?;
         } else {
             self.spare = Some(spare);
         }
@@ -253,16 +272,28 @@ impl Wal {
     /// Makes a segment, zero-filled and synced, under the temporary name `name` (unique
     /// to this call): slow work for a background thread, which then gives it to
     /// [`Wal::adopt_spare`].
-    pub fn prepare_spare(dir: &Path, segment_bytes: u64, name: &str) -> Result<Spare, StoreError> {
+    pub fn prepare_spare(
+        disk: &dyn Disk,
+        dir: &Path,
+        segment_bytes: u64,
+        name: &str,
+    ) -> Result<Spare, StoreError> {
         let path = dir.join(format!("{name}{FILLING}"));
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
-        fill(&file, segment_bytes)?;
+        let file = disk.create(&path)?;
+        if let Err(error) = fill(&*file, segment_bytes) {
+            // Each try has a name of its own: on a full disk, the tries left behind would
+            // hold the space the next one needs.
+            if let Err(e) = disk.remove(&path) {
+                tracing::warn!(error = %e, path = %path.display(), "unfinished segment not removed");
+            }
+            return Err(error);
+        }
         Ok(Spare { path, file })
+    }
+
+    /// The disk the segments are on.
+    pub fn disk(&self) -> &Arc<dyn Disk> {
+        &self.disk
     }
 
     /// The directory of the segments.
@@ -285,9 +316,14 @@ impl Wal {
         let number = self.active.number + 1;
         let spare = match self.spare.take() {
             Some(spare) => spare,
-            None => Wal::prepare_spare(&self.dir, self.segment_bytes, &segment_name(number))?,
+            None => Wal::prepare_spare(
+                &*self.disk,
+                &self.dir,
+                self.segment_bytes,
+                &segment_name(number),
+            )?,
         };
-        let file = install(spare, &self.dir, number)?;
+        let file = install(&*self.disk, spare, &self.dir, number)?;
         let next = Active::new(number, file);
         let done = std::mem::replace(&mut self.active, next);
         self.sealed.push_back(Sealed {
@@ -299,7 +335,7 @@ impl Wal {
 }
 
 impl Active {
-    fn new(number: u64, file: File) -> Self {
+    fn new(number: u64, file: Arc<dyn DiskFile>) -> Self {
         Self {
             number,
             file,
@@ -328,21 +364,31 @@ fn segment_path(dir: &Path, number: u64) -> PathBuf {
 }
 
 /// Creates segment `number`.
-fn create_segment(dir: &Path, number: u64, segment_bytes: u64) -> Result<File, StoreError> {
-    let spare = Wal::prepare_spare(dir, segment_bytes, &segment_name(number))?;
-    install(spare, dir, number)
+fn create_segment(
+    disk: &dyn Disk,
+    dir: &Path,
+    number: u64,
+    segment_bytes: u64,
+) -> Result<Arc<dyn DiskFile>, StoreError> {
+    let spare = Wal::prepare_spare(disk, dir, segment_bytes, &segment_name(number))?;
+    install(disk, spare, dir, number)
 }
 
 /// Renames a filled segment to `number` and syncs the directory, so a segment that exists
 /// under its number is whole.
-fn install(spare: Spare, dir: &Path, number: u64) -> Result<File, StoreError> {
-    std::fs::rename(&spare.path, segment_path(dir, number))?;
-    sync_dir(dir)?;
+fn install(
+    disk: &dyn Disk,
+    spare: Spare,
+    dir: &Path,
+    number: u64,
+) -> Result<Arc<dyn DiskFile>, StoreError> {
+    disk.rename(&spare.path, &segment_path(dir, number))?;
+    disk.sync_dir(dir)?;
     Ok(spare.file)
 }
 
 /// Writes the magic and zeros up to `segment_bytes`, and syncs.
-fn fill(file: &File, segment_bytes: u64) -> Result<(), StoreError> {
+fn fill(file: &dyn DiskFile, segment_bytes: u64) -> Result<(), StoreError> {
     file.write_all_at(&MAGIC, 0)?;
     let mut at = MAGIC.len() as u64;
     while at < segment_bytes {
@@ -434,7 +480,7 @@ mod tests {
 
     fn reopen(dir: &Path, segment_bytes: u64) -> (Wal, Vec<(u64, Vec<u8>)>) {
         let mut read = Vec::new();
-        let (wal, _) = Wal::open(dir, segment_bytes, 0, |seq, batch| {
+        let (wal, _) = Wal::open(crate::disk::real(), dir, segment_bytes, 0, |seq, batch| {
             read.push((seq, batch.to_vec()))
         })
         .expect("open");
@@ -525,10 +571,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut wal, _) = reopen(dir.path(), 2048);
         assert!(wal.wants_spare());
-        let spare = Wal::prepare_spare(wal.dir(), wal.segment_bytes(), "spare-1").expect("spare");
+        let spare = Wal::prepare_spare(&**wal.disk(), wal.dir(), wal.segment_bytes(), "spare-1")
+            .expect("spare");
         wal.adopt_spare(spare).expect("adopt");
         assert!(!wal.wants_spare());
-        let second = Wal::prepare_spare(wal.dir(), wal.segment_bytes(), "spare-2").expect("spare");
+        let second = Wal::prepare_spare(&**wal.disk(), wal.dir(), wal.segment_bytes(), "spare-2")
+            .expect("spare");
         wal.adopt_spare(second).expect("adopt");
         assert!(
             !dir.path().join("spare-2.tmp").exists(),
@@ -565,7 +613,7 @@ mod tests {
         // Batch 2 of the sealed segment rots: 2 and 3 were acknowledged, and no later
         // segment holds them.
         damage(dir.path(), first, 1);
-        let error = Wal::open(dir.path(), 1 << 16, 0, |_, _| {})
+        let error = Wal::open(crate::disk::real(), dir.path(), 1 << 16, 0, |_, _| {})
             .err()
             .expect("refused")
             .to_string();
@@ -578,8 +626,10 @@ mod tests {
         // Batches the runs hold already are not needed: the same damage is harmless then.
         let (_, read) = {
             let mut read = Vec::new();
-            let (wal, _) = Wal::open(dir.path(), 1 << 16, 4, |seq, _| read.push(seq))
-                .expect("opens when the runs hold what was lost");
+            let (wal, _) = Wal::open(crate::disk::real(), dir.path(), 1 << 16, 4, |seq, _| {
+                read.push(seq)
+            })
+            .expect("opens when the runs hold what was lost");
             (wal, read)
         };
         assert_eq!(read, [1, 4]);
@@ -595,7 +645,7 @@ mod tests {
         wal.rotate().expect("rotate");
         commit(&mut wal, &[(4, b"d")]);
         drop(wal);
-        let error = Wal::open(dir.path(), 1 << 16, 0, |_, _| {})
+        let error = Wal::open(crate::disk::real(), dir.path(), 1 << 16, 0, |_, _| {})
             .err()
             .expect("refused")
             .to_string();
@@ -628,7 +678,7 @@ mod tests {
     fn a_file_that_is_not_a_segment_is_an_error_naming_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(segment_path(dir.path(), 3), b"something else").expect("write");
-        let error = Wal::open(dir.path(), 4096, 0, |_, _| {})
+        let error = Wal::open(crate::disk::real(), dir.path(), 4096, 0, |_, _| {})
             .err()
             .expect("refused")
             .to_string();
