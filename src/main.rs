@@ -36,7 +36,13 @@ struct Cli {
     )]
     config: PathBuf,
     /// Log format; `auto` is text on a terminal and JSON otherwise.
-    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Auto)]
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        env = "HOOKGATE_LOG_FORMAT",
+        default_value_t = LogFormat::Auto
+    )]
     log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
@@ -178,7 +184,7 @@ fn main() -> ExitCode {
             let config = match Config::load(&cli.config) {
                 Ok(c) => c,
                 Err(e) => {
-                    eprintln!("error: {e}");
+                    eprintln!("error: {}", with_config_hint(&cli.config, &e.to_string()));
                     return ExitCode::from(EXIT_USAGE);
                 }
             };
@@ -202,7 +208,7 @@ fn check_config(path: &Path, offline: bool) -> ExitCode {
     let config = match Config::load(path) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprintln!("error: {}", with_config_hint(path, &e.to_string()));
             return ExitCode::from(EXIT_USAGE);
         }
     };
@@ -242,14 +248,19 @@ fn finish(result: anyhow::Result<()>, code: u8) -> ExitCode {
 }
 
 fn run(cli: &Cli) -> ExitCode {
+    // Logging first, at `info` until the config names its level: a config that cannot be
+    // read is logged in the format a log collector reads too.
+    let level = init_logging(cli.log_format);
     let config = match Config::load(&cli.config) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            let error = with_config_hint(&cli.config, &e.to_string());
+            tracing::error!(%error, "invalid config");
+            eprintln!("error: {error}");
             return ExitCode::from(EXIT_USAGE);
         }
     };
-    init_logging(cli.log_format, &config.log.level);
+    level.set(&config.log.level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -315,26 +326,65 @@ fn run(cli: &Cli) -> ExitCode {
 /// and hookgate reports unroutable messages itself.
 const QUIET_LAPIN: &str = "lapin::returned_messages=off";
 
-fn init_logging(format: LogFormat, level: &str) {
+/// The log filter, set once the config is read. `RUST_LOG`, when set, wins over both the
+/// first `info` and the config's `log.level`.
+struct LogLevel(
+    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
+);
+
+impl LogLevel {
+    fn set(&self, level: &str) {
+        if let Err(error) = self.0.reload(filter(level)) {
+            tracing::warn!(%error, "cannot apply log.level");
+        }
+    }
+}
+
+fn filter(level: &str) -> tracing_subscriber::EnvFilter {
     let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
-    let filter = tracing_subscriber::EnvFilter::try_new(format!("{directives},{QUIET_LAPIN}"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_LAPIN}")));
+    tracing_subscriber::EnvFilter::try_new(format!("{directives},{QUIET_LAPIN}"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_LAPIN}")))
+}
+
+/// Logs to stderr: JSON when asked or when stderr is no terminal; text otherwise, with
+/// colour only on a terminal, so a file or a pipe never gets escape codes.
+fn init_logging(format: LogFormat) -> LogLevel {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let terminal = std::io::stderr().is_terminal();
     let json = match format {
         LogFormat::Json => true,
         LogFormat::Text => false,
-        LogFormat::Auto => !std::io::stderr().is_terminal(),
+        LogFormat::Auto => !terminal,
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    if json {
-        builder
+    let (level, handle) = tracing_subscriber::reload::Layer::new(filter("info"));
+    let json_layer = json.then(|| {
+        tracing_subscriber::fmt::layer()
             .json()
             .flatten_event(true)
             .with_current_span(false)
-            .init();
+            .with_writer(std::io::stderr)
+    });
+    let text_layer = (!json).then(|| {
+        tracing_subscriber::fmt::layer()
+            .with_ansi(terminal)
+            .with_writer(std::io::stderr)
+    });
+    tracing_subscriber::registry()
+        .with(level)
+        .with(json_layer)
+        .with(text_layer)
+        .init();
+    LogLevel(handle)
+}
+
+/// `error` with a hint when the config file does not exist: the default path is relative
+/// to the working directory, which outside the repository holds no `config/`.
+fn with_config_hint(path: &Path, error: &str) -> String {
+    if path.exists() {
+        error.to_owned()
     } else {
-        builder.init();
+        format!("{error} (give the config file with --config PATH or HOOKGATE_CONFIG)")
     }
 }
 

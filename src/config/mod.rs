@@ -1087,8 +1087,40 @@ mod size {
             Raw::Text(s) => parse_size(&s).map_err(de::Error::custom),
         }
     }
+    /// Out, a size prints in the largest unit that keeps it whole, binary (`64KiB`, `1GiB`)
+    /// before decimal (`5MB`), as sizes are written in files; otherwise as a number of bytes.
     pub fn serialize<S: serde::Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_u64(*v)
+        match unit_text(*v) {
+            Some(text) => s.serialize_str(&text),
+            None => s.serialize_u64(*v),
+        }
+    }
+
+    /// `v` in the largest unit that divides it, if one does.
+    fn unit_text(v: u64) -> Option<String> {
+        const UNITS: [(u64, &str); 8] = [
+            (1 << 40, "TiB"),
+            (1 << 30, "GiB"),
+            (1 << 20, "MiB"),
+            (1 << 10, "KiB"),
+            (1_000_000_000_000, "TB"),
+            (1_000_000_000, "GB"),
+            (1_000_000, "MB"),
+            (1_000, "kB"),
+        ];
+        if v == 0 {
+            return None;
+        }
+        UNITS
+            .iter()
+            .find(|(unit, _)| v.is_multiple_of(*unit))
+            .map(|(unit, name)| format!("{}{name}", v / unit))
+    }
+
+    /// How `v` prints: [`unit_text`], else the number of bytes.
+    #[cfg(test)]
+    pub fn text(v: u64) -> String {
+        unit_text(v).unwrap_or_else(|| v.to_string())
     }
 }
 
@@ -1680,6 +1712,27 @@ routes:
         assert!(!out.contains("days"), "{out}");
         assert_eq!(duration::text(Duration::from_millis(1500)), "1500ms");
         assert_eq!(duration::text(Duration::from_secs(2 * 86400)), "2d");
+    }
+
+    #[test]
+    fn sizes_print_in_the_units_they_are_written_in() {
+        let text = format!(
+            "{MINIMAL}limits:\n  max_body_bytes: 64KiB\n  max_header_bytes: 1500\nspool:\n  max_bytes: 1GiB\nstore:\n  cache: 5MB\n"
+        );
+        let out = Config::parse(&text).expect("parses").redacted_yaml();
+        for line in [
+            "max_body_bytes: 64KiB",
+            "max_header_bytes: 1500",
+            "max_bytes: 1GiB",
+            "cache: 5MB",
+            "max_unverified_body_bytes: 32MiB",
+        ] {
+            assert!(out.contains(line), "{line} missing in:\n{out}");
+        }
+        // What is printed reads back as the same value.
+        for bytes in [0, 1, 1023, 1024, 3 << 30, 5_000_000, 1_000_000_000_000] {
+            assert_eq!(parse_size(&size::text(bytes)), Ok(bytes), "{bytes}");
+        }
     }
 
     /// Every optional section set, so that every key of the schema is in the tree.

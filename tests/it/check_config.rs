@@ -211,3 +211,86 @@ async fn run_with_a_missing_secret_env_exits_64_before_binding() {
     );
     drop(held);
 }
+
+/// `hookgate <args>` in `dir` (so the default `config/hookgate.yaml` is missing), with
+/// `env` and neither HOOKGATE_CONFIG nor HOOKGATE_LOG_FORMAT inherited.
+async fn hookgate_in(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let mut cmd = hookgate();
+    cmd.current_dir(dir)
+        .args(args)
+        .env_remove("HOOKGATE_CONFIG")
+        .env_remove("HOOKGATE_LOG_FORMAT")
+        .env_remove("RUST_LOG");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = run_bounded(cmd, DEADLINE).await;
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_missing_config_is_logged_as_json_off_a_terminal_and_names_the_way_to_give_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // stderr is a pipe here, as in a container.
+    let (code, stderr) = hookgate_in(dir.path(), &["run"], &[]).await;
+    assert_eq!(code, Some(64), "{stderr}");
+    let logged: serde_json::Value = stderr
+        .lines()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .unwrap_or_else(|| panic!("no JSON line in:\n{stderr}"));
+    assert_eq!(logged["level"], "ERROR", "{logged}");
+    assert_eq!(logged["message"], "invalid config", "{logged}");
+    let error = logged["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("config/hookgate.yaml")
+            && error.contains("--config")
+            && error.contains("HOOKGATE_CONFIG"),
+        "{error}"
+    );
+    for command in [&["check-config"][..], &["spool", "status"]] {
+        let (code, stderr) = hookgate_in(dir.path(), command, &[]).await;
+        assert_eq!(code, Some(64), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("--config PATH or HOOKGATE_CONFIG"),
+            "{command:?}: {stderr}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn hookgate_log_format_chooses_the_format_and_text_has_no_colour_off_a_terminal() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, stderr) =
+        hookgate_in(dir.path(), &["run"], &[("HOOKGATE_LOG_FORMAT", "text")]).await;
+    assert_eq!(code, Some(64), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .all(|l| serde_json::from_str::<serde_json::Value>(l).is_err()),
+        "text asked for: {stderr}"
+    );
+    assert!(
+        stderr.contains("ERROR") && stderr.contains("invalid config"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "escape codes in a pipe: {stderr:?}"
+    );
+    // The flag wins over the variable.
+    let (_, stderr) = hookgate_in(
+        dir.path(),
+        &["run", "--log-format", "json"],
+        &[("HOOKGATE_LOG_FORMAT", "text")],
+    )
+    .await;
+    assert!(
+        stderr
+            .lines()
+            .any(|l| serde_json::from_str::<serde_json::Value>(l).is_ok()),
+        "{stderr}"
+    );
+}
