@@ -17,6 +17,7 @@ mod lifecycle;
 mod limits;
 mod metrics;
 mod providers;
+mod publish;
 mod redis;
 mod request_id;
 mod rotation;
