@@ -124,9 +124,9 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
     tokio::pin!(blocked);
     blocked.as_mut().enable();
     let now = Instant::now();
-    let mut health = Health::Healthy;
     let mut sent = Vec::with_capacity(batch.len());
-    let mut confirms = Vec::with_capacity(batch.len());
+    let mut heads = Vec::with_capacity(batch.len());
+    let mut bodies = Vec::with_capacity(batch.len());
     for job in batch {
         let Job {
             id,
@@ -142,9 +142,7 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
             // The caller is gone (its request was dropped): nobody would learn the outcome.
             continue;
         }
-        let refused = if matches!(health, Health::Replace) {
-            Some(PublishError::Channel("the channel failed".into()))
-        } else if inner.is_blocked() {
+        let refused = if inner.is_blocked() {
             Some(PublishError::Blocked)
         } else if now >= deadline {
             Some(PublishError::Timeout)
@@ -159,32 +157,38 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
             mandatory,
             ..Default::default()
         };
-        match channel
-            .basic_publish(exchange, routing_key.clone(), options, &body, properties)
-            .await
-        {
-            Ok(confirm) => {
-                sent.push(Sent {
-                    id,
-                    routing_key,
-                    answer,
-                });
-                confirms.push(confirm);
-            }
-            Err(error) => {
-                let _ = answer.send(Err(PublishError::Channel(error.to_string())));
-                health = Health::Replace;
-            }
-        }
+        sent.push(Sent {
+            id,
+            routing_key: routing_key.clone(),
+            answer,
+        });
+        heads.push((exchange, routing_key, options, properties));
+        bodies.push(body);
     }
     if sent.is_empty() {
-        return health;
+        return Health::Healthy;
     }
+    let decided = async {
+        // All sent at once, so lapin writes them in a few socket writes. The first poll of
+        // each publish takes its delivery tag and queues its frames in one step, and no
+        // other task publishes on this channel, so tags reach the wire in order whatever
+        // order the publishes are polled in.
+        let sends = heads
+            .into_iter()
+            .zip(&bodies)
+            .map(|((e, r, o, p), b)| channel.basic_publish(e, r, o, b, p));
+        let confirms = futures_util::future::join_all(sends).await;
+        let waits = confirms.into_iter().map(|confirm| async move {
+            match confirm {
+                Ok(confirm) => confirm.await,
+                Err(error) => Err(error),
+            }
+        });
+        futures_util::future::join_all(waits).await
+    };
     let timeout = inner.config.confirm_timeout;
     let confirmed = tokio::select! {
-        all = tokio::time::timeout(timeout, futures_util::future::join_all(confirms)) => {
-            all.map_err(|_| PublishError::Timeout)
-        }
+        all = tokio::time::timeout(timeout, decided) => all.map_err(|_| PublishError::Timeout),
         () = &mut blocked => Err(PublishError::Blocked),
         () = live.gone().cancelled() => Err(PublishError::NotConnected),
     };
@@ -206,12 +210,14 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
         }
     };
     let results = pair(inner, &sent, confirmations);
-    if results
+    let health = if results
         .iter()
         .any(|r| matches!(r, Err(PublishError::Channel(_))))
     {
-        health = Health::Replace;
-    }
+        Health::Replace
+    } else {
+        Health::Healthy
+    };
     for (s, result) in sent.into_iter().zip(results) {
         let _ = s.answer.send(result);
     }
