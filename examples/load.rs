@@ -14,9 +14,9 @@
 //!
 //! Baselines (the ceilings hookgate is compared with), same TLS config as hookgate:
 //! `--serve-baseline http` reads the body and answers 200; `--serve-baseline publish` also
-//! verifies the botix HMAC and publishes with a confirm as hookgate does (mandatory,
-//! persistent, 4 channels, the message's properties and headers built by hookgate's own
-//! function). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
+//! verifies the botix HMAC and publishes with a confirm through hookgate's own publisher
+//! (the same channel owners, batches and pairing of returns; mandatory, persistent, the
+//! message's properties and headers built by hookgate's own function). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
 //! `--amqp-teardown`, and `--consume` (the handler behind the gateway, draining the queue).
 
 use std::collections::{BTreeMap, VecDeque};
@@ -1016,12 +1016,10 @@ fn report(
 // Baselines
 
 struct Publish {
-    channels: Vec<lapin::Channel>,
-    next: AtomicUsize,
+    publisher: hookgate::outbox::publish::Publisher,
     exchange: String,
     scheme: hookgate::ingress::signature::Scheme,
     secrets: Vec<hookgate::ingress::secrets::Secret>,
-    _connection: lapin::Connection,
 }
 
 async fn serve_baseline(cli: &Cli, kind: Baseline) -> Result<()> {
@@ -1126,30 +1124,12 @@ async fn baseline_answer(
         body: body.clone(),
         content_type: None,
     };
-    let Ok(props) = hookgate::outbox::publish::properties(&msg) else {
-        return answer(StatusCode::BAD_REQUEST, r#"{"error":"bad_request"}"#);
-    };
-    let i = p.next.fetch_add(1, Ordering::Relaxed) % p.channels.len();
-    let confirm = async {
-        p.channels[i]
-            .basic_publish(
-                p.exchange.as_str().into(),
-                event_type.as_str().into(),
-                lapin::options::BasicPublishOptions {
-                    mandatory: true,
-                    ..Default::default()
-                },
-                &body,
-                props,
-            )
-            .await?
-            .await
-    };
-    match tokio::time::timeout(Duration::from_secs(5), confirm).await {
-        Ok(Ok(lapin::Confirmation::Ack(None))) => {
-            answer(StatusCode::OK, r#"{"status":"accepted"}"#)
+    match p.publisher.publish(&p.exchange, &msg).await {
+        Ok(()) => answer(StatusCode::OK, r#"{"status":"accepted"}"#),
+        Err(hookgate::outbox::publish::PublishError::Unfit(_)) => {
+            answer(StatusCode::BAD_REQUEST, r#"{"error":"bad_request"}"#)
         }
-        _ => answer(
+        Err(_) => answer(
             StatusCode::SERVICE_UNAVAILABLE,
             r#"{"error":"unavailable"}"#,
         ),
@@ -1157,18 +1137,24 @@ async fn baseline_answer(
 }
 
 async fn connect_publish(cli: &Cli) -> Result<Publish> {
-    let connection =
-        lapin::Connection::connect(&cli.amqp_url, lapin::ConnectionProperties::default()).await?;
-    let mut channels = Vec::new();
-    // Four confirm channels, as hookgate's publisher uses.
-    for _ in 0..4 {
-        let ch = connection.create_channel().await?;
-        ch.confirm_select(Default::default()).await?;
-        channels.push(ch);
-    }
+    // hookgate's publisher: its connection, channel owners and confirm handling.
+    let config = hookgate::config::Amqp {
+        url: cli.amqp_url.clone(),
+        exchange: cli.exchange.clone(),
+        declare: false,
+        confirm_timeout: Duration::from_secs(5),
+        ..Default::default()
+    };
+    let publisher = hookgate::outbox::publish::Publisher::start(
+        config,
+        Arc::new(hookgate::metrics::Metrics::new()),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    tokio::time::timeout(Duration::from_secs(10), publisher.wait_connected())
+        .await
+        .context("the publish baseline cannot reach the broker")?;
     Ok(Publish {
-        channels,
-        next: AtomicUsize::new(0),
+        publisher,
         exchange: cli.exchange.clone(),
         scheme: hookgate::ingress::signature::Scheme::BodyHmac {
             header: http::HeaderName::from_static(hookgate::ingress::signature::BOTIX_SIGNATURE),
@@ -1178,7 +1164,6 @@ async fn connect_publish(cli: &Cli) -> Result<Publish> {
         secrets: vec![hookgate::ingress::secrets::Secret::new(
             cli.secret.as_bytes(),
         )],
-        _connection: connection,
     })
 }
 

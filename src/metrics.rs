@@ -217,6 +217,9 @@ pub struct Metrics {
     pub signature_failures: Family<RouteLabel, Counter>,
     /// Time from publish to broker confirm, seconds.
     pub publish_duration: Histogram,
+    /// Returned messages whose publish id matched no publish in flight on their channel:
+    /// the pairing of returns with publishes broke (never expected; each one is logged).
+    pub publish_unpaired_returns: Counter,
     /// 1 while the broker connection is up.
     pub broker_connected: Gauge,
     /// 1 while the broker blocks the connection (a memory or disk alarm): events spool.
@@ -299,6 +302,12 @@ impl Metrics {
             "publish_duration_seconds",
             "Time from publish to broker confirm",
             publish_duration.clone(),
+        );
+        let publish_unpaired_returns = Counter::default();
+        registry.register(
+            "publish_unpaired_returns",
+            "Returned messages that matched no publish in flight (the pairing broke)",
+            publish_unpaired_returns.clone(),
         );
         let broker_connected = Gauge::default();
         registry.register(
@@ -418,6 +427,7 @@ impl Metrics {
             drops,
             signature_failures,
             publish_duration,
+            publish_unpaired_returns,
             broker_connected,
             broker_blocked,
             spool_depth,

@@ -19,6 +19,10 @@ pub const SOURCE_RECONCILE: &str = "reconcile";
 pub const RECONCILE_REQUEST_PREFIX: &str = "reconcile:";
 /// Header carrying the full event id when it is too long for `message_id`.
 pub const EVENT_ID_HEADER: &str = "x-event-id";
+/// Header carrying the per-publish id: unique for each publish of this process (a retry, a
+/// drain and an audit copy each get their own), so a message the broker returns is paired
+/// with the publish it came from. Not `message_id`, which repeats across those.
+pub const PUBLISH_ID_HEADER: &str = "x-publish-id";
 /// Bytes of an oversize id kept readable at the start of its fitted `message_id`.
 const FITTED_PREFIX_BYTES: usize = 128;
 /// Between the kept prefix and the digest of a fitted `message_id`.

@@ -17,6 +17,7 @@ mod lifecycle;
 mod limits;
 mod metrics;
 mod providers;
+mod publish;
 mod reconcile;
 mod redis;
 mod request_id;

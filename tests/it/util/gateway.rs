@@ -9,6 +9,15 @@ use std::time::Duration;
 
 use super::{sign, AMQP_URL, PREVIOUS_SECRET, SECRET};
 
+/// The gateway binary under test: this build's, or another build named by
+/// `HOOKGATE_TEST_BIN` (to run the same tests against an older build and see them fail).
+pub fn gateway_binary() -> PathBuf {
+    std::env::var_os("HOOKGATE_TEST_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_hookgate")),
+        PathBuf::from,
+    )
+}
+
 /// What goes into the test gateway's YAML.
 #[derive(Clone)]
 pub struct GatewayConfig {
@@ -116,7 +125,7 @@ impl Gateway {
             .dir
             .join(format!("hookgate-{}.yaml", uuid::Uuid::new_v4().simple()));
         std::fs::write(&config_path, cfg.yaml()).expect("write config");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_hookgate"));
+        let mut cmd = Command::new(gateway_binary());
         cmd.arg("run")
             .arg("--config")
             .arg(&config_path)

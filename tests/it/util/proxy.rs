@@ -22,6 +22,10 @@ pub enum Mode {
     /// Keep connections open, read and discard every byte, send nothing back. A connection
     /// black-holed once stays so (its AMQP stream has lost bytes), until the client gives up.
     BlackHole,
+    /// Keep forwarding the client's bytes to the broker, but hold back everything the
+    /// broker sends (it waits in the socket buffers) until the mode changes: a link that
+    /// stalls one way, then recovers with every byte intact.
+    Stall,
 }
 
 /// A running proxy on 127.0.0.1; stops when dropped.
@@ -115,6 +119,11 @@ impl Proxy {
         self.mode.send_replace(Mode::BlackHole);
     }
 
+    /// Holds back what the broker sends on every connection until [`Self::restore`].
+    pub fn stall(&self) {
+        self.mode.send_replace(Mode::Stall);
+    }
+
     /// Forwards new connections again (black-holed ones stay dead until their client drops
     /// them, as after a real network partition).
     pub fn restore(&self) {
@@ -161,7 +170,7 @@ async fn pipe(
     // `None` upstream: black-holed for good.
     let initial = *mode.borrow_and_update();
     let mut up = match initial {
-        Mode::Open => match TcpStream::connect(upstream).await {
+        Mode::Open | Mode::Stall => match TcpStream::connect(upstream).await {
             Ok(s) => Some(s),
             Err(_) => return,
         },
@@ -182,7 +191,7 @@ async fn pipe(
                     // Dropping the upstream side: the broker sees the client vanish, the
                     // client sees nothing at all.
                     Mode::BlackHole => up = None,
-                    Mode::Open => {}
+                    Mode::Open | Mode::Stall => {}
                 }
             }
             n = client.read(&mut from_client) => {
@@ -219,7 +228,7 @@ async fn pipe(
                     Some(u) => u.read(&mut from_up).await,
                     None => std::future::pending().await,
                 }
-            } => {
+            }, if *mode.borrow() != Mode::Stall => {
                 let n = match n {
                     Ok(0) | Err(_) => return,
                     Ok(n) => n,

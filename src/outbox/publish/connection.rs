@@ -1,0 +1,236 @@
+//! The connection task: connect, open the channels and start one owner per channel,
+//! watch the connection (blocked, lost), and reconnect with capped, jittered backoff.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
+use lapin::types::{FieldTable, LongString, ShortString};
+use lapin::{Channel, Connection, ConnectionProperties, Event, ExchangeKind};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::owner::{self, Job};
+use super::{short, short_constant, Inner, PublishError, BACKOFF_MAX, BACKOFF_MIN};
+use crate::config::{redact_url, Amqp};
+
+/// Confirm-mode channels per connection, each with its owner task. An owner publishes a
+/// batch and waits for all of its confirms before the next, so while one waits the others
+/// take what has queued meanwhile: enough of them keep the broker busy, few enough that
+/// batches stay large (BENCHMARKS.md has the measurement).
+const CHANNELS: usize = 4;
+/// Heartbeat interval asked for when the URL does not set one.
+const DEFAULT_HEARTBEAT_SECS: u32 = 10;
+/// How long one connection attempt may take before it counts as failed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a clean close may take before the connection is dropped as it is.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One connection and the queue its owners take publishes from.
+pub(super) struct Live {
+    connection: Connection,
+    jobs: mpsc::UnboundedSender<Job>,
+    /// Cancelled when this connection is left: its owners end, and the publishes still
+    /// queued are dropped (their callers see `NotConnected`).
+    gone: CancellationToken,
+}
+
+impl Live {
+    /// Queues `job` for this connection's owners.
+    pub(super) fn submit(&self, job: Job) -> Result<(), PublishError> {
+        self.jobs.send(job).map_err(|_| PublishError::NotConnected)
+    }
+
+    /// Opens a confirm-mode channel on this connection.
+    pub(super) async fn open_channel(&self) -> Result<Channel, lapin::Error> {
+        let channel = self.connection.create_channel().await?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await?;
+        Ok(channel)
+    }
+
+    /// Cancelled when this connection is left.
+    pub(super) fn gone(&self) -> &CancellationToken {
+        &self.gone
+    }
+
+    /// Ends the owners and closes the connection, waiting at most [`CLOSE_TIMEOUT`].
+    pub(super) async fn close(&self, reason: ShortString) {
+        self.gone.cancel();
+        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.connection.close(200, reason)).await;
+    }
+}
+
+/// Keeps a connection up until `stop` is cancelled.
+pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
+    let mut backoff = BACKOFF_MIN;
+    let mut warned = false;
+    let url = redact_url(&inner.config.url);
+    loop {
+        let attempt = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config, &stop)) => r,
+        };
+        match attempt {
+            Ok(Ok((live, channels, jobs))) => {
+                let mut events = live.connection.events_listener();
+                let live = Arc::new(live);
+                let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
+                for channel in channels {
+                    tokio::spawn(owner::run(
+                        inner.clone(),
+                        live.clone(),
+                        jobs.clone(),
+                        channel,
+                    ));
+                }
+                drop(jobs);
+                inner.replace(Some(live.clone()));
+                inner.connected.notify_waiters();
+                tracing::info!(url = %url, "broker connected");
+                backoff = BACKOFF_MIN;
+                warned = false;
+                watch(&inner, &live, &mut events, &stop).await;
+                inner.clear_if(&live);
+                // Owners end and the queue goes; the close itself need not hold up a
+                // reconnect.
+                tokio::spawn(async move { live.close(short_constant("reconnecting")).await });
+                if stop.is_cancelled() {
+                    return;
+                }
+            }
+            Ok(Err(error)) => {
+                report_unreachable(&mut warned, &url, &error.to_string());
+            }
+            Err(_) => report_unreachable(&mut warned, &url, "connect timed out"),
+        }
+        let wait = jitter(backoff);
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+}
+
+/// Watches `live` until it fails, is taken out of the slot, or `stop`; blocked and
+/// unblocked only pause publishing.
+async fn watch(
+    inner: &Inner,
+    live: &Arc<Live>,
+    events: &mut (impl futures_util::Stream<Item = Event> + Unpin),
+    stop: &CancellationToken,
+) {
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.next() => e,
+            // The event stream is quiet on some failures; the status is the truth.
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {
+                if live.connection.status().connected() && inner.holds(live) {
+                    continue;
+                }
+                None
+            }
+        };
+        match event {
+            Some(Event::ConnectionBlocked(reason)) => {
+                tracing::warn!(%reason, "broker blocked the connection; spooling");
+                inner.set_blocked(true);
+            }
+            Some(Event::ConnectionUnblocked) => {
+                tracing::info!("broker unblocked the connection");
+                inner.set_blocked(false);
+            }
+            Some(Event::Error(error)) => {
+                tracing::warn!(%error, "broker connection lost");
+                return;
+            }
+            Some(_) => {}
+            None => {
+                tracing::warn!("broker connection lost");
+                return;
+            }
+        }
+    }
+}
+
+fn report_unreachable(warned: &mut bool, url: &str, error: &str) {
+    // One warning per outage, not one per attempt: a laptop without a broker should not
+    // drown its terminal.
+    if *warned {
+        tracing::debug!(%url, %error, "broker still unreachable");
+    } else {
+        tracing::warn!(%url, %error, "broker unreachable; accepted events are spooled until it is back");
+        *warned = true;
+    }
+}
+
+fn jitter(base: Duration) -> Duration {
+    // Full jitter between half and all of the step spreads reconnects of many replicas.
+    let half = base / 2;
+    half + half.mul_f64(rand::random::<f64>())
+}
+
+/// Adds a 10 s heartbeat unless the URL sets one. The broker's default (60 s) would take
+/// about two minutes to notice a black-holed link; until then every confirm times out.
+fn with_heartbeat(url: &str) -> String {
+    if url.contains("heartbeat=") {
+        return url.to_owned();
+    }
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}heartbeat={DEFAULT_HEARTBEAT_SECS}")
+}
+
+/// A new connection with its channels (confirm mode) and the receiving end of its queue.
+async fn connect(
+    config: &Amqp,
+    stop: &CancellationToken,
+) -> Result<(Live, Vec<Channel>, mpsc::UnboundedReceiver<Job>), lapin::Error> {
+    let props = ConnectionProperties::default().with_connection_name(LongString::from("hookgate"));
+    let connection = Connection::connect(&with_heartbeat(&config.url), props).await?;
+    let (jobs, queue) = mpsc::unbounded_channel();
+    let live = Live {
+        connection,
+        jobs,
+        gone: stop.child_token(),
+    };
+    let mut channels = Vec::with_capacity(CHANNELS);
+    for _ in 0..CHANNELS {
+        channels.push(live.open_channel().await?);
+    }
+    if config.declare {
+        channels[0]
+            .exchange_declare(
+                short(&config.exchange).unwrap_or_default(),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    Ok((live, channels, queue))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heartbeat_is_added_only_when_missing() {
+        assert_eq!(with_heartbeat("amqp://h/%2f"), "amqp://h/%2f?heartbeat=10");
+        assert_eq!(
+            with_heartbeat("amqp://h/%2f?frame_max=8192"),
+            "amqp://h/%2f?frame_max=8192&heartbeat=10"
+        );
+        assert_eq!(
+            with_heartbeat("amqp://h/%2f?heartbeat=2"),
+            "amqp://h/%2f?heartbeat=2"
+        );
+    }
+}

@@ -1,0 +1,295 @@
+//! Confirms and returns paired with their own publish (contract §5): against the real
+//! broker, no event answered 200 is lost when routable and unroutable publishes, audit
+//! copies and the spool drainer share the connection, when the broker nacks, or when a
+//! confirm times out with others in flight.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::require_broker;
+use crate::util::*;
+
+/// How long a test waits for every accepted event to arrive (held entries are retried with
+/// a back-off of up to 30 s once a queue is bound).
+const ARRIVAL_DEADLINE: Duration = Duration::from_secs(90);
+/// Deliveries sent at once in each round of the mixed test.
+const CONCURRENCY: usize = 240;
+/// Rounds of the mixed test.
+const ROUNDS: usize = 3;
+
+/// A botix event of `event_type` with a fresh timestamp.
+fn typed_event(id: &str, event_type: &str) -> String {
+    serde_json::json!({
+        "id": id,
+        "event": event_type,
+        "timestamp": rfc3339_from_now(0),
+        "data": {"contact_id": 1}
+    })
+    .to_string()
+}
+
+/// Reads the queue until every id of `accepted` came, or `deadline` passed; returns the
+/// ids that never came.
+async fn never_arrived(
+    broker: &Broker,
+    accepted: &BTreeSet<String>,
+    deadline: Duration,
+) -> Vec<String> {
+    let mut waiting = accepted.clone();
+    let until = tokio::time::Instant::now() + deadline;
+    while !waiting.is_empty() {
+        let left = until.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        match broker.next(left.min(Duration::from_secs(5))).await {
+            Some(m) => {
+                if let Some(id) = m.message_id {
+                    waiting.remove(&id);
+                }
+            }
+            None => continue,
+        }
+    }
+    waiting.into_iter().collect()
+}
+
+/// Sends `bodies` at once; returns the event ids answered 200 `accepted`, and the answers
+/// that were neither that nor a drop.
+async fn send_all(
+    gw: &Arc<Gateway>,
+    client: &reqwest::Client,
+    bodies: Vec<(String, Vec<String>)>,
+) -> (Vec<String>, Vec<String>) {
+    let mut tasks = Vec::new();
+    for (id, chain) in bodies {
+        let (gw, client) = (gw.clone(), client.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut out = Vec::new();
+            // A chain is sent in order: a status, then its repeat (dropped, audit copy).
+            for (n, body) in chain.iter().enumerate() {
+                let (status, answer) = gw.deliver(&client, body, &format!("r_{id}_{n}")).await;
+                out.push((format!("{id}#{n}"), status, outcome(&answer)));
+            }
+            out
+        }));
+    }
+    let mut accepted = Vec::new();
+    let mut other = Vec::new();
+    for t in tasks {
+        for (id, status, outcome) in t.await.expect("sender") {
+            let event_id = id.split('#').next().unwrap_or_default().to_owned();
+            match (status, outcome.as_str()) {
+                (200, "accepted") => accepted.push(event_id),
+                (200, o) if o.starts_with("dropped:") => {}
+                _ => other.push(format!("{id}: {status} {outcome}")),
+            }
+        }
+    }
+    (accepted, other)
+}
+
+#[tokio::test]
+async fn mixed_concurrent_publishes_with_audit_copies_and_the_drainer_lose_no_accepted_event() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Queues for two of the three event types: `orphan.updated` is unroutable until the end,
+    // and the audit copies (`dropped.…`) go nowhere.
+    let broker = Broker::unbound().await;
+    broker.bind("contact.#").await;
+    broker.bind("message.#").await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange).with_spec_guard();
+    cfg.amqp_extra = "  dropped_routing_key: \"dropped.{event}\"\n".into();
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    let run = unique("m");
+    let mut accepted = BTreeSet::new();
+    for round in 0..ROUNDS {
+        let bodies = (0..CONCURRENCY)
+            .map(|i| {
+                let id = format!("{run}_{round}_{i:03}");
+                let chain = match i % 4 {
+                    0 | 1 => vec![typed_event(&id, "orphan.updated")],
+                    2 => vec![typed_event(&id, "contact.created")],
+                    // A status and its repeat: the repeat is dropped and its audit copy is
+                    // published without `mandatory`, on the same connection.
+                    _ => {
+                        let message = format!("msg_{id}");
+                        vec![
+                            status_body(&id, &message, "delivered"),
+                            status_body(&format!("{id}_again"), &message, "delivered"),
+                        ]
+                    }
+                };
+                (id, chain)
+            })
+            .collect();
+        let (ok, other) = send_all(&gw, &client, bodies).await;
+        assert!(other.is_empty(), "answers besides 200: {other:?}");
+        accepted.extend(ok);
+    }
+    assert_eq!(accepted.len(), ROUNDS * CONCURRENCY, "each event once");
+
+    // A queue for every key: the held entries can go now.
+    broker.bind("#").await;
+    let lost = never_arrived(&broker, &accepted, ARRIVAL_DEADLINE).await;
+    assert!(
+        lost.is_empty(),
+        "{} of {} events answered 200 never arrived: {lost:?}",
+        lost.len(),
+        accepted.len()
+    );
+    // Every return was paired with a publish in flight.
+    let unpaired = scrape(&client, &gw)
+        .await
+        .find("hookgate_publish_unpaired_returns_total", &[]);
+    assert_eq!(unpaired, Some(0.0), "returns that matched no publish");
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn no_event_the_broker_nacks_is_answered_as_published() {
+    require_broker!();
+    // The queue takes 20 messages and has the broker nack every publish beyond that; a
+    // reader takes messages all along, so acks and nacks alternate while publishes are in
+    // flight.
+    let broker = Arc::new(Broker::rejecting_beyond(20).await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    let reading = tokio_util::sync::CancellationToken::new();
+    let reader = {
+        let (broker, reading) = (broker.clone(), reading.clone());
+        tokio::spawn(async move {
+            let mut got = BTreeSet::new();
+            while !reading.is_cancelled() {
+                if let Some(id) = broker
+                    .next(Duration::from_millis(200))
+                    .await
+                    .and_then(|m| m.message_id)
+                {
+                    got.insert(id);
+                }
+            }
+            got
+        })
+    };
+    let run = unique("n");
+    let mut accepted = BTreeSet::new();
+    for round in 0..5 {
+        // While the spool holds events in order, new ones go behind them without a publish:
+        // each round starts once the drainer has emptied it.
+        let (_, spool) = gw
+            .admin_until(&client, "/spool", ARRIVAL_DEADLINE, |_, b| {
+                b.contains("\"depth\":0")
+            })
+            .await;
+        assert!(
+            spool.contains("\"depth\":0"),
+            "the spool never drained: {spool}"
+        );
+        let bodies = (0..CONCURRENCY)
+            .map(|i| {
+                let id = format!("{run}_{round}_{i:03}");
+                let body = typed_event(&id, "contact.created");
+                (id, vec![body])
+            })
+            .collect();
+        let (ok, other) = send_all(&gw, &client, bodies).await;
+        assert!(other.is_empty(), "answers besides 200: {other:?}");
+        accepted.extend(ok);
+    }
+    reading.cancel();
+    let got = reader.await.expect("reader");
+    let waiting: BTreeSet<String> = accepted.difference(&got).cloned().collect();
+    // A nacked event was spooled and comes later; one taken for published never comes.
+    let lost = never_arrived(&broker, &waiting, ARRIVAL_DEADLINE).await;
+    assert!(
+        lost.is_empty(),
+        "{} of {} events answered 200 never arrived: {lost:?}",
+        lost.len(),
+        accepted.len()
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn publishes_in_flight_when_a_confirm_times_out_are_spooled_not_lost() {
+    require_broker!();
+    let broker = Broker::unbound().await;
+    broker.bind("contact.#").await;
+    let proxy = Proxy::to_rabbitmq().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = proxy.amqp_url("heartbeat=30");
+    cfg.confirm_timeout = "1s".into();
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    let run = unique("t");
+    let mut accepted = BTreeSet::new();
+    for round in 0..3 {
+        // The broker's answers are held back while a round is in flight, and let through
+        // once the first confirms have timed out: the acks and returns of the publishes
+        // still waiting, and of those that timed out, arrive together.
+        let timeouts = |gw: &Gateway| {
+            gw.logs()
+                .iter()
+                .filter(|l| l.contains("publish failed; spooling"))
+                .count()
+        };
+        // While the spool holds events in order, new ones go behind them without a publish:
+        // wait until the drainer has emptied it.
+        let (_, spool) = gw
+            .admin_until(&client, "/spool", ARRIVAL_DEADLINE, |_, b| {
+                b.contains("\"depth\":0")
+            })
+            .await;
+        assert!(
+            spool.contains("\"depth\":0"),
+            "the spool never drained: {spool}"
+        );
+        let before = timeouts(&gw);
+        proxy.stall();
+        let bodies: Vec<(String, Vec<String>)> = (0..CONCURRENCY)
+            .map(|i| {
+                let id = format!("{run}_{round}_{i:03}");
+                let kind = if i % 2 == 0 {
+                    "orphan.updated"
+                } else {
+                    "contact.created"
+                };
+                let body = typed_event(&id, kind);
+                (id, vec![body])
+            })
+            .collect();
+        let (gw2, client2) = (gw.clone(), client.clone());
+        let sending = tokio::spawn(async move { send_all(&gw2, &client2, bodies).await });
+        // The first timeouts are logged; then the link recovers.
+        assert!(
+            wait_until(POLL_DEADLINE, || timeouts(&gw) > before).await,
+            "no confirm timed out"
+        );
+        proxy.restore();
+        let (ok, other) = sending.await.expect("senders");
+        assert!(other.is_empty(), "answers besides 200: {other:?}");
+        accepted.extend(ok);
+    }
+
+    broker.bind("#").await;
+    let lost = never_arrived(&broker, &accepted, ARRIVAL_DEADLINE).await;
+    assert!(
+        lost.is_empty(),
+        "{} of {} events answered 200 never arrived: {lost:?}",
+        lost.len(),
+        accepted.len()
+    );
+    broker.delete().await;
+}
