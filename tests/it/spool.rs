@@ -323,6 +323,40 @@ async fn kill_9_while_the_spool_drains_loses_nothing() {
     broker.delete().await;
 }
 
+#[tokio::test]
+async fn events_drained_before_a_kill_9_are_not_published_again() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    cfg.amqp_url = unreachable_amqp_url();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    let spooled: Vec<String> = (0..300).map(|i| format!("evt_{i:03}")).collect();
+    for id in &spooled {
+        gw.accept(&client, id).await;
+    }
+    gw.stop().await;
+
+    // The drainer counts an entry as done (the depth /spool reports) only once its delete
+    // is on disk: a kill -9 right after the spool reads empty republishes nothing.
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let mut gw = Gateway::start(&cfg).await;
+    wait_drained(&gw, &client, DRAIN_DEADLINE).await;
+    gw.kill9();
+
+    let gw = Gateway::start(&cfg).await;
+    gw.accept(&client, "sentinel").await;
+    let received = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
+    let dups = duplicates(&received);
+    assert!(
+        dups.is_empty(),
+        "{} drained events were published again after the kill -9: {dups:?}",
+        dups.len()
+    );
+    assert_eq!(received, spooled, "each once, in order");
+    wait_drained(&gw, &client, BROKER_TIMEOUT).await;
+    broker.delete().await;
+}
+
 /// Fills the spool until an event is refused; returns the accepted ids and the refused
 /// event (id, body, request id) with its answer.
 async fn fill_until_refused(
@@ -495,7 +529,7 @@ async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_roo
 }
 
 #[tokio::test]
-async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_published_again() {
+async fn on_a_full_disk_spooling_answers_503_and_nothing_is_published_until_the_restart() {
     require_broker!();
     let Some((disk, _dir, broker, mut cfg)) = fixture_on_small_disk().await else {
         return;
@@ -538,42 +572,43 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 503, "a spool that cannot write is not ready: {why}");
 
-    // The broker is back: the head is published, but the store cannot delete it. The
-    // drainer must wait rather than publish the head again and again.
+    // The broker is back, but the spool's database refuses writes since the failed commit
+    // until it is opened again: the drainer publishes nothing it could not delete (each
+    // would go out again after the restart), says so, and readiness stays 503.
     proxy.restore();
     assert!(
-        gw.logged("cannot delete a published spool entry", DRAIN_DEADLINE)
-            .await,
-        "the drainer never reported the failed delete"
+        gw.logged(
+            "the spool cannot write until hookgate restarts",
+            DRAIN_DEADLINE
+        )
+        .await,
+        "the drainer never reported that the spool needs a restart"
     );
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(
         status, 503,
-        "broker connected, but new events would queue behind the head: {why}"
+        "broker connected, but new events would queue behind entries it cannot delete: {why}"
     );
     gw.signal("TERM");
     gw.wait_exit(Duration::from_secs(40))
         .await
         .expect("gateway did not exit after SIGTERM");
-    let first = broker.next(BROKER_TIMEOUT).await.and_then(|m| m.message_id);
-    assert_eq!(first.as_ref(), Some(&accepted[0]), "the head was published");
-    assert_eq!(broker.message_count().await, 0, "no copies of the head");
+    assert_eq!(broker.message_count().await, 0, "nothing was published");
 
-    // Room again and a restart: every accepted event arrives, in order; only the head, whose
-    // delete never reached the disk, a second time.
+    // Room again and a restart: every accepted event arrives once, in order.
     disk.free();
     let gw = Gateway::start(&cfg).await;
     wait_drained(&gw, &client, DRAIN_DEADLINE).await;
     gw.accept(&client, "sentinel").await;
     let mut got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
-    // The refused event's entry may have reached the disk before its flush failed: then it
-    // is published too (its sender, told 503, retries; consumers dedup on message_id).
+    // The refused event's entry may have reached the disk before its commit failed: then
+    // it is published too (its sender, told 503, retries; consumers dedup on message_id).
     if got.last() == Some(&refused) {
         got.pop();
     }
     assert_eq!(
         got, accepted,
-        "every accepted event once more after the restart, in order"
+        "every accepted event once after the restart, in order"
     );
     broker.delete().await;
 }
