@@ -1,0 +1,876 @@
+//! A simulated disk for tests: files and directories in memory, a power cut that keeps only
+//! what was synced, and injected faults (ENOSPC, EIO) on writes, syncs, renames and
+//! removals, all driven by a seed so that a failing run replays.
+//!
+//! What a power cut ([`SimDisk::crash`]) keeps, the way LevelDB's and RocksDB's
+//! fault-injection environments model it:
+//! - of a file's data, what its last successful sync covered, then any prefix of the writes
+//!   made since (the last of them possibly cut short): a torn, unsynced tail;
+//! - of a directory, the entries its last successful sync saw: a file created, renamed or
+//!   removed, or a directory made, since then is undone (a renamed file is back under its
+//!   old name, a removed one is back, a created one is gone with its data).
+//!
+//! A failed sync of a file keeps the data readable but drops it from what a power cut
+//! keeps, as Linux does after a failed writeback. A failed write, rename or removal
+//! changes nothing.
+//!
+//! The simulated disk is public, not behind a feature, so that unit tests and the
+//! integration tests (another crate, which sees no `cfg(test)` item) use the same one: it
+//! is plain `std`, and the binary, which never names it, does not carry it.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use super::{Disk, DiskFile};
+
+/// Linux's number for "no space left on device".
+pub const ENOSPC: i32 = 28;
+/// Linux's number for "input/output error".
+pub const EIO: i32 = 5;
+/// Linux's number for "bad file descriptor" (a write to a file opened for reading).
+const EBADF: i32 = 9;
+/// Operations kept for [`SimDisk::recent`].
+const TRACE: usize = 48;
+
+/// The kinds of operation a fault can be injected into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpKind {
+    /// A write, a length change, or the creation of a file or directory.
+    Write,
+    /// A sync of a file's data or of a directory.
+    Sync,
+    /// A rename.
+    Rename,
+    /// A removal.
+    Remove,
+}
+
+/// An injected error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// ENOSPC: the disk is full.
+    NoSpace,
+    /// EIO: the device failed.
+    Io,
+}
+
+impl Fault {
+    fn error(self) -> io::Error {
+        io::Error::from_raw_os_error(match self {
+            Fault::NoSpace => ENOSPC,
+            Fault::Io => EIO,
+        })
+    }
+}
+
+/// A small, fixed pseudo-random generator (SplitMix64): a seed gives the same sequence on
+/// every platform and with every version of every crate, so a failing seed replays.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator started at `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+
+    /// True with probability `per_million` / 1,000,000.
+    pub fn chance(&mut self, per_million: u32) -> bool {
+        self.below(1_000_000) < u64::from(per_million)
+    }
+}
+
+/// A simulated disk; clones are handles to the same disk. A handle belongs to one
+/// "process": after [`SimDisk::crash`], the handles and open files from before it fail
+/// every call with EIO, and the returned handle sees what the power cut kept.
+#[derive(Clone)]
+pub struct SimDisk {
+    state: Arc<Mutex<State>>,
+    generation: u64,
+}
+
+enum Node {
+    Dir,
+    File(u64),
+}
+
+enum Pending {
+    Write { offset: u64, bytes: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Default)]
+struct Inode {
+    /// What reads see.
+    data: Vec<u8>,
+    /// What a power cut keeps for certain.
+    durable: Vec<u8>,
+    /// Changes since the last sync, oldest first: a power cut keeps a prefix of them.
+    pending: Vec<Pending>,
+}
+
+struct State {
+    generation: u64,
+    rng: Rng,
+    /// Operations that change the disk (reads excluded), since the disk was made.
+    ops: u64,
+    /// The operation at which the power goes: it and every later call fail.
+    cut_at: Option<u64>,
+    cut: bool,
+    /// Each of the next operations of a kind fails with its fault, in order.
+    scheduled: VecDeque<(OpKind, Fault)>,
+    /// Every faultable operation fails with this chance in a million.
+    random_faults: u32,
+    faults_injected: u64,
+    live: BTreeMap<PathBuf, Node>,
+    durable: BTreeMap<PathBuf, Node>,
+    inodes: HashMap<u64, Inode>,
+    next_inode: u64,
+    trace: VecDeque<String>,
+}
+
+struct SimFile {
+    state: Arc<Mutex<State>>,
+    generation: u64,
+    inode: u64,
+    writable: bool,
+}
+
+fn root() -> PathBuf {
+    PathBuf::from("/")
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("{}: not found", path.display()),
+    )
+}
+
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => root(),
+    }
+}
+
+impl SimDisk {
+    /// An empty disk (only `/`) whose torn tails and random faults follow `seed`. Relative
+    /// paths are read as under `/`.
+    pub fn new(seed: u64) -> Self {
+        let mut live = BTreeMap::new();
+        live.insert(root(), Node::Dir);
+        let mut durable = BTreeMap::new();
+        durable.insert(root(), Node::Dir);
+        let state = State {
+            generation: 0,
+            rng: Rng::new(seed),
+            ops: 0,
+            cut_at: None,
+            cut: false,
+            scheduled: VecDeque::new(),
+            random_faults: 0,
+            faults_injected: 0,
+            live,
+            durable,
+            inodes: HashMap::new(),
+            next_inode: 0,
+            trace: VecDeque::new(),
+        };
+        Self {
+            state: Arc::new(Mutex::new(state)),
+            generation: 0,
+        }
+    }
+
+    /// This disk as the stores take it.
+    pub fn handle(&self) -> Arc<dyn Disk> {
+        Arc::new(self.clone())
+    }
+
+    /// The next operation of kind `kind` fails with `fault` (after those scheduled
+    /// before it).
+    pub fn fail_next(&self, kind: OpKind, fault: Fault) {
+        lock(&self.state).scheduled.push_back((kind, fault));
+    }
+
+    /// Every write, sync, rename and removal from now on fails with this chance in a
+    /// million, the fault (ENOSPC or EIO) picked at random; 0 stops it.
+    pub fn fail_randomly(&self, per_million: u32) {
+        lock(&self.state).random_faults = per_million;
+    }
+
+    /// Forgets faults scheduled with [`SimDisk::fail_next`] and not yet met.
+    pub fn clear_faults(&self) {
+        let mut state = lock(&self.state);
+        state.scheduled.clear();
+        state.random_faults = 0;
+    }
+
+    /// The power goes before the `n`th operation from now that changes the disk (1: the
+    /// next one): it and every call after it fail with EIO until [`SimDisk::crash`].
+    pub fn cut_power_after(&self, n: u64) {
+        let mut state = lock(&self.state);
+        state.cut_at = Some(state.ops + n.max(1));
+    }
+
+    /// Whether the power went (a point set by [`SimDisk::cut_power_after`] was reached).
+    pub fn power_is_cut(&self) -> bool {
+        lock(&self.state).cut
+    }
+
+    /// A power cut now, or the end of the one [`SimDisk::cut_power_after`] set: every file
+    /// keeps its synced data and a random prefix of its unsynced writes, every directory
+    /// its synced entries. Returns the handle of the next "process"; every earlier handle
+    /// and open file fails from now on.
+    pub fn crash(&self) -> SimDisk {
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        state.generation += 1;
+        state.cut = false;
+        state.cut_at = None;
+        state.scheduled.clear();
+        let mut ids: Vec<u64> = state.inodes.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(inode) = state.inodes.get_mut(&id) else {
+                continue;
+            };
+            let kept = state.rng.below(inode.pending.len() as u64 + 1) as usize;
+            let mut data = std::mem::take(&mut inode.durable);
+            for change in &inode.pending[..kept] {
+                apply(&mut data, change);
+            }
+            if let Some(Pending::Write { offset, bytes }) = inode.pending.get(kept) {
+                // The next write torn: some of its bytes reached the platter.
+                let torn = state.rng.below(bytes.len() as u64) as usize;
+                apply(
+                    &mut data,
+                    &Pending::Write {
+                        offset: *offset,
+                        bytes: bytes[..torn].to_vec(),
+                    },
+                );
+            }
+            inode.pending.clear();
+            inode.data = data.clone();
+            inode.durable = data;
+        }
+        // An entry whose directory did not survive is gone with it.
+        let durable = std::mem::take(&mut state.durable);
+        let mut kept: BTreeMap<PathBuf, Node> = BTreeMap::new();
+        // Parents sort before their children.
+        for (path, node) in durable {
+            if path == root() || matches!(kept.get(&parent(&path)), Some(Node::Dir)) {
+                kept.insert(path, node);
+            }
+        }
+        let copy = |node: &Node| match node {
+            Node::Dir => Node::Dir,
+            Node::File(i) => Node::File(*i),
+        };
+        state.live = kept.iter().map(|(p, n)| (p.clone(), copy(n))).collect();
+        state.durable = kept;
+        let used: std::collections::HashSet<u64> = state
+            .live
+            .values()
+            .filter_map(|n| match n {
+                Node::File(i) => Some(*i),
+                Node::Dir => None,
+            })
+            .collect();
+        state.inodes.retain(|id, _| used.contains(id));
+        let generation = state.generation;
+        state.note(format_args!("power cut; generation {generation} starts"));
+        Self {
+            state: self.state.clone(),
+            generation,
+        }
+    }
+
+    /// Operations that changed (or tried to change) the disk so far.
+    pub fn ops(&self) -> u64 {
+        lock(&self.state).ops
+    }
+
+    /// Faults injected so far.
+    pub fn faults_injected(&self) -> u64 {
+        lock(&self.state).faults_injected
+    }
+
+    /// The last operations, oldest first, for a failing test's message.
+    pub fn recent(&self) -> Vec<String> {
+        lock(&self.state).trace.iter().cloned().collect()
+    }
+
+    /// The names of files (not directories) under `dir`, at any depth, as a listing would
+    /// show them now.
+    pub fn files_under(&self, dir: &Path) -> Vec<PathBuf> {
+        let dir = absolute(dir);
+        lock(&self.state)
+            .live
+            .iter()
+            .filter(|(p, n)| matches!(n, Node::File(_)) && p.starts_with(&dir))
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+
+    fn begin(
+        &self,
+        kind: Option<OpKind>,
+        what: std::fmt::Arguments<'_>,
+    ) -> io::Result<MutexGuard<'_, State>> {
+        let mut state = lock(&self.state);
+        state.begin(self.generation, kind, what)?;
+        Ok(state)
+    }
+
+    /// A read-only call: fails once the power went or the handle is stale.
+    fn look(&self) -> io::Result<MutexGuard<'_, State>> {
+        let state = lock(&self.state);
+        state.alive(self.generation)?;
+        Ok(state)
+    }
+
+    fn open_file(
+        &self,
+        path: &Path,
+        create: bool,
+        truncate: bool,
+    ) -> io::Result<Arc<dyn DiskFile>> {
+        let path = absolute(path);
+        let writable = create || truncate;
+        let mut state = if writable {
+            self.begin(
+                Some(OpKind::Write),
+                format_args!(
+                    "open {} (create {create}, truncate {truncate})",
+                    path.display()
+                ),
+            )?
+        } else {
+            self.look()?
+        };
+        let inode = match state.live.get(&path) {
+            Some(Node::File(i)) => *i,
+            Some(Node::Dir) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::IsADirectory,
+                    format!("{}: a directory", path.display()),
+                ))
+            }
+            None if create => {
+                if !matches!(state.live.get(&parent(&path)), Some(Node::Dir)) {
+                    return Err(not_found(&parent(&path)));
+                }
+                let id = state.next_inode;
+                state.next_inode += 1;
+                state.inodes.insert(id, Inode::default());
+                state.live.insert(path.clone(), Node::File(id));
+                id
+            }
+            None => return Err(not_found(&path)),
+        };
+        if truncate {
+            let file = state.inode(inode)?;
+            file.data.clear();
+            file.pending.push(Pending::SetLen(0));
+        }
+        Ok(Arc::new(SimFile {
+            state: self.state.clone(),
+            generation: self.generation,
+            inode,
+            writable,
+        }))
+    }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_owned()
+    } else {
+        root().join(path)
+    }
+}
+
+fn apply(data: &mut Vec<u8>, change: &Pending) {
+    match change {
+        Pending::Write { offset, bytes } => {
+            let at = *offset as usize;
+            if data.len() < at + bytes.len() {
+                data.resize(at + bytes.len(), 0);
+            }
+            data[at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        Pending::SetLen(len) => data.resize(*len as usize, 0),
+    }
+}
+
+impl State {
+    fn alive(&self, generation: u64) -> io::Result<()> {
+        if self.cut || generation != self.generation {
+            return Err(Fault::Io.error());
+        }
+        Ok(())
+    }
+
+    fn note(&mut self, what: std::fmt::Arguments<'_>) {
+        if self.trace.len() == TRACE {
+            self.trace.pop_front();
+        }
+        let line = format!("#{} {what}", self.ops);
+        self.trace.push_back(line);
+    }
+
+    /// Counts an operation that changes the disk and decides whether it fails.
+    fn begin(
+        &mut self,
+        generation: u64,
+        kind: Option<OpKind>,
+        what: std::fmt::Arguments<'_>,
+    ) -> io::Result<()> {
+        self.alive(generation)?;
+        self.ops += 1;
+        if self.cut_at.is_some_and(|at| self.ops >= at) {
+            self.cut = true;
+            self.note(format_args!("power cut before: {what}"));
+            return Err(Fault::Io.error());
+        }
+        let Some(kind) = kind else {
+            self.note(what);
+            return Ok(());
+        };
+        let fault = match self.scheduled.iter().position(|(k, _)| *k == kind) {
+            Some(at) => self.scheduled.remove(at).map(|(_, f)| f),
+            None if self.random_faults > 0 && self.rng.chance(self.random_faults) => {
+                Some(if self.rng.below(2) == 0 {
+                    Fault::NoSpace
+                } else {
+                    Fault::Io
+                })
+            }
+            None => None,
+        };
+        match fault {
+            Some(fault) => {
+                self.faults_injected += 1;
+                self.note(format_args!("{fault:?} injected: {what}"));
+                Err(fault.error())
+            }
+            None => {
+                self.note(what);
+                Ok(())
+            }
+        }
+    }
+
+    fn inode(&mut self, id: u64) -> io::Result<&mut Inode> {
+        self.inodes.get_mut(&id).ok_or_else(|| Fault::Io.error())
+    }
+}
+
+impl Disk for SimDisk {
+    fn open(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>> {
+        self.open_file(path, false, false)
+    }
+
+    fn open_rw(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>> {
+        self.open_file(path, true, false)
+    }
+
+    fn create(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>> {
+        self.open_file(path, true, true)
+    }
+
+    fn create_dir(&self, path: &Path) -> io::Result<()> {
+        let path = absolute(path);
+        let mut state = self.begin(
+            Some(OpKind::Write),
+            format_args!("mkdir {}", path.display()),
+        )?;
+        if state.live.contains_key(&path) {
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+        if !matches!(state.live.get(&parent(&path)), Some(Node::Dir)) {
+            return Err(not_found(&parent(&path)));
+        }
+        state.live.insert(path, Node::Dir);
+        Ok(())
+    }
+
+    fn is_dir(&self, path: &Path) -> bool {
+        let path = absolute(path);
+        self.look()
+            .is_ok_and(|state| matches!(state.live.get(&path), Some(Node::Dir)))
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let dir = absolute(dir);
+        let state = self.look()?;
+        if !matches!(state.live.get(&dir), Some(Node::Dir)) {
+            return Err(not_found(&dir));
+        }
+        Ok(state
+            .live
+            .keys()
+            .filter(|p| **p != dir && parent(p) == dir)
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_owned))
+            .collect())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let dir = absolute(dir);
+        let mut guard = self.begin(
+            Some(OpKind::Sync),
+            format_args!("sync dir {}", dir.display()),
+        )?;
+        let state = &mut *guard;
+        if !matches!(state.live.get(&dir), Some(Node::Dir)) {
+            return Err(not_found(&dir));
+        }
+        let child = |p: &PathBuf| *p != dir && parent(p) == dir;
+        state.durable.retain(|p, _| !child(p));
+        for (path, node) in state.live.iter().filter(|(p, _)| child(p)) {
+            let node = match node {
+                Node::Dir => Node::Dir,
+                Node::File(i) => Node::File(*i),
+            };
+            state.durable.insert(path.clone(), node);
+        }
+        Ok(())
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let (from, to) = (absolute(from), absolute(to));
+        let mut state = self.begin(
+            Some(OpKind::Rename),
+            format_args!("rename {} -> {}", from.display(), to.display()),
+        )?;
+        match state.live.get(&from) {
+            Some(Node::File(_)) => {}
+            Some(Node::Dir) => return Err(io::ErrorKind::Unsupported.into()),
+            None => return Err(not_found(&from)),
+        }
+        if !matches!(state.live.get(&parent(&to)), Some(Node::Dir)) {
+            return Err(not_found(&parent(&to)));
+        }
+        if let Some(node) = state.live.remove(&from) {
+            state.live.insert(to, node);
+        }
+        Ok(())
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let path = absolute(path);
+        let mut state = self.begin(
+            Some(OpKind::Remove),
+            format_args!("remove {}", path.display()),
+        )?;
+        match state.live.get(&path) {
+            Some(Node::File(_)) => {
+                state.live.remove(&path);
+                Ok(())
+            }
+            Some(Node::Dir) => Err(io::ErrorKind::IsADirectory.into()),
+            None => Err(not_found(&path)),
+        }
+    }
+}
+
+impl SimFile {
+    fn look(&self) -> io::Result<MutexGuard<'_, State>> {
+        let state = lock(&self.state);
+        state.alive(self.generation)?;
+        Ok(state)
+    }
+
+    fn change(
+        &self,
+        kind: OpKind,
+        what: std::fmt::Arguments<'_>,
+    ) -> io::Result<MutexGuard<'_, State>> {
+        let mut state = lock(&self.state);
+        state.begin(self.generation, Some(kind), what)?;
+        if kind == OpKind::Write && !self.writable {
+            return Err(io::Error::from_raw_os_error(EBADF));
+        }
+        Ok(state)
+    }
+
+    fn sync(&self, what: &str) -> io::Result<()> {
+        let inode = self.inode;
+        let mut state = lock(&self.state);
+        // A dead handle changes nothing, not even what a failed sync would drop.
+        state.alive(self.generation)?;
+        let synced = state.begin(
+            self.generation,
+            Some(OpKind::Sync),
+            format_args!("{what} inode {inode}"),
+        );
+        let cut = state.cut;
+        let file = state.inode(inode)?;
+        match synced {
+            Ok(()) => {
+                // What the cache holds from writes since the last sync; pages a failed sync
+                // dropped are not written again.
+                for change in std::mem::take(&mut file.pending) {
+                    apply(&mut file.durable, &change);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                // An injected fault: the pages stay readable, but a power cut loses them,
+                // as Linux marks them clean after a failed writeback. (At the power cut
+                // itself the crash decides what stays.)
+                if !cut {
+                    file.pending.clear();
+                }
+                Err(error)
+            }
+        }
+    }
+}
+
+impl DiskFile for SimFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut state = self.look()?;
+        let data = &state.inode(self.inode)?.data;
+        let at = (offset as usize).min(data.len());
+        let n = buf.len().min(data.len() - at);
+        buf[..n].copy_from_slice(&data[at..at + n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        let inode = self.inode;
+        let mut state = self.change(
+            OpKind::Write,
+            format_args!("write inode {inode} at {offset}, {} bytes", buf.len()),
+        )?;
+        let file = state.inode(inode)?;
+        let change = Pending::Write {
+            offset,
+            bytes: buf.to_vec(),
+        };
+        apply(&mut file.data, &change);
+        file.pending.push(change);
+        Ok(buf.len())
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        let mut state = self.look()?;
+        Ok(state.inode(self.inode)?.data.len() as u64)
+    }
+
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        let inode = self.inode;
+        let mut state = self.change(
+            OpKind::Write,
+            format_args!("set_len inode {inode} to {len}"),
+        )?;
+        let file = state.inode(inode)?;
+        let change = Pending::SetLen(len);
+        apply(&mut file.data, &change);
+        file.pending.push(change);
+        Ok(())
+    }
+
+    fn sync_data(&self) -> io::Result<()> {
+        self.sync("sync_data")
+    }
+
+    fn sync_all(&self) -> io::Result<()> {
+        self.sync("sync_all")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::disk::{create_dir_all, read};
+
+    fn write_file(disk: &SimDisk, path: &str, bytes: &[u8]) -> Arc<dyn DiskFile> {
+        let file = disk.create(Path::new(path)).expect("create");
+        file.write_all_at(bytes, 0).expect("write");
+        file
+    }
+
+    #[test]
+    fn synced_data_and_synced_entries_survive_a_crash() {
+        let disk = SimDisk::new(1);
+        create_dir_all(&disk, Path::new("/d")).expect("mkdir");
+        let file = write_file(&disk, "/d/f", b"durable");
+        file.sync_data().expect("sync");
+        disk.sync_dir(Path::new("/d")).expect("sync dir");
+        let disk = disk.crash();
+        assert_eq!(read(&disk, Path::new("/d/f")).expect("read"), b"durable");
+        assert!(
+            file.len().is_err(),
+            "a handle from before the crash is dead"
+        );
+    }
+
+    #[test]
+    fn an_entry_not_followed_by_a_sync_of_its_directory_is_undone() {
+        let disk = SimDisk::new(2);
+        create_dir_all(&disk, Path::new("/d")).expect("mkdir");
+        write_file(&disk, "/d/old", b"x").sync_all().expect("sync");
+        disk.sync_dir(Path::new("/d")).expect("sync dir");
+        disk.rename(Path::new("/d/old"), Path::new("/d/new"))
+            .expect("rename");
+        write_file(&disk, "/d/created", b"y")
+            .sync_all()
+            .expect("sync");
+        disk.create_dir(Path::new("/d/sub")).expect("mkdir");
+        assert_eq!(
+            disk.list(Path::new("/d")).expect("list"),
+            ["created", "new", "sub"]
+        );
+        let disk = disk.crash();
+        assert_eq!(disk.list(Path::new("/d")).expect("list"), ["old"]);
+        assert_eq!(read(&disk, Path::new("/d/old")).expect("read"), b"x");
+        // A removal is undone the same way.
+        disk.remove(Path::new("/d/old")).expect("remove");
+        let disk = disk.crash();
+        assert_eq!(disk.list(Path::new("/d")).expect("list"), ["old"]);
+        disk.remove(Path::new("/d/old")).expect("remove");
+        disk.sync_dir(Path::new("/d")).expect("sync dir");
+        let disk = disk.crash();
+        assert!(disk.list(Path::new("/d")).expect("list").is_empty());
+    }
+
+    #[test]
+    fn a_directory_whose_parent_was_not_synced_is_lost_with_its_files() {
+        let disk = SimDisk::new(3);
+        disk.create_dir(Path::new("/a")).expect("mkdir");
+        disk.create_dir(Path::new("/a/b")).expect("mkdir");
+        write_file(&disk, "/a/b/f", b"z").sync_all().expect("sync");
+        disk.sync_dir(Path::new("/a/b")).expect("sync b");
+        disk.sync_dir(Path::new("/a")).expect("sync a");
+        // `/a` itself is not durable in `/`.
+        let disk = disk.crash();
+        assert!(!disk.is_dir(Path::new("/a")));
+        create_dir_all(&disk, Path::new("/a/b")).expect("mkdir -p syncs each parent");
+        let disk = disk.crash();
+        assert!(disk.is_dir(Path::new("/a/b")));
+    }
+
+    #[test]
+    fn unsynced_writes_survive_only_as_a_prefix() {
+        // Over many seeds, every outcome is a prefix of the write sequence, and both the
+        // whole and nothing occur.
+        let (mut whole, mut none) = (false, false);
+        for seed in 0..200 {
+            let disk = SimDisk::new(seed);
+            let file = disk.create(Path::new("/f")).expect("create");
+            file.write_all_at(b"aaaa", 0).expect("write");
+            file.sync_data().expect("sync");
+            disk.sync_dir(Path::new("/")).expect("sync dir");
+            file.write_all_at(b"bbbb", 4).expect("write");
+            file.write_all_at(b"cccc", 8).expect("write");
+            let disk = disk.crash();
+            let bytes = read(&disk, Path::new("/f")).expect("read");
+            let full = b"aaaabbbbcccc";
+            assert!(
+                bytes.len() >= 4 && full.starts_with(&bytes),
+                "seed {seed}: {bytes:?}"
+            );
+            whole |= bytes.len() == 12;
+            none |= bytes.len() == 4;
+        }
+        assert!(whole && none);
+    }
+
+    #[test]
+    fn a_failed_sync_loses_the_data_at_a_crash_though_it_reads_back() {
+        let disk = SimDisk::new(4);
+        let file = write_file(&disk, "/f", b"first");
+        file.sync_data().expect("sync");
+        disk.sync_dir(Path::new("/")).expect("sync dir");
+        file.write_all_at(b"SECOND", 0).expect("write");
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        let error = file.sync_data().expect_err("injected");
+        assert_eq!(error.raw_os_error(), Some(EIO));
+        assert_eq!(read(&disk, Path::new("/f")).expect("read"), b"SECOND");
+        file.sync_data()
+            .expect("a later sync succeeds, but has nothing left to write");
+        let disk = disk.crash();
+        assert_eq!(read(&disk, Path::new("/f")).expect("read"), b"first");
+    }
+
+    #[test]
+    fn scheduled_faults_hit_their_kind_and_change_nothing() {
+        let disk = SimDisk::new(5);
+        disk.fail_next(OpKind::Write, Fault::NoSpace);
+        disk.fail_next(OpKind::Rename, Fault::Io);
+        disk.fail_next(OpKind::Remove, Fault::Io);
+        let error = disk.create(Path::new("/f")).err().expect("ENOSPC");
+        assert_eq!(error.raw_os_error(), Some(ENOSPC));
+        assert!(disk.list(Path::new("/")).expect("list").is_empty());
+        write_file(&disk, "/f", b"v");
+        assert!(disk.rename(Path::new("/f"), Path::new("/g")).is_err());
+        assert!(disk.remove(Path::new("/f")).is_err());
+        assert_eq!(disk.list(Path::new("/")).expect("list"), ["f"]);
+        assert_eq!(disk.faults_injected(), 3);
+    }
+
+    #[test]
+    fn after_the_power_cut_point_every_call_fails_until_the_crash() {
+        let disk = SimDisk::new(6);
+        let file = write_file(&disk, "/f", b"v");
+        file.sync_data().expect("sync");
+        disk.sync_dir(Path::new("/")).expect("sync dir");
+        disk.cut_power_after(2);
+        disk.rename(Path::new("/f"), Path::new("/g"))
+            .expect("the first still runs");
+        assert!(disk.remove(Path::new("/g")).is_err(), "the second does not");
+        assert!(disk.power_is_cut());
+        assert!(
+            disk.list(Path::new("/")).is_err(),
+            "nor does anything after it"
+        );
+        let disk = disk.crash();
+        assert_eq!(disk.list(Path::new("/")).expect("list"), ["f"]);
+        assert!(disk
+            .recent()
+            .iter()
+            .any(|l| l.contains("power cut before: remove /g")));
+    }
+
+    #[test]
+    fn random_faults_follow_the_seed() {
+        let run = |seed| {
+            let disk = SimDisk::new(seed);
+            disk.fail_randomly(300_000);
+            (0..50)
+                .map(|i| disk.create(Path::new(&format!("/f{i}"))).is_ok())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(run(7), run(7));
+        assert!(run(7).contains(&false) && run(7).contains(&true));
+    }
+}
