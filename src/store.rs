@@ -17,6 +17,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use crate::disk::{Disk, DiskFile};
+
 /// The page cache of the spool's database when the config does not say (`store.cache`).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
 /// The spool's database file, inside the store folder.
@@ -225,6 +227,42 @@ impl Store {
         Ok(store)
     }
 
+    /// Opens (or creates) the store folder `path` on `disk`, the spool's database in a file
+    /// of that seam ([`SeamFile`]): how tests run the spool on a simulated disk that a power
+    /// cut takes unsynced writes from. No legacy sled store is opened: sled reads the real
+    /// file system only.
+    pub fn open_on(disk: Arc<dyn Disk>, path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let open_err = |reason: String| StoreError::Open {
+            path: path.to_owned(),
+            reason,
+        };
+        crate::disk::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
+        let fresh = !disk
+            .list(path)
+            .map_err(|e| open_err(e.to_string()))?
+            .iter()
+            .any(|name| name == SPOOL_FILE);
+        let file = disk
+            .open_rw(&path.join(SPOOL_FILE))
+            .map_err(|e| open_err(e.to_string()))?;
+        if fresh {
+            disk.sync_dir(path).map_err(|e| open_err(e.to_string()))?;
+        }
+        let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+        let spool = redb::Database::builder()
+            .set_cache_size(cache)
+            .create_with_backend(SeamFile(file))
+            .map_err(|e| open_err(e.to_string()))?;
+        Ok(Self {
+            dir: path.to_owned(),
+            spool: Arc::new(spool),
+            legacy: Arc::new(Legacy {
+                dir: path.to_owned(),
+                db: Mutex::new(None),
+            }),
+        })
+    }
+
     /// The store folder (the state's runs and journal live in folders inside it).
     pub fn dir(&self) -> &Path {
         &self.dir
@@ -394,6 +432,39 @@ fn create_dir_synced(dir: &Path) -> std::io::Result<()> {
 /// fsyncs a directory: the names created or removed in it survive a power cut.
 fn sync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
+}
+
+/// redb's storage in a file of the disk seam: every read, write, resize and sync of the
+/// spool's database goes through [`DiskFile`]. Production opens the file with redb's own
+/// backend, which also locks it against a second process.
+pub struct SeamFile(pub Arc<dyn DiskFile>);
+
+impl std::fmt::Debug for SeamFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SeamFile")
+    }
+}
+
+impl redb::StorageBackend for SeamFile {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.0.len()
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.0.read_exact_at(out, offset)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.0.write_all_at(data, offset)
+    }
 }
 
 /// A key and its value.

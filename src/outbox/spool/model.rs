@@ -24,13 +24,13 @@ use crate::outbox::record;
 
 use super::drain::{Every, Sink};
 use super::parked::decode_parked;
-use super::power_cut::{Fault, PowerCutDisk};
 use super::tables::Area;
 use super::testkit::{self, TestSink};
 use super::Spool;
+use crate::disk::sim::{Fault, OpKind, SimDisk};
 
 /// Seeds a plain `cargo test` runs.
-const SEEDS: u64 = 48;
+const SEEDS: u64 = 64;
 /// Steps per seed.
 const STEPS: usize = 120;
 const KEYS: [Option<&str>; 4] = [None, Some("a"), Some("b"), Some("c")];
@@ -69,7 +69,7 @@ impl Drop for SeedReport {
 /// The model: what was promised, and what the broker saw (in the sink).
 struct Run {
     rng: Rng,
-    disk: PowerCutDisk,
+    disk: SimDisk,
     spool: Option<Spool>,
     sink: TestSink,
     /// How the broker answers the next publishes, changed by the run.
@@ -110,7 +110,7 @@ impl Run {
                 .push(format!("{}: {answer:?}", msg.message_id));
             answer
         });
-        let disk = PowerCutDisk::default();
+        let disk = SimDisk::new(seed);
         let spool = testkit::open_on(&disk).expect("open");
         Self {
             rng: Rng(seed),
@@ -157,19 +157,10 @@ impl Run {
     /// A power cut (or, with everything kept, a process restart): the spool's process is
     /// gone, the disk keeps what was synced and some of the rest.
     fn crash(&mut self) {
-        self.disk.cut();
+        let next = self.disk.crash();
         drop(self.spool.take());
-        let unsynced = self.disk.unsynced_len() as u64;
-        let keep = match self.rng.below(3) {
-            0 => 0,
-            1 => unsynced,
-            _ => self.rng.below(unsynced + 1),
-        };
-        let torn = self.rng.below(2) == 0;
-        self.log.push(format!(
-            "crash keeping {keep} of {unsynced} unsynced (torn: {torn})"
-        ));
-        self.disk.restart(keep as usize, torn);
+        self.log.push("crash".into());
+        self.disk = next;
         self.spool = Some(testkit::open_on(&self.disk).expect("reopen after a crash"));
     }
 
@@ -281,9 +272,10 @@ impl Run {
             75..83 => self.crash(),
             83..90 => {
                 // The power goes mid-operation, after some writes of its commit.
-                let writes = self.rng.below(24);
-                self.log.push(format!("power off after {writes} writes"));
-                self.disk.cut_after_writes(writes);
+                let ops = 1 + self.rng.below(24);
+                self.log
+                    .push(format!("power off at operation {ops} from now"));
+                self.disk.cut_power_after(ops);
                 if self.rng.below(2) == 0 {
                     self.push().await;
                 } else {
@@ -292,10 +284,10 @@ impl Run {
                 self.crash();
             }
             90..95 => {
-                let fault =
-                    [Fault::WriteEio, Fault::WriteFull, Fault::SyncEio][self.rng.below(3) as usize];
-                self.log.push(format!("inject {fault:?}"));
-                self.disk.inject(fault);
+                let kind = [OpKind::Write, OpKind::Sync][self.rng.below(2) as usize];
+                let fault = [Fault::Io, Fault::NoSpace][self.rng.below(2) as usize];
+                self.log.push(format!("inject {fault:?} on {kind:?}"));
+                self.disk.fail_next(kind, fault);
             }
             _ => {
                 // The broker changes its mind about what it takes.

@@ -1,4 +1,4 @@
-//! Test parts for the spool's unit and model tests: a spool over the power-cut disk, and a
+//! Test parts for the spool's unit and model tests: a spool on the simulated disk, and a
 //! broker stand-in that acknowledges or refuses each publish as the test says.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -8,8 +8,10 @@ use crate::metrics::Metrics;
 use crate::outbox::message::Message;
 use crate::outbox::publish::PublishError;
 
+use crate::disk::sim::SimDisk;
+use crate::store::Store;
+
 use super::drain::Sink;
-use super::power_cut::PowerCutDisk;
 use super::Spool;
 
 /// How the stand-in answers a publish.
@@ -79,11 +81,18 @@ pub(super) fn cfg() -> config::SpoolConfig {
 }
 
 /// Opens a spool on `disk` as a process starting on it would.
-pub(super) fn open_on(disk: &PowerCutDisk) -> Result<Spool, crate::store::StoreError> {
-    let db = redb::Database::builder()
-        .create_with_backend(disk.handle())
-        .map_err(redb::Error::from)?;
-    Spool::open_db(Arc::new(db), &cfg(), Arc::new(Metrics::new()))
+pub(super) fn open_on(disk: &SimDisk) -> Result<Spool, crate::store::StoreError> {
+    let store = Store::open_on(disk.handle(), std::path::Path::new("/store"), 1 << 20)?;
+    Spool::open(&store, &cfg(), Arc::new(Metrics::new()))
+}
+
+/// A power cut: the spool's process is gone, and the disk keeps what was synced and, as
+/// its seed says, a torn prefix of the rest. Returns the disk and the spool reopened.
+pub(super) fn power_cut(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
+    let next = disk.crash();
+    drop(spool);
+    let spool = open_on(&next).expect("reopen after the power cut");
+    (next, spool)
 }
 
 /// A message with event id `id` and guard key `key`.
