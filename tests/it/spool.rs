@@ -1098,3 +1098,68 @@ async fn a_spool_left_in_the_legacy_format_drains_in_order_after_an_upgrade() {
     );
     broker.delete().await;
 }
+
+/// The store of `tests/data/spool/README.md` ("sled-v0"), written by the sled spool.
+fn sled_v0_store() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/spool/sled-v0/store")
+}
+
+#[tokio::test]
+async fn a_sled_spool_written_by_the_previous_version_is_migrated_drained_and_removed() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    // A copy: the migration changes the store it opens.
+    std::fs::create_dir_all(&cfg.store).expect("store folder");
+    for entry in std::fs::read_dir(sled_v0_store()).expect("fixture") {
+        let entry = entry.expect("fixture file");
+        std::fs::copy(entry.path(), cfg.store.join(entry.file_name())).expect("copy");
+    }
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    // Everything was moved at the start, and sled's files went with nothing left in them.
+    for name in ["conf", "db", "blobs"] {
+        assert!(
+            !cfg.store.join(name).exists(),
+            "sled's {name} is still in the store folder"
+        );
+    }
+    let (_, body) = gw
+        .admin_until(&client, "/spool", DRAIN_DEADLINE, |_, b| {
+            b.contains("\"depth\":0") && b.contains("\"held\":0")
+        })
+        .await;
+    let spool: serde_json::Value = serde_json::from_str(&body).expect("spool json");
+    assert_eq!(
+        (&spool["depth"], &spool["held"], &spool["parked"]),
+        (&0.into(), &0.into(), &1.into()),
+        "drained, the unreadable entry still parked: {spool}"
+    );
+    gw.accept(&client, "sentinel").await;
+    let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
+    let main: Vec<&String> = got
+        .iter()
+        .filter(|id| id.contains("_main_") && id.as_str() != "evt_sled_main_4")
+        .collect();
+    let held: Vec<&String> = got
+        .iter()
+        .filter(|id| id.contains("_held_") || id.as_str() == "evt_sled_main_4")
+        .collect();
+    assert_eq!(got.len(), 6, "each entry once: {got:?}");
+    assert_eq!(
+        main,
+        ["evt_sled_main_1", "evt_sled_main_2", "evt_sled_main_3"],
+        "the ordered entries in order: {got:?}"
+    );
+    assert_eq!(
+        held,
+        ["evt_sled_held_1", "evt_sled_held_2", "evt_sled_main_4"],
+        "held entries in order, the one left in two areas once, from held: {got:?}"
+    );
+    let (status, parked) = gw.admin_get(&client, "/spool/parked").await;
+    assert_eq!(status, 200, "{parked}");
+    assert!(
+        parked.contains("\"id\":6") && parked.contains("unreadable"),
+        "the parked entry keeps its number and reason: {parked}"
+    );
+    broker.delete().await;
+}
