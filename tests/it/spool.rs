@@ -613,6 +613,22 @@ async fn on_a_full_disk_spooling_answers_503_and_nothing_is_published_until_the_
     broker.delete().await;
 }
 
+/// The spool's status as JSON once `check` holds, or after [`BROKER_TIMEOUT`]: the drainer
+/// counts a batch's entries as drained (or moved, or parked) once its commit returned,
+/// which may be just after the broker took the batch's last message.
+async fn spool_json_once(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let (_, body) = gw
+        .admin_until(client, "/spool", BROKER_TIMEOUT, |_, b| {
+            serde_json::from_str(b).is_ok_and(|v| check(&v))
+        })
+        .await;
+    serde_json::from_str(&body).expect("spool json")
+}
+
 /// The spool's status as JSON.
 async fn spool_json(gw: &Gateway, client: &reqwest::Client) -> serde_json::Value {
     let (status, body) = gw.admin_get(client, "/spool").await;
@@ -752,7 +768,7 @@ async fn an_unroutable_event_waits_apart_while_other_keys_flow_and_its_guard_key
     let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     assert_eq!(got, flowing, "routable events of other keys flow, in order");
 
-    let spool = spool_json(&gw, &client).await;
+    let spool = spool_json_once(&gw, &client, |s| s["held"] == 2).await;
     assert_eq!(spool["held"], 2, "{spool}");
     let metrics = scrape(&client, &gw).await;
     assert_eq!(metrics.find("hookgate_spool_held", &[]), Some(2.0));
@@ -854,7 +870,7 @@ async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_d
         ["evt_ok"],
         "entries that cannot be published hold back nothing"
     );
-    let spool = spool_json(&gw, &client).await;
+    let spool = spool_json_once(&gw, &client, |s| s["depth"] == 0 && s["parked"] == 3).await;
     assert_eq!(
         (&spool["depth"], &spool["parked"]),
         (&0.into(), &3.into()),
@@ -1079,7 +1095,7 @@ async fn a_spool_left_in_the_legacy_format_drains_in_order_after_an_upgrade() {
     );
     assert_eq!(got[2].body, b"MessageSid=SM1&MessageStatus=delivered");
 
-    let spool = spool_json(&gw, &client).await;
+    let spool = spool_json_once(&gw, &client, |s| s["depth"] == 0 && s["parked"] == 1).await;
     assert_eq!(
         (&spool["depth"], &spool["parked"]),
         (&0.into(), &1.into()),
