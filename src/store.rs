@@ -1,19 +1,35 @@
-//! The embedded sled database and its named trees; the only module that imports sled.
+//! The store folder: the spool's database (redb) and, in stores written by earlier
+//! versions, the legacy sled database read once for migration; the only module that opens
+//! either. [`StoreError`] is the failure type of every store.
 //!
-//! sled's writes are not durable when they return (it flushes every 500 ms), so callers
-//! that promise durability call [`Store::flush`], which groups concurrent callers so one
-//! fsync serves them all.
+//! The spool lives in `spool.redb`: a durable redb commit ends with an `fdatasync` of that
+//! file, so what a commit returned for survives a power cut. sled (0.34) is kept only to
+//! read what earlier versions left: its flush returns after `sync_file_range`, which
+//! neither writes metadata nor flushes the device cache, and its `fsync` runs every 500 ms
+//! on a thread of its own, so nothing a 200 depends on may rest on it.
+//!
+//! The legacy sled database is opened only when the folder holds one (its `conf` or `db`
+//! file). Its trees are read by the spool's migration and by the state journal's replay of
+//! batches written before the journal had files ([`Store::tree`]); once every tree in it
+//! is empty, [`Store::retire_legacy_if_empty`] closes it and removes its files.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
-/// sled's page cache when the config does not say (`store.cache`). sled's own default
-/// (1 GiB) would let the process grow past a sidecar's memory limit; sled holds only the
-/// state journal's recent batches and the spool, which fit in far less.
+use crate::disk::{Disk, DiskFile};
+
+/// The page cache of the spool's database when the config does not say (`store.cache`).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
+/// The spool's database file, inside the store folder.
+pub const SPOOL_FILE: &str = "spool.redb";
+/// sled's page cache while a legacy store is read: it is read once, page by page.
+const LEGACY_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 /// How long an open waits for a lock that may be on its way out (see [`Store::open`]).
-const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+const LOCK_WAIT: Duration = Duration::from_secs(1);
+/// The files and folders sled keeps in a store folder. `conf` is removed last: a folder
+/// that still has it is opened as a sled store (see [`Store::retire_legacy_if_empty`]).
+const SLED_FILES: [&str; 3] = ["db", "blobs", "conf"];
 
 /// `Retry-After` of a delivery that met a transient store fault.
 pub const RETRY_AFTER_TRANSIENT_SECS: u64 = 5;
@@ -30,9 +46,10 @@ pub enum StoreError {
     /// The store cannot be opened: locked by another process, unreadable or corrupt.
     #[error("cannot open store at {path}: {reason}")]
     Open { path: PathBuf, reason: String },
-    /// The disk refused a read or a write (full or failing).
+    /// The disk refused a read or a write (full or failing), or a database reported an
+    /// I/O failure.
     #[error("store I/O failed: {0}")]
-    Disk(#[from] sled::Error),
+    Disk(#[source] Cause),
     /// Writes did not reach the disk within the wait.
     #[error("{0}")]
     NotDurable(String),
@@ -90,13 +107,46 @@ impl StoreError {
     }
 }
 
-/// A failed read or write of a file beside the database (the runs of state on disk) is a
-/// disk fault like sled's own.
+/// A failed read or write of a file in the store folder is a disk fault.
 impl From<std::io::Error> for StoreError {
     fn from(error: std::io::Error) -> Self {
-        StoreError::Disk(sled::Error::Io(error))
+        StoreError::Disk(Box::new(error))
     }
 }
+
+impl From<sled::Error> for StoreError {
+    fn from(error: sled::Error) -> Self {
+        StoreError::Disk(Box::new(error))
+    }
+}
+
+impl From<redb::Error> for StoreError {
+    fn from(error: redb::Error) -> Self {
+        match error {
+            redb::Error::Corrupted(_) => StoreError::Corrupt(Box::new(error)),
+            other => StoreError::Disk(Box::new(other)),
+        }
+    }
+}
+
+/// Each of redb's error types, as the [`StoreError`] of its [`redb::Error`].
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(error: $t) -> Self {
+                StoreError::from(redb::Error::from(error))
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::DatabaseError,
+    redb::StorageError,
+    redb::TableError,
+    redb::TransactionError,
+    redb::CommitError,
+    redb::SetDurabilityError
+);
 
 /// Whether sled failed to open because the directory's lock file is taken. sled reports it
 /// as an I/O error of kind `Other` with the lock error in its text.
@@ -106,150 +156,388 @@ fn is_locked(e: &sled::Error) -> bool {
             || io.to_string().contains("could not acquire lock"))
 }
 
-/// The database handle; cheap to clone.
+/// The store folder's handle; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
-    db: sled::Db,
     dir: PathBuf,
-    flush: Arc<GroupFlush>,
+    spool: Arc<redb::Database>,
+    legacy: Arc<Legacy>,
 }
 
-/// Group commit: a caller that wrote before a flush started needs no flush of its own.
-struct GroupFlush {
-    /// Bumped by every caller that needs its writes on disk.
-    requested: AtomicU64,
-    /// The highest request number known to be on disk.
-    done: AtomicU64,
-    /// Serialises the fsyncs themselves.
-    lock: tokio::sync::Mutex<()>,
+/// The legacy sled database of the folder, opened when it holds one, or on the first
+/// write into one of its trees (tests that write a store as an earlier version did).
+struct Legacy {
+    dir: PathBuf,
+    db: Mutex<Option<sled::Db>>,
 }
 
 impl Store {
-    /// Opens (or creates) the database directory with the default cache.
+    /// Opens (or creates) the store folder with the default cache.
     pub fn open(path: &Path) -> Result<Self, StoreError> {
         Self::open_with_cache(path, DEFAULT_CACHE_BYTES)
     }
 
-    /// Opens (or creates) the database directory with a page cache of `cache_bytes`. A
-    /// locked, unreadable or corrupt store is an error naming the path.
+    /// Opens (or creates) the store folder, with a page cache of `cache_bytes` for the
+    /// spool's database. A locked, unreadable or corrupt store is an error naming the path.
+    /// A legacy sled database in the folder is opened too, or removed if nothing in it is
+    /// left to migrate.
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let open_err = |reason: String| StoreError::Open {
             path: path.to_owned(),
             reason,
         };
-        std::fs::create_dir_all(path).map_err(|e| open_err(e.to_string()))?;
-        let open = || {
-            sled::Config::new()
-                .path(path)
-                .cache_capacity(cache_bytes)
-                .open()
-        };
-        // sled's write threads keep the directory locked for a moment after the last handle
-        // of a store is dropped, so a store reopened in the same process (tests) may find
-        // it still locked; another process's lock lasts, and is reported after the wait.
-        let deadline = std::time::Instant::now() + LOCK_WAIT;
-        let db = loop {
-            match open() {
-                Err(e) if is_locked(&e) && std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(20));
-                }
-                Err(e) if is_locked(&e) => {
-                    return Err(open_err(
-                        "it is locked by another process (is another hookgate running on it?)"
-                            .into(),
-                    ))
-                }
-                other => break other.map_err(|e| open_err(e.to_string()))?,
-            }
-        };
-        Ok(Self {
-            db,
+        create_dir_synced(path).map_err(|e| open_err(e.to_string()))?;
+        let file = path.join(SPOOL_FILE);
+        let fresh = !file.exists();
+        let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+        let spool = wait_for_lock(
+            || {
+                redb::Database::builder()
+                    .set_cache_size(cache)
+                    .create(&file)
+            },
+            |e| matches!(e, redb::DatabaseError::DatabaseAlreadyOpen),
+        )
+        .map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => open_err(
+                "it is locked by another process (is another hookgate running on it?)".into(),
+            ),
+            other => open_err(other.to_string()),
+        })?;
+        if fresh {
+            // The new file's name must survive a power cut with the data committed in it.
+            sync_dir(path).map_err(|e| open_err(e.to_string()))?;
+        }
+        let legacy = Legacy {
             dir: path.to_owned(),
-            flush: Arc::new(GroupFlush {
-                requested: AtomicU64::new(0),
-                done: AtomicU64::new(0),
-                lock: tokio::sync::Mutex::new(()),
+            db: Mutex::new(None),
+        };
+        if legacy_present(path) {
+            let db = legacy.open().map_err(|e| open_err(e.to_string()))?;
+            *lock(&legacy.db) = Some(db);
+        }
+        let store = Self {
+            dir: path.to_owned(),
+            spool: Arc::new(spool),
+            legacy: Arc::new(legacy),
+        };
+        store
+            .retire_legacy_if_empty()
+            .map_err(|e| open_err(e.to_string()))?;
+        Ok(store)
+    }
+
+    /// Opens (or creates) the store folder `path` on `disk`, the spool's database in a file
+    /// of that seam ([`SeamFile`]): how tests run the spool on a simulated disk that a power
+    /// cut takes unsynced writes from. No legacy sled store is opened: sled reads the real
+    /// file system only.
+    pub fn open_on(disk: Arc<dyn Disk>, path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
+        let open_err = |reason: String| StoreError::Open {
+            path: path.to_owned(),
+            reason,
+        };
+        crate::disk::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
+        let fresh = !disk
+            .list(path)
+            .map_err(|e| open_err(e.to_string()))?
+            .iter()
+            .any(|name| name == SPOOL_FILE);
+        let file = disk
+            .open_rw(&path.join(SPOOL_FILE))
+            .map_err(|e| open_err(e.to_string()))?;
+        if fresh {
+            disk.sync_dir(path).map_err(|e| open_err(e.to_string()))?;
+        }
+        let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+        let spool = redb::Database::builder()
+            .set_cache_size(cache)
+            .create_with_backend(SeamFile(file))
+            .map_err(|e| open_err(e.to_string()))?;
+        Ok(Self {
+            dir: path.to_owned(),
+            spool: Arc::new(spool),
+            legacy: Arc::new(Legacy {
+                dir: path.to_owned(),
+                db: Mutex::new(None),
             }),
         })
     }
 
-    /// The database directory (the state's runs live in a folder inside it).
+    /// The store folder (the state's runs and journal live in folders inside it).
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// A named tree (created if absent).
+    /// The spool's database.
+    pub fn spool_db(&self) -> Arc<redb::Database> {
+        self.spool.clone()
+    }
+
+    /// A tree of the legacy sled database. Reads of a store that has none find it empty;
+    /// the first write creates one.
     pub fn tree(&self, name: &str) -> Result<Tree, StoreError> {
-        Ok(Tree(self.db.open_tree(name)?))
+        Ok(Tree {
+            legacy: self.legacy.clone(),
+            name: name.to_owned(),
+        })
     }
 
-    /// Makes every write that returned before this call durable.
-    pub async fn flush(&self) -> Result<(), StoreError> {
-        let mine = self.flush.requested.fetch_add(1, Ordering::SeqCst) + 1;
-        let _guard = self.flush.lock.lock().await;
-        if self.flush.done.load(Ordering::SeqCst) >= mine {
-            return Ok(());
+    /// Whether the folder holds a legacy sled database still open.
+    pub fn has_legacy(&self) -> bool {
+        lock(&self.legacy.db).is_some()
+    }
+
+    /// Closes the legacy sled database and removes its files once every tree in it is
+    /// empty. Two readers empty it, each at its own pace: the spool's migration (at open)
+    /// and the state journal, which deletes its legacy batches only once a run holds them
+    /// (a flush after the start). So the files go at the first open after both are done;
+    /// until then they stay, and a crash in between finds every entry still in one place.
+    /// Returns whether the files were removed.
+    pub fn retire_legacy_if_empty(&self) -> Result<bool, StoreError> {
+        let mut slot = lock(&self.legacy.db);
+        let Some(db) = slot.as_ref() else {
+            return Ok(false);
+        };
+        if !db.is_empty() {
+            return Ok(false);
         }
-        // Everything requested up to here was written before this fsync starts.
-        let covered = self.flush.requested.load(Ordering::SeqCst);
-        self.db.flush_async().await?;
-        self.flush.done.fetch_max(covered, Ordering::SeqCst);
-        Ok(())
+        for name in db.tree_names() {
+            if !db.open_tree(&name)?.is_empty() {
+                return Ok(false);
+            }
+        }
+        db.flush()?;
+        drop(slot.take());
+        // Files first and `conf` last: a crash halfway leaves a folder that is either
+        // still a (empty) sled store or none at all.
+        for name in SLED_FILES {
+            let path = self.dir.join(name);
+            let removed = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            match removed {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+                _ => {}
+            }
+        }
+        for entry in std::fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with("snap.") {
+                std::fs::remove_file(entry.path())?;
+            }
+        }
+        sync_dir(&self.dir)?;
+        tracing::info!(path = %self.dir.display(), "legacy sled store migrated and removed");
+        Ok(true)
     }
 
-    /// Blocking flush, for shutdown.
+    /// Makes the legacy sled database's writes durable, if one is open. The spool's
+    /// commits are durable when they return and need no flush.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let legacy = self.legacy.clone();
+        tokio::task::spawn_blocking(move || legacy.flush())
+            .await
+            .map_err(|e| StoreError::Stopped(format!("store flush did not run: {e}")))?
+    }
+
+    /// Blocking [`Store::flush`], for shutdown.
     pub fn flush_blocking(&self) -> Result<(), StoreError> {
-        self.db.flush()?;
-        Ok(())
+        self.legacy.flush()
+    }
+}
+
+impl Legacy {
+    fn open(&self) -> Result<sled::Db, StoreError> {
+        // sled's write threads keep the directory locked for a moment after the last
+        // handle of a store is dropped, so a store reopened in the same process (tests) may
+        // find it still locked.
+        wait_for_lock(
+            || {
+                sled::Config::new()
+                    .path(&self.dir)
+                    .cache_capacity(LEGACY_CACHE_BYTES)
+                    .open()
+            },
+            is_locked,
+        )
+        .map_err(StoreError::from)
     }
 
-    /// Bytes the database occupies on disk.
-    pub fn size_on_disk(&self) -> u64 {
-        self.db.size_on_disk().unwrap_or(0)
+    /// The named tree, if a legacy database is open; with `create`, opening (creating)
+    /// one first.
+    fn tree(&self, name: &str, create: bool) -> Result<Option<sled::Tree>, StoreError> {
+        let mut slot = lock(&self.db);
+        if slot.is_none() && create {
+            *slot = Some(self.open()?);
+        }
+        match slot.as_ref() {
+            Some(db) => Ok(Some(db.open_tree(name)?)),
+            None => Ok(None),
+        }
+    }
+
+    fn flush(&self) -> Result<(), StoreError> {
+        if let Some(db) = lock(&self.db).as_ref() {
+            db.flush()?;
+        }
+        Ok(())
+    }
+}
+
+/// Retries `open` while it fails with a lock `locked` says may be on its way out, up to
+/// [`LOCK_WAIT`].
+fn wait_for_lock<T, E>(
+    mut open: impl FnMut() -> Result<T, E>,
+    locked: impl Fn(&E) -> bool,
+) -> Result<T, E> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        match open() {
+            Err(e) if locked(&e) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            other => return other,
+        }
+    }
+}
+
+fn legacy_present(dir: &Path) -> bool {
+    dir.join("conf").exists() || dir.join("db").exists()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Creates `dir` (and its parents) and syncs the parent of each folder it created, so the
+/// folder survives a power cut with what is written in it.
+fn create_dir_synced(dir: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(path) = at.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
+        missing.push(path);
+        at = path.parent();
+    }
+    std::fs::create_dir_all(dir)?;
+    for created in missing.iter().rev() {
+        if let Some(parent) = created.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
+    Ok(())
+}
+
+/// fsyncs a directory: the names created or removed in it survive a power cut.
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// redb's storage in a file of the disk seam: every read, write, resize and sync of the
+/// spool's database goes through [`DiskFile`]. Production opens the file with redb's own
+/// backend, which also locks it against a second process.
+pub struct SeamFile(pub Arc<dyn DiskFile>);
+
+impl std::fmt::Debug for SeamFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SeamFile")
+    }
+}
+
+impl redb::StorageBackend for SeamFile {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.0.len()
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.0.read_exact_at(out, offset)
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.0.set_len(len)
+    }
+
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.0.sync_data()
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.0.write_all_at(data, offset)
     }
 }
 
 /// A key and its value.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
-/// One named key space.
+/// One named key space of the legacy sled database; cheap to clone.
 #[derive(Clone)]
-pub struct Tree(sled::Tree);
+pub struct Tree {
+    legacy: Arc<Legacy>,
+    name: String,
+}
 
 impl Tree {
-    /// The value at `key`.
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.0.get(key)?.map(|v| v.to_vec()))
+    /// The tree's name.
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
-    /// Sets `key`.
+    fn read(&self) -> Result<Option<sled::Tree>, StoreError> {
+        self.legacy.tree(&self.name, false)
+    }
+
+    /// The value at `key`.
+    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.read()? {
+            Some(t) => Ok(t.get(key)?.map(|v| v.to_vec())),
+            None => Ok(None),
+        }
+    }
+
+    /// Sets `key`, creating the legacy database if the folder has none (for tests that
+    /// write a store as an earlier version did). Not durable until [`Store::flush`].
     pub fn insert(&self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
-        self.0.insert(key, value)?;
+        if let Some(t) = self.legacy.tree(&self.name, true)? {
+            t.insert(key, value)?;
+        }
         Ok(())
     }
 
     /// Removes `key`, returning the old value.
     pub fn remove(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.0.remove(key)?.map(|v| v.to_vec()))
+        match self.read()? {
+            Some(t) => Ok(t.remove(key)?.map(|v| v.to_vec())),
+            None => Ok(None),
+        }
     }
 
     /// The first entry in key order.
     pub fn first(&self) -> Result<Option<Entry>, StoreError> {
-        Ok(self.0.first()?.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        match self.read()? {
+            Some(t) => Ok(t.first()?.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+            None => Ok(None),
+        }
     }
 
     /// The last entry in key order.
     pub fn last(&self) -> Result<Option<Entry>, StoreError> {
-        Ok(self.0.last()?.map(|(k, v)| (k.to_vec(), v.to_vec())))
+        match self.read()? {
+            Some(t) => Ok(t.last()?.map(|(k, v)| (k.to_vec(), v.to_vec()))),
+            None => Ok(None),
+        }
     }
 
     /// Up to `limit` entries with keys greater than `after` (or from the start).
     pub fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, StoreError> {
+        let Some(tree) = self.read()? else {
+            return Ok(Vec::new());
+        };
         let iter = match after {
-            Some(k) => self
-                .0
-                .range::<&[u8], _>((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded)),
-            None => self.0.iter(),
+            Some(k) => {
+                tree.range::<&[u8], _>((std::ops::Bound::Excluded(k), std::ops::Bound::Unbounded))
+            }
+            None => tree.iter(),
         };
         iter.take(limit)
             .map(|r| {
@@ -259,20 +547,19 @@ impl Tree {
             .collect()
     }
 
-    /// Writes everything sled holds in memory (of every tree) to disk and fsyncs; blocks.
+    /// Writes everything the legacy database holds in memory to disk; blocks.
     pub fn flush(&self) -> Result<(), StoreError> {
-        self.0.flush()?;
-        Ok(())
+        self.legacy.flush()
     }
 
     /// Number of entries (walks the tree: for startup and tests).
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.read().ok().flatten().map_or(0, |t| t.len())
     }
 
     /// Whether the tree has no entries.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len() == 0
     }
 }
 
@@ -309,15 +596,61 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn pages() {
+    async fn legacy_pages_read_and_a_store_without_one_reads_empty() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("open");
         let t = store.tree("t").expect("tree");
+        assert_eq!(t.first().expect("first"), None);
+        assert!(!store.has_legacy(), "reads create no sled store");
+        assert!(!dir.path().join("conf").exists());
         for i in 0u8..5 {
             t.insert(&[b'p', i], &[i]).expect("insert");
         }
         let p = t.page(Some(&[b'p', 1]), 2).expect("page");
         assert_eq!(p.iter().map(|(k, _)| k[1]).collect::<Vec<_>>(), vec![2, 3]);
         store.flush().await.expect("flush");
+    }
+
+    #[tokio::test]
+    async fn a_legacy_store_is_removed_only_once_every_tree_in_it_is_empty() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        {
+            let store = Store::open(dir.path()).expect("open");
+            store
+                .tree("spool")
+                .expect("tree")
+                .insert(b"a", b"1")
+                .expect("insert");
+            store
+                .tree("state")
+                .expect("tree")
+                .insert(b"b", b"2")
+                .expect("insert");
+            store.flush().await.expect("flush");
+        }
+        let store = Store::open(dir.path()).expect("reopen");
+        assert!(store.has_legacy());
+        store
+            .tree("spool")
+            .expect("tree")
+            .remove(b"a")
+            .expect("remove");
+        assert!(
+            !store.retire_legacy_if_empty().expect("retire"),
+            "state is left"
+        );
+        assert!(dir.path().join("conf").exists());
+        store
+            .tree("state")
+            .expect("tree")
+            .remove(b"b")
+            .expect("remove");
+        assert!(store.retire_legacy_if_empty().expect("retire"));
+        assert!(!store.has_legacy());
+        for name in SLED_FILES {
+            assert!(!dir.path().join(name).exists(), "{name} left behind");
+        }
+        assert!(dir.path().join(SPOOL_FILE).exists());
+        assert_eq!(store.tree("state").expect("tree").len(), 0);
     }
 }

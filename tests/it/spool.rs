@@ -323,6 +323,40 @@ async fn kill_9_while_the_spool_drains_loses_nothing() {
     broker.delete().await;
 }
 
+#[tokio::test]
+async fn events_drained_before_a_kill_9_are_not_published_again() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    cfg.amqp_url = unreachable_amqp_url();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    let spooled: Vec<String> = (0..300).map(|i| format!("evt_{i:03}")).collect();
+    for id in &spooled {
+        gw.accept(&client, id).await;
+    }
+    gw.stop().await;
+
+    // The drainer counts an entry as done (the depth /spool reports) only once its delete
+    // is on disk: a kill -9 right after the spool reads empty republishes nothing.
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let mut gw = Gateway::start(&cfg).await;
+    wait_drained(&gw, &client, DRAIN_DEADLINE).await;
+    gw.kill9();
+
+    let gw = Gateway::start(&cfg).await;
+    gw.accept(&client, "sentinel").await;
+    let received = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
+    let dups = duplicates(&received);
+    assert!(
+        dups.is_empty(),
+        "{} drained events were published again after the kill -9: {dups:?}",
+        dups.len()
+    );
+    assert_eq!(received, spooled, "each once, in order");
+    wait_drained(&gw, &client, BROKER_TIMEOUT).await;
+    broker.delete().await;
+}
+
 /// Fills the spool until an event is refused; returns the accepted ids and the refused
 /// event (id, body, request id) with its answer.
 async fn fill_until_refused(
@@ -495,7 +529,7 @@ async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_roo
 }
 
 #[tokio::test]
-async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_published_again() {
+async fn on_a_full_disk_spooling_answers_503_and_nothing_is_published_until_the_restart() {
     require_broker!();
     let Some((disk, _dir, broker, mut cfg)) = fixture_on_small_disk().await else {
         return;
@@ -538,44 +572,61 @@ async fn on_a_full_disk_spooling_answers_503_and_a_published_entry_is_not_publis
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 503, "a spool that cannot write is not ready: {why}");
 
-    // The broker is back: the head is published, but the store cannot delete it. The
-    // drainer must wait rather than publish the head again and again.
+    // The broker is back, but the spool's database refuses writes since the failed commit
+    // until it is opened again: the drainer publishes nothing it could not delete (each
+    // would go out again after the restart), says so, and readiness stays 503.
     proxy.restore();
     assert!(
-        gw.logged("cannot delete a published spool entry", DRAIN_DEADLINE)
-            .await,
-        "the drainer never reported the failed delete"
+        gw.logged(
+            "the spool cannot write until hookgate restarts",
+            DRAIN_DEADLINE
+        )
+        .await,
+        "the drainer never reported that the spool needs a restart"
     );
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(
         status, 503,
-        "broker connected, but new events would queue behind the head: {why}"
+        "broker connected, but new events would queue behind entries it cannot delete: {why}"
     );
     gw.signal("TERM");
     gw.wait_exit(Duration::from_secs(40))
         .await
         .expect("gateway did not exit after SIGTERM");
-    let first = broker.next(BROKER_TIMEOUT).await.and_then(|m| m.message_id);
-    assert_eq!(first.as_ref(), Some(&accepted[0]), "the head was published");
-    assert_eq!(broker.message_count().await, 0, "no copies of the head");
+    assert_eq!(broker.message_count().await, 0, "nothing was published");
 
-    // Room again and a restart: every accepted event arrives, in order; only the head, whose
-    // delete never reached the disk, a second time.
+    // Room again and a restart: every accepted event arrives once, in order.
     disk.free();
     let gw = Gateway::start(&cfg).await;
     wait_drained(&gw, &client, DRAIN_DEADLINE).await;
     gw.accept(&client, "sentinel").await;
     let mut got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
-    // The refused event's entry may have reached the disk before its flush failed: then it
-    // is published too (its sender, told 503, retries; consumers dedup on message_id).
+    // The refused event's entry may have reached the disk before its commit failed: then
+    // it is published too (its sender, told 503, retries; consumers dedup on message_id).
     if got.last() == Some(&refused) {
         got.pop();
     }
     assert_eq!(
         got, accepted,
-        "every accepted event once more after the restart, in order"
+        "every accepted event once after the restart, in order"
     );
     broker.delete().await;
+}
+
+/// The spool's status as JSON once `check` holds, or after [`BROKER_TIMEOUT`]: the drainer
+/// counts a batch's entries as drained (or moved, or parked) once its commit returned,
+/// which may be just after the broker took the batch's last message.
+async fn spool_json_once(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    check: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let (_, body) = gw
+        .admin_until(client, "/spool", BROKER_TIMEOUT, |_, b| {
+            serde_json::from_str(b).is_ok_and(|v| check(&v))
+        })
+        .await;
+    serde_json::from_str(&body).expect("spool json")
 }
 
 /// The spool's status as JSON.
@@ -717,7 +768,7 @@ async fn an_unroutable_event_waits_apart_while_other_keys_flow_and_its_guard_key
     let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
     assert_eq!(got, flowing, "routable events of other keys flow, in order");
 
-    let spool = spool_json(&gw, &client).await;
+    let spool = spool_json_once(&gw, &client, |s| s["held"] == 2).await;
     assert_eq!(spool["held"], 2, "{spool}");
     let metrics = scrape(&client, &gw).await;
     assert_eq!(metrics.find("hookgate_spool_held", &[]), Some(2.0));
@@ -819,7 +870,7 @@ async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_d
         ["evt_ok"],
         "entries that cannot be published hold back nothing"
     );
-    let spool = spool_json(&gw, &client).await;
+    let spool = spool_json_once(&gw, &client, |s| s["depth"] == 0 && s["parked"] == 3).await;
     assert_eq!(
         (&spool["depth"], &spool["parked"]),
         (&0.into(), &3.into()),
@@ -1044,7 +1095,7 @@ async fn a_spool_left_in_the_legacy_format_drains_in_order_after_an_upgrade() {
     );
     assert_eq!(got[2].body, b"MessageSid=SM1&MessageStatus=delivered");
 
-    let spool = spool_json(&gw, &client).await;
+    let spool = spool_json_once(&gw, &client, |s| s["depth"] == 0 && s["parked"] == 1).await;
     assert_eq!(
         (&spool["depth"], &spool["parked"]),
         (&0.into(), &1.into()),
@@ -1060,6 +1111,71 @@ async fn a_spool_left_in_the_legacy_format_drains_in_order_after_an_upgrade() {
         broker.message_count().await,
         0,
         "nothing after the sentinel"
+    );
+    broker.delete().await;
+}
+
+/// The store of `tests/data/spool/README.md` ("sled-v0"), written by the sled spool.
+fn sled_v0_store() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/spool/sled-v0/store")
+}
+
+#[tokio::test]
+async fn a_sled_spool_written_by_the_previous_version_is_migrated_drained_and_removed() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    // A copy: the migration changes the store it opens.
+    std::fs::create_dir_all(&cfg.store).expect("store folder");
+    for entry in std::fs::read_dir(sled_v0_store()).expect("fixture") {
+        let entry = entry.expect("fixture file");
+        std::fs::copy(entry.path(), cfg.store.join(entry.file_name())).expect("copy");
+    }
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    // Everything was moved at the start, and sled's files went with nothing left in them.
+    for name in ["conf", "db", "blobs"] {
+        assert!(
+            !cfg.store.join(name).exists(),
+            "sled's {name} is still in the store folder"
+        );
+    }
+    let (_, body) = gw
+        .admin_until(&client, "/spool", DRAIN_DEADLINE, |_, b| {
+            b.contains("\"depth\":0") && b.contains("\"held\":0")
+        })
+        .await;
+    let spool: serde_json::Value = serde_json::from_str(&body).expect("spool json");
+    assert_eq!(
+        (&spool["depth"], &spool["held"], &spool["parked"]),
+        (&0.into(), &0.into(), &1.into()),
+        "drained, the unreadable entry still parked: {spool}"
+    );
+    gw.accept(&client, "sentinel").await;
+    let got = ids(&broker.until_within("sentinel", DRAIN_DEADLINE).await);
+    let main: Vec<&String> = got
+        .iter()
+        .filter(|id| id.contains("_main_") && id.as_str() != "evt_sled_main_4")
+        .collect();
+    let held: Vec<&String> = got
+        .iter()
+        .filter(|id| id.contains("_held_") || id.as_str() == "evt_sled_main_4")
+        .collect();
+    assert_eq!(got.len(), 6, "each entry once: {got:?}");
+    assert_eq!(
+        main,
+        ["evt_sled_main_1", "evt_sled_main_2", "evt_sled_main_3"],
+        "the ordered entries in order: {got:?}"
+    );
+    assert_eq!(
+        held,
+        ["evt_sled_held_1", "evt_sled_held_2", "evt_sled_main_4"],
+        "held entries in order, the one left in two areas once, from held: {got:?}"
+    );
+    let (status, parked) = gw.admin_get(&client, "/spool/parked").await;
+    assert_eq!(status, 200, "{parked}");
+    assert!(
+        parked.contains("\"id\":6") && parked.contains("unreadable"),
+        "the parked entry keeps its number and reason: {parked}"
     );
     broker.delete().await;
 }

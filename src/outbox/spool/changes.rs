@@ -1,0 +1,130 @@
+//! The changes one drainer batch makes (entries deleted, moved to held, parked), committed
+//! together, and what each does to the counts once that commit returned.
+
+use std::sync::atomic::Ordering;
+
+use crate::outbox::record;
+
+use super::ledger::Ledger;
+use super::parked::encode_parked;
+use super::tables::{Area, Op};
+
+/// What happens to the counts once a commit of the drainer's changes returned.
+enum Effect {
+    /// An entry of `area` was published and deleted.
+    Left {
+        area: Area,
+        size: u64,
+        order_key: Option<String>,
+    },
+    /// A main entry went to held (its guard key was marked held when that was decided).
+    Moved,
+    /// An entry of `from` was parked.
+    Parked {
+        from: Area,
+        size: u64,
+        order_key: Option<String>,
+    },
+}
+
+/// The changes a batch makes, committed together.
+#[derive(Default)]
+pub(super) struct Changes {
+    pub(super) ops: Vec<Op>,
+    effects: Vec<Effect>,
+}
+
+impl Changes {
+    pub(super) fn published(&mut self, area: Area, seq: u64, size: u64, order_key: Option<&str>) {
+        self.ops.push(Op::Remove { area, seq });
+        self.effects.push(Effect::Left {
+            area,
+            size,
+            order_key: order_key.map(str::to_owned),
+        });
+    }
+
+    pub(super) fn moved_to_held(&mut self, seq: u64, value: Vec<u8>) {
+        self.ops.push(Op::Remove {
+            area: Area::Main,
+            seq,
+        });
+        self.ops.push(Op::Put {
+            area: Area::Held,
+            seq,
+            value,
+        });
+        self.effects.push(Effect::Moved);
+    }
+
+    pub(super) fn parked(
+        &mut self,
+        from: Area,
+        seq: u64,
+        value: &[u8],
+        order_key: Option<&str>,
+        reason: &str,
+    ) {
+        self.ops.push(Op::Remove { area: from, seq });
+        self.ops.push(Op::Put {
+            area: Area::Parked,
+            seq,
+            value: encode_parked(reason, now_secs(), value),
+        });
+        self.effects.push(Effect::Parked {
+            from,
+            size: value.len() as u64,
+            order_key: order_key.map(str::to_owned),
+        });
+        let event_id = record::decode(value)
+            .ok()
+            .map(|m| m.message_id.into_owned());
+        // Data kept but out of the flow: an operator must look at it.
+        tracing::error!(
+            id = seq,
+            event_id = event_id.as_deref().unwrap_or("?"),
+            reason,
+            "spool entry parked; see `hookgate spool parked`"
+        );
+    }
+
+    pub(super) fn apply(self, ledger: &Ledger) {
+        for effect in self.effects {
+            match effect {
+                Effect::Left {
+                    area,
+                    size,
+                    order_key,
+                } => {
+                    ledger.sub(area, size);
+                    if area == Area::Held {
+                        ledger.release_key(order_key.as_deref());
+                    }
+                }
+                Effect::Moved => {
+                    let _ = ledger
+                        .depth
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+                    ledger.held_depth.fetch_add(1, Ordering::SeqCst);
+                }
+                Effect::Parked {
+                    from,
+                    size,
+                    order_key,
+                } => {
+                    ledger.sub(from, size);
+                    ledger.add(Area::Parked, 0);
+                    if from == Area::Held {
+                        ledger.release_key(order_key.as_deref());
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}

@@ -1,0 +1,137 @@
+//! The spool's counts in memory: entries and bytes per area, the guard keys with entries
+//! held, and the flags readiness and liveness read. Shared with the writer thread, which
+//! takes back a push's reservation when its commit fails.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::metrics::Metrics;
+
+use super::tables::Area;
+
+/// The counts. Depths and bytes count an entry from the moment its push is submitted (so
+/// an event that arrives meanwhile queues behind it) until the commit that removes it.
+pub(super) struct Ledger {
+    /// Entries in main.
+    pub(super) depth: AtomicU64,
+    /// Entries in held.
+    pub(super) held_depth: AtomicU64,
+    /// Entries in parked.
+    pub(super) parked_depth: AtomicU64,
+    /// Bytes in main and held: the room `max_bytes` bounds.
+    pub(super) bytes: AtomicU64,
+    /// Receipt time (Unix seconds) of the oldest entry in main, or -1.
+    pub(super) oldest_secs: AtomicI64,
+    /// Set when an event was refused for lack of room, cleared when an entry leaves:
+    /// `bytes < max_bytes` alone would call a spool ready that refuses every event.
+    pub(super) refused: AtomicBool,
+    /// Set when a commit failed (a full disk, say), cleared when one succeeds.
+    pub(super) store_failing: AtomicBool,
+    /// Why the spool can take no writes until the process starts again, once it cannot.
+    pub(super) broken: Mutex<Option<String>>,
+    /// Guard keys with entries in held, and how many: a later event of such a key goes
+    /// behind them instead of to the broker. A std mutex: held for a map operation only.
+    held_keys: Mutex<HashMap<String, u64>>,
+    /// Depths and bytes are mirrored into its gauges.
+    metrics: Arc<Metrics>,
+}
+
+impl Ledger {
+    pub(super) fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            depth: AtomicU64::new(0),
+            held_depth: AtomicU64::new(0),
+            parked_depth: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            oldest_secs: AtomicI64::new(-1),
+            refused: AtomicBool::new(false),
+            store_failing: AtomicBool::new(false),
+            broken: Mutex::new(None),
+            held_keys: Mutex::new(HashMap::new()),
+            metrics,
+        }
+    }
+
+    /// The depth counter of `area`.
+    pub(super) fn depth_of(&self, area: Area) -> &AtomicU64 {
+        match area {
+            Area::Main => &self.depth,
+            Area::Held => &self.held_depth,
+            Area::Parked => &self.parked_depth,
+        }
+    }
+
+    /// Counts an entry of `size` bytes into `area`.
+    pub(super) fn add(&self, area: Area, size: u64) {
+        self.depth_of(area).fetch_add(1, Ordering::SeqCst);
+        if area != Area::Parked {
+            self.bytes.fetch_add(size, Ordering::SeqCst);
+        }
+    }
+
+    /// Counts an entry of `size` bytes out of `area`; an entry leaving main or held makes
+    /// room.
+    pub(super) fn sub(&self, area: Area, size: u64) {
+        let _ = self
+            .depth_of(area)
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if area != Area::Parked {
+            let _ = self
+                .bytes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                    Some(n.saturating_sub(size))
+                });
+            self.refused.store(false, Ordering::SeqCst);
+        }
+    }
+
+    pub(super) fn holds_key(&self, key: &str) -> bool {
+        lock(&self.held_keys).contains_key(key)
+    }
+
+    pub(super) fn hold_key(&self, key: Option<&str>) {
+        if let Some(key) = key {
+            *lock(&self.held_keys).entry(key.to_owned()).or_default() += 1;
+        }
+    }
+
+    pub(super) fn release_key(&self, key: Option<&str>) {
+        let Some(key) = key else { return };
+        let mut keys = lock(&self.held_keys);
+        if let Some(n) = keys.get_mut(key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                keys.remove(key);
+            }
+        }
+    }
+
+    /// Replaces the held guard keys with the counts read from the held area.
+    pub(super) fn set_held_keys(&self, keys: HashMap<String, u64>) {
+        *lock(&self.held_keys) = keys;
+    }
+
+    /// Records that only a restart lets the spool write again; the first reason stays.
+    pub(super) fn set_broken(&self, reason: String) {
+        lock(&self.broken).get_or_insert(reason);
+    }
+
+    pub(super) fn publish_gauges(&self) {
+        let m = &self.metrics;
+        m.spool_depth.set(self.depth.load(Ordering::SeqCst) as i64);
+        m.spool_bytes.set(self.bytes.load(Ordering::SeqCst) as i64);
+        m.spool_held
+            .set(self.held_depth.load(Ordering::SeqCst) as i64);
+        m.spool_parked
+            .set(self.parked_depth.load(Ordering::SeqCst) as i64);
+    }
+
+    pub(super) fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,446 @@
+//! The spool's model test: a seeded run of pushes, drains (through a broker stand-in that
+//! acknowledges, refuses or is away as the seed says), moves to held, parks, republishes
+//! and deletes, with power cuts at random points (mid-commit included) and injected I/O
+//! errors, checked after every step against a model queue:
+//!
+//! - every entry whose push returned `Ok` is in exactly one area, or the broker
+//!   acknowledged it (an entry it acknowledged may be back after a cut: the batch in
+//!   flight);
+//! - no entry is ever in two areas, and the counts match the tables;
+//! - the events of one guard key reach the broker (first arrivals) in push order, parked
+//!   ones aside (parking takes an entry out of its key's order by design).
+//!
+//! `cargo test --lib outbox::spool::model` runs [`SEEDS`] seeds of [`STEPS`] steps.
+//! `HOOKGATE_SPOOL_MODEL_SECS=N` runs new seeds for N seconds instead (hours, say);
+//! `HOOKGATE_SPOOL_MODEL_SEED=S` replays seed S alone. A failing seed prints itself and
+//! the command that replays it.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::outbox::publish::PublishError;
+use crate::outbox::record;
+
+use super::drain::{Every, Sink};
+use super::parked::decode_parked;
+use super::tables::Area;
+use super::testkit::{self, TestSink};
+use super::Spool;
+use crate::disk::sim::{Fault, OpKind, SimDisk};
+
+/// Seeds a plain `cargo test` runs.
+const SEEDS: u64 = 64;
+/// Steps per seed.
+const STEPS: usize = 120;
+const KEYS: [Option<&str>; 4] = [None, Some("a"), Some("b"), Some("c")];
+
+/// SplitMix64: small, and the same sequence on every platform.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// Prints the seed and how to replay it when a check fails.
+struct SeedReport(u64);
+
+impl Drop for SeedReport {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!(
+                "spool model failed at seed {0}; replay it with\n  HOOKGATE_SPOOL_MODEL_SEED={0} cargo test --lib outbox::spool::model",
+                self.0
+            );
+        }
+    }
+}
+
+/// The model: what was promised, and what the broker saw (in the sink).
+struct Run {
+    rng: Rng,
+    disk: SimDisk,
+    spool: Option<Spool>,
+    sink: TestSink,
+    /// How the broker answers the next publishes, changed by the run.
+    answers: Arc<Mutex<Rng>>,
+    /// The broker's answers since the last step, for the trail.
+    said: Arc<Mutex<Vec<String>>>,
+    next_id: u64,
+    /// Every push, in order: its id and guard key.
+    pushed: Vec<(String, Option<&'static str>)>,
+    /// Pushes that returned Ok.
+    promised: HashSet<String>,
+    /// Entries parked at some point, and entries an operator deleted.
+    parked_ever: HashSet<String>,
+    deleted: HashSet<String>,
+    log: Vec<String>,
+}
+
+impl Run {
+    fn new(seed: u64) -> Self {
+        let answers = Arc::new(Mutex::new(Rng(seed ^ 0x5EED)));
+        let broker = answers.clone();
+        let said: Arc<Mutex<Vec<String>>> = Arc::default();
+        let saying = said.clone();
+        let sink = TestSink::new(move |msg| {
+            let roll = broker
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .below(100);
+            let answer = match roll {
+                0..70 => Ok(()),
+                70..80 => Err(PublishError::Unroutable("k".into())),
+                80..90 => Err(PublishError::Nack),
+                _ => Err(PublishError::NotConnected),
+            };
+            saying
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(format!("{}: {answer:?}", msg.message_id));
+            answer
+        });
+        let disk = SimDisk::new(seed);
+        let spool = testkit::open_on(&disk).expect("open");
+        Self {
+            rng: Rng(seed),
+            disk,
+            spool: Some(spool),
+            sink,
+            answers,
+            said,
+            next_id: 0,
+            pushed: Vec::new(),
+            promised: HashSet::new(),
+            parked_ever: HashSet::new(),
+            deleted: HashSet::new(),
+            log: Vec::new(),
+        }
+    }
+
+    fn spool(&self) -> &Spool {
+        self.spool.as_ref().expect("a spool is open")
+    }
+
+    /// The ids in each area, in order.
+    fn areas(&self) -> HashMap<Area, Vec<String>> {
+        let mut out = HashMap::new();
+        for area in [Area::Main, Area::Held, Area::Parked] {
+            let mut ids = Vec::new();
+            self.spool()
+                .tables
+                .for_each(area, 256, |_, v| {
+                    let entry = match area {
+                        Area::Parked => decode_parked(v).map_or(v, |(_, _, e)| e),
+                        _ => v,
+                    };
+                    let id =
+                        record::decode(entry).map_or("?".into(), |m| m.message_id.into_owned());
+                    ids.push(id);
+                })
+                .expect("read the tables");
+            out.insert(area, ids);
+        }
+        out
+    }
+
+    /// A power cut (or, with everything kept, a process restart): the spool's process is
+    /// gone, the disk keeps what was synced and some of the rest.
+    fn crash(&mut self) {
+        let next = self.disk.crash();
+        drop(self.spool.take());
+        self.log.push("crash".into());
+        self.disk = next;
+        self.spool = Some(testkit::open_on(&self.disk).expect("reopen after a crash"));
+    }
+
+    async fn push(&mut self) {
+        let key = KEYS[self.rng.below(KEYS.len() as u64) as usize];
+        let id = format!("e{:04}", self.next_id);
+        self.next_id += 1;
+        let msg = testkit::event(&id, key);
+        self.pushed.push((id.clone(), key));
+        let spool = self.spool.as_ref().expect("a spool is open");
+        // As the outbox does: while main is empty, behind the held entries of its key, or
+        // else published at once (to held if the broker calls it unroutable); while main is
+        // not empty, at its tail.
+        let mut held = false;
+        if spool.is_empty() {
+            if key.is_some_and(|k| spool.holds_key(k)) {
+                held = true;
+            } else {
+                match self.sink.publish("x", &msg).await {
+                    Ok(()) => {
+                        self.log.push(format!("publish {id} {key:?} at once"));
+                        self.promised.insert(id);
+                        return;
+                    }
+                    Err(PublishError::Unroutable(_)) => held = true,
+                    Err(_) => {}
+                }
+            }
+        }
+        let result = if held {
+            spool.push_held(&msg).await
+        } else {
+            spool.push(&msg).await
+        };
+        self.log
+            .push(format!("push {id} {key:?} held {held}: {result:?}"));
+        if result.is_ok() {
+            self.promised.insert(id);
+        }
+    }
+
+    async fn drain(&mut self) {
+        let n = 1 + self.rng.below(8) as usize;
+        let spool = self.spool();
+        let rows = spool.tables.page(Area::Main, None, n).expect("head");
+        let stop = tokio_util::sync::CancellationToken::new();
+        let (_, committed) = spool
+            .drain_batch(&self.sink, "x", rows, &mut Every::default(), &stop)
+            .await;
+        self.log
+            .push(format!("drain up to {n}: committed {committed}"));
+    }
+
+    async fn retry_held(&mut self) {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let published = self
+            .spool()
+            .retry_held(&self.sink, "x", &mut Every::default(), &stop)
+            .await;
+        self.log.push(format!("retry held: published {published}"));
+    }
+
+    /// Parks a random entry of main or held, as the drainer does with one it failed on.
+    async fn park(&mut self) {
+        let area = if self.rng.below(2) == 0 {
+            Area::Main
+        } else {
+            Area::Held
+        };
+        let rows = self.spool().tables.page(area, None, 64).expect("read");
+        if rows.is_empty() {
+            return;
+        }
+        let (seq, value) = &rows[self.rng.below(rows.len() as u64) as usize];
+        if let Ok(msg) = record::decode(value) {
+            self.parked_ever.insert(msg.message_id.into_owned());
+        }
+        let stop = tokio_util::sync::CancellationToken::new();
+        self.spool().park_entry(area, *seq, "model", &stop).await;
+        self.log.push(format!("park {seq} of {area:?}"));
+    }
+
+    async fn operator(&mut self) {
+        let parked = self.spool().parked_entries().expect("list");
+        if parked.is_empty() {
+            return;
+        }
+        let entry = &parked[self.rng.below(parked.len() as u64) as usize];
+        if self.rng.below(4) == 0 {
+            let result = self.spool().delete_parked(entry.id).await;
+            self.log
+                .push(format!("delete parked {}: {result:?}", entry.id));
+            if result.is_ok() {
+                self.deleted.extend(entry.event_id.clone());
+            }
+        } else {
+            let result = self.spool().republish(entry.id).await;
+            self.log.push(format!("republish {}: {result:?}", entry.id));
+        }
+    }
+
+    async fn step(&mut self) {
+        match self.rng.below(100) {
+            0..35 => self.push().await,
+            35..60 => self.drain().await,
+            60..68 => self.retry_held().await,
+            68..71 => self.park().await,
+            71..75 => self.operator().await,
+            75..83 => self.crash(),
+            83..90 => {
+                // The power goes mid-operation, after some writes of its commit.
+                let ops = 1 + self.rng.below(24);
+                self.log
+                    .push(format!("power off at operation {ops} from now"));
+                self.disk.cut_power_after(ops);
+                if self.rng.below(2) == 0 {
+                    self.push().await;
+                } else {
+                    self.drain().await;
+                }
+                self.crash();
+            }
+            90..95 => {
+                let kind = [OpKind::Write, OpKind::Sync][self.rng.below(2) as usize];
+                let fault = [Fault::Io, Fault::NoSpace][self.rng.below(2) as usize];
+                self.log.push(format!("inject {fault:?} on {kind:?}"));
+                self.disk.fail_next(kind, fault);
+            }
+            _ => {
+                // The broker changes its mind about what it takes.
+                let reseed = self.rng.next();
+                *self.answers.lock().unwrap_or_else(PoisonError::into_inner) = Rng(reseed);
+            }
+        }
+        let said = std::mem::take(&mut *self.said.lock().unwrap_or_else(PoisonError::into_inner));
+        if !said.is_empty() {
+            self.log.push(format!("  broker: {}", said.join(", ")));
+        }
+        if self.spool().restart_needed().is_some() {
+            // What a liveness probe does: the process is restarted.
+            self.log.push("restart: the spool needs one".into());
+            self.crash();
+        }
+    }
+
+    fn check(&self) {
+        let areas = self.areas();
+        let acked: HashSet<String> = self.sink.acked().into_iter().collect();
+        let mut seen: HashMap<&str, Area> = HashMap::new();
+        for (area, ids) in &areas {
+            for id in ids {
+                if let Some(other) = seen.insert(id, *area) {
+                    panic!("{id} is in {other:?} and {area:?}\n{}", self.trail());
+                }
+            }
+        }
+        for id in &self.promised {
+            if !seen.contains_key(id.as_str()) && !acked.contains(id) && !self.deleted.contains(id)
+            {
+                panic!("{id} was answered Ok and is lost\n{}", self.trail());
+            }
+        }
+        let spool = self.spool();
+        let status = spool.status(100);
+        let counts = (
+            areas[&Area::Main].len() as u64,
+            areas[&Area::Held].len() as u64,
+            areas[&Area::Parked].len() as u64,
+        );
+        assert_eq!(
+            (status.depth, status.held, status.parked),
+            counts,
+            "counts against the tables\n{}",
+            self.trail()
+        );
+        if spool.restart_needed().is_none() {
+            for key in KEYS.iter().flatten() {
+                let held = areas[&Area::Held].iter().any(|id| {
+                    self.pushed
+                        .iter()
+                        .any(|(p, k)| p == id && k.as_deref() == Some(*key))
+                });
+                assert_eq!(
+                    spool.holds_key(key),
+                    held,
+                    "guard key {key} held\n{}",
+                    self.trail()
+                );
+            }
+        }
+    }
+
+    /// Each guard key's events reach the broker in push order (first arrivals).
+    fn check_order(&self) {
+        let order: HashMap<&str, usize> = self
+            .pushed
+            .iter()
+            .enumerate()
+            .map(|(i, (id, _))| (id.as_str(), i))
+            .collect();
+        let key_of: HashMap<&str, &str> = self
+            .pushed
+            .iter()
+            .filter_map(|(id, k)| k.map(|k| (id.as_str(), k)))
+            .collect();
+        let mut first = HashSet::new();
+        let mut last_of_key: HashMap<&str, usize> = HashMap::new();
+        let acked = self.sink.acked();
+        for id in &acked {
+            if !first.insert(id.as_str()) || self.parked_ever.contains(id) {
+                continue;
+            }
+            let Some(key) = key_of.get(id.as_str()) else {
+                continue;
+            };
+            let at = order[id.as_str()];
+            if let Some(before) = last_of_key.insert(key, at) {
+                let pushes: Vec<&String> = self
+                    .pushed
+                    .iter()
+                    .filter(|(_, k)| k.as_deref() == Some(*key))
+                    .map(|(id, _)| id)
+                    .collect();
+                let arrivals: Vec<&String> = acked
+                    .iter()
+                    .filter(|a| key_of.get(a.as_str()) == Some(key))
+                    .collect();
+                assert!(
+                    before < at,
+                    "guard key {key}: {id} reached the broker after a later event\npushed: {pushes:?}\narrived: {arrivals:?}\nparked: {:?}\n{}",
+                    self.parked_ever,
+                    self.trail()
+                );
+            }
+        }
+    }
+
+    fn trail(&self) -> String {
+        let from = self
+            .log
+            .len()
+            .saturating_sub(env_u64("HOOKGATE_SPOOL_MODEL_TRAIL").map_or(30, |n| n as usize));
+        format!("last steps:\n  {}", self.log[from..].join("\n  "))
+    }
+}
+
+async fn run_seed(seed: u64, steps: usize) {
+    let _report = SeedReport(seed);
+    let mut run = Run::new(seed);
+    for _ in 0..steps {
+        run.step().await;
+        run.check();
+    }
+    run.crash();
+    run.check();
+    run.check_order();
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn the_spool_keeps_every_promised_entry_in_one_place_and_each_keys_order() {
+    if let Some(seed) = env_u64("HOOKGATE_SPOOL_MODEL_SEED") {
+        run_seed(seed, STEPS).await;
+        return;
+    }
+    if let Some(secs) = env_u64("HOOKGATE_SPOOL_MODEL_SECS") {
+        let end = Instant::now() + Duration::from_secs(secs);
+        let start = Rng(std::process::id() as u64).next();
+        let mut n = 0;
+        while Instant::now() < end {
+            run_seed(start.wrapping_add(n), STEPS).await;
+            n += 1;
+        }
+        eprintln!("spool model: {n} seeds from {start} passed");
+        return;
+    }
+    for seed in 0..SEEDS {
+        run_seed(seed, STEPS).await;
+    }
+}

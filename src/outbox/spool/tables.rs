@@ -1,0 +1,206 @@
+//! The spool's tables in its redb database: one per area, keyed by sequence number, and
+//! the reads of them; the writes are [`Op`]s that the writer thread commits.
+
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
+
+use crate::store::StoreError;
+
+/// Which area an entry is in. An entry keeps its sequence number (its arrival order) when it
+/// moves between areas, so a key names one entry in whichever area holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Area {
+    /// The FIFO the drainer publishes from, head first.
+    Main,
+    /// Entries no queue takes yet, and the later entries of their guard keys.
+    Held,
+    /// Entries waiting for an operator; values are parked records.
+    Parked,
+}
+
+impl Area {
+    fn table(self) -> TableDefinition<'static, u64, &'static [u8]> {
+        match self {
+            Area::Main => MAIN,
+            Area::Held => HELD,
+            Area::Parked => PARKED,
+        }
+    }
+}
+
+const MAIN: TableDefinition<u64, &[u8]> = TableDefinition::new("spool_main");
+const HELD: TableDefinition<u64, &[u8]> = TableDefinition::new("spool_held");
+const PARKED: TableDefinition<u64, &[u8]> = TableDefinition::new("spool_parked");
+/// The sequence numbers the migration gave entries of the legacy `spool_corrupt` tree, by
+/// their old key: a migration run again after a crash reuses them instead of parking the
+/// entry twice.
+const MIGRATED: TableDefinition<&[u8], u64> = TableDefinition::new("spool_migrated_corrupt");
+
+/// One change of a commit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Op {
+    /// Sets entry `seq` of `area`.
+    Put {
+        area: Area,
+        seq: u64,
+        value: Vec<u8>,
+    },
+    /// Removes entry `seq` of `area` (nothing if it is absent).
+    Remove { area: Area, seq: u64 },
+    /// Records the number a legacy corrupt entry was given.
+    Migrated { legacy_key: Vec<u8>, seq: u64 },
+}
+
+/// An entry: its sequence number and value.
+pub(super) type Row = (u64, Vec<u8>);
+
+/// Read access to the tables; cheap to clone.
+#[derive(Clone)]
+pub(super) struct Tables {
+    db: Arc<Database>,
+}
+
+impl Tables {
+    /// Creates the tables that do not exist yet, in one durable commit.
+    pub(super) fn open(db: Arc<Database>) -> Result<Self, StoreError> {
+        let txn = db.begin_write()?;
+        for area in [Area::Main, Area::Held, Area::Parked] {
+            txn.open_table(area.table())?;
+        }
+        txn.open_table(MIGRATED)?;
+        txn.commit()?;
+        Ok(Self { db })
+    }
+
+    pub(super) fn db(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// The entry with the lowest number.
+    pub(super) fn first(&self, area: Area) -> Result<Option<Row>, StoreError> {
+        Ok(self.page(area, None, 1)?.pop())
+    }
+
+    /// The highest number in `area`.
+    pub(super) fn last_seq(&self, area: Area) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(area.table())?;
+        let last = table.last()?.map(|(k, _)| k.value());
+        Ok(last)
+    }
+
+    /// Entry `seq`.
+    pub(super) fn get(&self, area: Area, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(area.table())?;
+        let value = table.get(seq)?.map(|v| v.value().to_vec());
+        Ok(value)
+    }
+
+    /// Up to `limit` entries numbered above `after` (or from the start), in order.
+    pub(super) fn page(
+        &self,
+        area: Area,
+        after: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<Row>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(area.table())?;
+        let from = match after {
+            Some(seq) => match seq.checked_add(1) {
+                Some(next) => next,
+                None => return Ok(Vec::new()),
+            },
+            None => 0,
+        };
+        let mut out = Vec::new();
+        for row in table.range(from..)?.take(limit) {
+            let (k, v) = row?;
+            out.push((k.value(), v.value().to_vec()));
+        }
+        Ok(out)
+    }
+
+    /// Number of entries in `area`.
+    pub(super) fn len(&self, area: Area) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read()?;
+        let len = txn.open_table(area.table())?.len()?;
+        Ok(len)
+    }
+
+    /// The number a legacy corrupt entry was given by an earlier run of the migration.
+    pub(super) fn migrated(&self, legacy_key: &[u8]) -> Result<Option<u64>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let table = txn.open_table(MIGRATED)?;
+        let seq = table.get(legacy_key)?.map(|v| v.value());
+        Ok(seq)
+    }
+
+    /// Calls `f` on every entry of `area`, a page at a time.
+    pub(super) fn for_each(
+        &self,
+        area: Area,
+        page: usize,
+        mut f: impl FnMut(u64, &[u8]),
+    ) -> Result<(), StoreError> {
+        let mut after = None;
+        loop {
+            let rows = self.page(area, after, page)?;
+            let Some((last, _)) = rows.last() else {
+                return Ok(());
+            };
+            after = Some(*last);
+            for (seq, value) in &rows {
+                f(*seq, value);
+            }
+        }
+    }
+}
+
+/// Applies `ops` in one write transaction and commits it durably: when this returns `Ok`,
+/// the commit's `fdatasync` has returned.
+pub(super) fn commit<'a>(
+    db: &Database,
+    ops: impl IntoIterator<Item = &'a Op>,
+) -> Result<(), redb::Error> {
+    let mut txn = db.begin_write()?;
+    txn.set_durability(redb::Durability::Immediate)?;
+    {
+        let mut main = txn.open_table(MAIN)?;
+        let mut held = txn.open_table(HELD)?;
+        let mut parked = txn.open_table(PARKED)?;
+        let mut migrated = txn.open_table(MIGRATED)?;
+        for op in ops {
+            match op {
+                Op::Put { area, seq, value } => {
+                    let table = match area {
+                        Area::Main => &mut main,
+                        Area::Held => &mut held,
+                        Area::Parked => &mut parked,
+                    };
+                    table.insert(*seq, value.as_slice())?;
+                }
+                Op::Remove { area, seq } => {
+                    let table = match area {
+                        Area::Main => &mut main,
+                        Area::Held => &mut held,
+                        Area::Parked => &mut parked,
+                    };
+                    table.remove(*seq)?;
+                }
+                Op::Migrated { legacy_key, seq } => {
+                    migrated.insert(legacy_key.as_slice(), *seq)?;
+                }
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(())
+}
+
+/// Whether redb refuses every write until the database is opened again (an I/O error
+/// during an earlier commit).
+pub(super) fn needs_reopen(error: &redb::Error) -> bool {
+    matches!(error, redb::Error::Io(_) | redb::Error::PreviousIo)
+}
