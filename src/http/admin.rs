@@ -163,7 +163,12 @@ impl Admin {
     /// Status code, content type and body for a GET of `path`.
     pub fn respond(&self, path: &str) -> Answer {
         match path {
-            "/healthz" => match self.health.liveness.restart_reason() {
+            "/healthz" => match self
+                .health
+                .liveness
+                .restart_reason()
+                .or_else(|| self.health.spool.restart_needed())
+            {
                 None => (200, "text/plain", "ok\n".into()),
                 Some(reason) => (503, "text/plain", format!("needs a restart: {reason}\n")),
             },

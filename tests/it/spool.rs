@@ -589,6 +589,12 @@ async fn on_a_full_disk_spooling_answers_503_and_nothing_is_published_until_the_
         status, 503,
         "broker connected, but new events would queue behind entries it cannot delete: {why}"
     );
+    let (status, why) = gw.admin_get(&client, "/healthz").await;
+    assert_eq!(
+        (status, why.contains("needs a restart")),
+        (503, true),
+        "only a restart reopens a spool that met an I/O error, so liveness fails: {why}"
+    );
     gw.signal("TERM");
     gw.wait_exit(Duration::from_secs(40))
         .await
