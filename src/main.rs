@@ -562,8 +562,8 @@ fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> 
             }
             Ok(())
         }
-        SpoolCommand::Republish { ids, all } => change_parked(&access, ids, *all, true),
-        SpoolCommand::Delete { ids, all, .. } => change_parked(&access, ids, *all, false),
+        SpoolCommand::Republish { ids, all } => change_parked(config, &access, ids, *all, true),
+        SpoolCommand::Delete { ids, all, .. } => change_parked(config, &access, ids, *all, false),
     }
 }
 
@@ -613,11 +613,13 @@ fn parked_entries(
 
 /// Republishes (or deletes) the parked entries `ids`, or all of them; names each one done.
 fn change_parked(
+    config: &Config,
     access: &SpoolAccess,
     ids: &[u64],
     all: bool,
     republish: bool,
 ) -> anyhow::Result<()> {
+    let token = cli::admin::token(config)?;
     let ids: Vec<u64> = if all {
         parked_entries(access)?.iter().map(|e| e.id).collect()
     } else {
@@ -631,15 +633,17 @@ fn change_parked(
     for id in ids {
         match access {
             SpoolAccess::Gateway(addr) => {
+                let token = token.as_ref();
                 let path = format!("{}/{id}", hookgate::http::admin::PARKED_PATH);
                 if republish {
-                    cli::admin::ok(
+                    cli::admin::authorized(
                         *addr,
                         "POST",
                         &format!("{path}/{}", hookgate::http::admin::REPUBLISH),
+                        token,
                     )?;
                 } else {
-                    cli::admin::ok(*addr, "DELETE", &path)?;
+                    cli::admin::authorized(*addr, "DELETE", &path, token)?;
                 }
             }
             SpoolAccess::Store(spool, _) => runtime.block_on(async {
