@@ -89,18 +89,46 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
     for id in &spooled {
         gw.accept(&client, id).await;
     }
-    // The CLI asks the running gateway (its store is locked).
+    // The CLI asks the running gateway (its store is locked), found from the config given
+    // by --config or by HOOKGATE_CONFIG as `run` finds it, and says which one it asked.
     let running = config_for_cli(&gw, dir.path());
+    let store_line = format!("store: {}\n", cfg.store.display());
     let (ok, out, err) = spool_status_cli(&running).await;
     assert!(ok, "spool status failed: {err}");
     assert!(out.contains("depth: 20\n"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "gateway: admin {} (the running gateway)\n",
+            gw.admin
+        )),
+        "{out}"
+    );
+    assert!(out.contains(&store_line), "{out}");
+    let mut cmd = hookgate();
+    // Run elsewhere than the repository, where no default config file exists.
+    cmd.current_dir(dir.path())
+        .args(["spool", "status"])
+        .env("HOOKGATE_CONFIG", &running);
+    let by_env = run_bounded(cmd, Duration::from_secs(30)).await;
+    let env_out = String::from_utf8_lossy(&by_env.stdout);
+    assert!(
+        by_env.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_env.stderr)
+    );
+    assert_eq!(env_out, out, "HOOKGATE_CONFIG finds the same gateway");
     assert_eq!(broker.message_count().await, 0, "nothing published yet");
 
     gw.stop().await;
-    // With no gateway running the CLI reads the store itself.
+    // With no gateway running the CLI reads the store itself, and says so.
     let (ok, out, err) = spool_status_cli(&gw.config_path).await;
     assert!(ok, "spool status (stopped) failed: {err}");
     assert!(out.contains("depth: 20\n"), "{out}");
+    assert!(
+        out.contains("gateway: none answered on admin 127.0.0.1:0; the store was read directly\n"),
+        "{out}"
+    );
+    assert!(out.contains(&store_line), "{out}");
 
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
