@@ -46,8 +46,14 @@ fn bench(c: &mut Criterion) {
     for (name, body) in [("status", STATUS), ("inbound", INBOUND)] {
         group.bench_function(name, |b| {
             b.iter_batched(
-                || (verified(&scheme, body), event::RequestId::generated()),
-                |(v, request_id)| event::parse(v, black_box(&fields), request_id),
+                || {
+                    (
+                        verified(&scheme, body),
+                        event::RequestId::generated(),
+                        hookgate::ingress::trace::TraceContext::new_root(),
+                    )
+                },
+                |(v, request_id, trace)| event::parse(v, black_box(&fields), request_id, trace),
                 BatchSize::SmallInput,
             )
         });

@@ -1123,6 +1123,8 @@ async fn baseline_answer(
         order_key: None,
         body: body.clone(),
         content_type: None,
+        traceparent: None,
+        tracestate: None,
     };
     match p.publisher.publish(&p.exchange, &msg).await {
         Ok(()) => answer(StatusCode::OK, r#"{"status":"accepted"}"#),

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::guard::RouteGuard;
 use crate::http::admin::{Admin, Health};
 use crate::http::serve_admin;
+use crate::http::token::{AdminToken, TokenError};
 use crate::http::webhook::{serve_webhooks, WebhookService};
 use crate::ingress::event::EventFields;
 use crate::ingress::secrets::{RouteSecrets, SecretError};
@@ -51,6 +52,8 @@ pub enum AppError {
     Store(#[from] StoreError),
     #[error("reconcile: {0}")]
     Reconcile(String),
+    #[error(transparent)]
+    AdminToken(#[from] TokenError),
 }
 
 impl AppError {
@@ -96,6 +99,7 @@ pub struct Prepared {
     store: Store,
     routes: Vec<CompiledRoute>,
     tls: Option<Arc<TlsReloader>>,
+    admin_token: Option<AdminToken>,
 }
 
 /// What [`check`] may read besides the config itself.
@@ -143,6 +147,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         backend,
         routes,
         tls,
+        admin_token,
     } = resolve(config)?;
     let store = Store::open_with_cache(&config.store.path, config.store.cache)?;
     Ok(Prepared {
@@ -151,6 +156,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
         store,
         routes,
         tls,
+        admin_token,
     })
 }
 
@@ -160,6 +166,7 @@ struct Resolved {
     backend: BackendChoice,
     routes: Vec<CompiledRoute>,
     tls: Option<Arc<TlsReloader>>,
+    admin_token: Option<AdminToken>,
 }
 
 fn resolve(mut config: Config) -> Result<Resolved, AppError> {
@@ -223,11 +230,18 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
         .transpose()?
         .map(Arc::new);
     let backend = BackendChoice::from_config(&config).map_err(AppError::Backend)?;
+    let admin_token = config
+        .admin
+        .token_file
+        .as_deref()
+        .map(AdminToken::read)
+        .transpose()?;
     Ok(Resolved {
         config,
         backend,
         routes,
         tls,
+        admin_token,
     })
 }
 
@@ -259,6 +273,7 @@ pub async fn serve(
         store,
         routes,
         tls,
+        admin_token,
     } = prepared;
     let metrics = Arc::new(Metrics::new());
     let routes: Vec<Arc<RouteRuntime>> = routes
@@ -346,6 +361,7 @@ pub async fn serve(
         },
         shutdown: shutting_down.clone(),
         reconcile: reconcilers.clone(),
+        token: admin_token,
     });
     let addr_text = |l: &TcpListener| {
         l.local_addr()

@@ -537,12 +537,45 @@ fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
     Ok(SpoolAccess::Store(Box::new(spool), store))
 }
 
+/// Which spool the command read: the gateway's admin address, or the store itself, and the
+/// store's path, so a reader sees which gateway (which config) answered.
+fn source_lines(config: &Config, access: &SpoolAccess) -> String {
+    let gateway = match access {
+        SpoolAccess::Gateway(addr) => format!("admin {addr} (the running gateway)"),
+        SpoolAccess::Store(..) => format!(
+            "none answered on admin {}; the store was read directly",
+            cli::admin::address(config)
+        ),
+    };
+    format!("gateway: {gateway}\nstore: {}", config.store.path.display())
+}
+
 fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> {
     let access = spool_access(config)?;
+    let source = source_lines(config, &access);
     match command {
-        SpoolCommand::Status => print_status(&access),
+        // The status names its source on stdout, next to the figures it explains; the
+        // other commands keep stdout to their listing and name it on stderr.
+        SpoolCommand::Status => {
+            println!("{source}");
+            print_status(&access)
+        }
+        _ => {
+            eprintln!("{source}");
+            spool_change_or_list(config, &access, command)
+        }
+    }
+}
+
+fn spool_change_or_list(
+    config: &Config,
+    access: &SpoolAccess,
+    command: &SpoolCommand,
+) -> anyhow::Result<()> {
+    match command {
+        SpoolCommand::Status => print_status(access),
         SpoolCommand::Parked => {
-            let entries = parked_entries(&access)?;
+            let entries = parked_entries(access)?;
             if entries.is_empty() {
                 println!("no parked entries");
             }
@@ -562,8 +595,8 @@ fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> 
             }
             Ok(())
         }
-        SpoolCommand::Republish { ids, all } => change_parked(&access, ids, *all, true),
-        SpoolCommand::Delete { ids, all, .. } => change_parked(&access, ids, *all, false),
+        SpoolCommand::Republish { ids, all } => change_parked(config, access, ids, *all, true),
+        SpoolCommand::Delete { ids, all, .. } => change_parked(config, access, ids, *all, false),
     }
 }
 
@@ -613,11 +646,13 @@ fn parked_entries(
 
 /// Republishes (or deletes) the parked entries `ids`, or all of them; names each one done.
 fn change_parked(
+    config: &Config,
     access: &SpoolAccess,
     ids: &[u64],
     all: bool,
     republish: bool,
 ) -> anyhow::Result<()> {
+    let token = cli::admin::token(config)?;
     let ids: Vec<u64> = if all {
         parked_entries(access)?.iter().map(|e| e.id).collect()
     } else {
@@ -631,15 +666,17 @@ fn change_parked(
     for id in ids {
         match access {
             SpoolAccess::Gateway(addr) => {
+                let token = token.as_ref();
                 let path = format!("{}/{id}", hookgate::http::admin::PARKED_PATH);
                 if republish {
-                    cli::admin::ok(
+                    cli::admin::authorized(
                         *addr,
                         "POST",
                         &format!("{path}/{}", hookgate::http::admin::REPUBLISH),
+                        token,
                     )?;
                 } else {
-                    cli::admin::ok(*addr, "DELETE", &path)?;
+                    cli::admin::authorized(*addr, "DELETE", &path, token)?;
                 }
             }
             SpoolAccess::Store(spool, _) => runtime.block_on(async {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use crate::budget::Charge;
 use crate::clock::Clock;
@@ -15,6 +16,7 @@ use crate::guard::{Check, GuardState, RouteGuard};
 use crate::ingress::event::{self, Delivery, Event, EventFields, ParseError, RequestId};
 use crate::ingress::secrets::RouteSecrets;
 use crate::ingress::signature::Scheme;
+use crate::ingress::trace::TraceContext;
 use crate::metrics::{Metrics, RouteCounters};
 use crate::outbox::message::Message;
 use crate::outbox::spool::SpoolError;
@@ -233,14 +235,22 @@ impl Pipeline {
         let echoed = request_id.value.clone();
         // Boxed: the state machine of a whole delivery is kilobytes, and every future that
         // wraps it (hyper's, the panic guard's, the handler's) would copy it as it moves.
-        let outcome = Box::pin(self.run(route, delivery, charge, request_id, now_ms)).await;
+        let trace = TraceContext::of(&delivery.headers);
+        // Every line logged for this delivery names its trace (INFO: WARN lines need it).
+        let span = tracing::info_span!("delivery", trace_id = trace.trace_id());
+        let outcome = Box::pin(self.run(route, delivery, charge, request_id, trace, now_ms))
+            .instrument(span.clone())
+            .await;
+        let _in_span = span.enter();
         match &outcome {
             Outcome::Duplicate { .. } => {
                 route.counters.dedup_hits.inc();
             }
             Outcome::Dropped { event_id, reason } => {
                 route.counters.count_drop(reason);
-                tracing::info!(route = name, event_id = %event_id, reason, "event dropped");
+                // DEBUG: a retry storm of stale statuses would flood the log at INFO; the
+                // drops are counted by reason in the metrics.
+                tracing::debug!(route = name, event_id = %event_id, reason, "event dropped");
             }
             Outcome::InvalidSignature => {
                 route.counters.signature_failures.inc();
@@ -256,6 +266,7 @@ impl Pipeline {
         delivery: Delivery,
         charge: Charge,
         request_id: RequestId,
+        trace: TraceContext,
         now_ms: i64,
     ) -> Outcome {
         let name = route.config.name.as_str();
@@ -277,7 +288,7 @@ impl Pipeline {
                 return Outcome::RateLimited { retry_after };
             }
         }
-        let event = match event::parse(verified, &route.fields, request_id) {
+        let event = match event::parse(verified, &route.fields, request_id, trace) {
             Ok(e) => e,
             Err(e) => return Outcome::BadRequest(e),
         };
@@ -506,6 +517,8 @@ impl Pipeline {
             order_key: None,
             body: event.body.clone(),
             content_type: event.content_type.as_deref().map(Cow::Borrowed),
+            traceparent: Some(Cow::Borrowed(&event.trace.traceparent)),
+            tracestate: event.trace.tracestate.as_deref().map(Cow::Borrowed),
         }
     }
 }

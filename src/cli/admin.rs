@@ -5,6 +5,7 @@ use std::io::{Read, Write};
 
 use anyhow::Context;
 use hookgate::config::Config;
+use hookgate::http::token::AdminToken;
 
 /// The admin address to call: the configured one, on loopback when it listens on all
 /// addresses.
@@ -16,9 +17,30 @@ pub fn address(config: &Config) -> std::net::SocketAddr {
     addr
 }
 
+/// The admin token of `admin.token_file`, for the requests that change the spool; `None`
+/// when the config names no file (the gateway then refuses those changes).
+pub fn token(config: &Config) -> anyhow::Result<Option<AdminToken>> {
+    Ok(config
+        .admin
+        .token_file
+        .as_deref()
+        .map(AdminToken::read)
+        .transpose()?)
+}
+
 /// An admin request that must answer 200; its body.
 pub fn ok(addr: std::net::SocketAddr, method: &str, path: &str) -> anyhow::Result<String> {
-    let (status, body) = request(addr, method, path)?;
+    authorized(addr, method, path, None)
+}
+
+/// [`ok`] presenting `token` (the changes to the spool need it).
+pub fn authorized(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&AdminToken>,
+) -> anyhow::Result<String> {
+    let (status, body) = send(addr, method, path, token)?;
     anyhow::ensure!(
         status == 200,
         "the gateway answered {status}: {}",
@@ -33,12 +55,25 @@ pub fn request(
     method: &str,
     path: &str,
 ) -> anyhow::Result<(u16, String)> {
+    send(addr, method, path, None)
+}
+
+/// One request, with the token as a bearer credential when given: (status, body).
+fn send(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    token: Option<&AdminToken>,
+) -> anyhow::Result<(u16, String)> {
     let timeout = std::time::Duration::from_secs(3);
     let mut stream = std::net::TcpStream::connect_timeout(&addr, timeout)?;
     stream.set_read_timeout(Some(timeout))?;
+    let authorization = token.map_or_else(String::new, |t| {
+        format!("Authorization: Bearer {}\r\n", t.expose())
+    });
     write!(
         stream,
-        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{authorization}Content-Length: 0\r\n\r\n"
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;

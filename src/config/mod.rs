@@ -120,12 +120,16 @@ pub struct Tls {
 pub struct AdminConfig {
     /// Socket address for `/healthz`, `/readyz`, `/metrics`. Default `0.0.0.0:9090`.
     pub addr: SocketAddr,
+    /// A file holding the token that changes to the spool (`hookgate spool republish`,
+    /// `delete`) must present, read at start. Without it those changes are refused.
+    pub token_file: Option<PathBuf>,
 }
 
 impl Default for AdminConfig {
     fn default() -> Self {
         Self {
             addr: SocketAddr::from(([0, 0, 0, 0], 9090)),
+            token_file: None,
         }
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
+use crate::http::token::AdminToken;
 use crate::liveness::Liveness;
 use crate::metrics::{Format, Metrics};
 use crate::outbox::publish::Publisher;
@@ -39,6 +40,9 @@ pub struct AdminRequest<'a> {
     /// Whether the peer is on this host. Changing the spool is only allowed from there:
     /// the admin listener is often reachable from the whole cluster network.
     pub from_loopback: bool,
+    /// The `Authorization` header, if any: changing the spool also needs the admin token,
+    /// as every container of the pod and every port-forward is a loopback peer.
+    pub authorization: Option<&'a str>,
 }
 
 /// The parts whose health the admin endpoints report.
@@ -65,6 +69,8 @@ pub struct Admin {
     pub shutdown: CancellationToken,
     /// The routes' reconcilers.
     pub reconcile: Arc<Reconcilers>,
+    /// The token spool changes must present; `None` (no `admin.token_file`) refuses them.
+    pub token: Option<AdminToken>,
 }
 
 impl Admin {
@@ -106,6 +112,25 @@ impl Admin {
                 "text/plain",
                 "parked entries can only be changed from the gateway's own host\n".into(),
             );
+        }
+        match &self.token {
+            None => {
+                return (
+                    403,
+                    "text/plain",
+                    "parked entries cannot be changed: no admin.token_file is configured\n"
+                        .into(),
+                )
+            }
+            Some(token) if !token.allows(req.authorization) => {
+                return (
+                    403,
+                    "text/plain",
+                    "parked entries can only be changed with the admin token (Authorization: Bearer, from admin.token_file)\n"
+                        .into(),
+                )
+            }
+            Some(_) => {}
         }
         let Ok(id) = id_text.parse::<u64>() else {
             return (400, "text/plain", "the entry id must be a number\n".into());

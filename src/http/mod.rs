@@ -3,6 +3,7 @@
 //! The only module that imports hyper.
 
 pub mod admin;
+pub mod token;
 pub mod webhook;
 
 use std::convert::Infallible;
@@ -65,6 +66,10 @@ pub async fn serve_admin(
                         .get(http::header::ACCEPT)
                         .and_then(|v| v.to_str().ok()),
                     from_loopback: peer.ip().is_loopback(),
+                    authorization: req
+                        .headers()
+                        .get(http::header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok()),
                 })
                 .await;
             let mut resp = Response::new(Full::new(Bytes::from(body)));

@@ -10,6 +10,7 @@ use crate::config::{Fields, Profile, Route};
 use crate::ingress::fields::{Extracted, Field, FieldPlan, Slot};
 use crate::ingress::secrets::Secret;
 use crate::ingress::signature::{Scheme, SignatureError, WEBHOOK_ID};
+use crate::ingress::trace::TraceContext;
 
 /// Delivery attempt id of the botix profile.
 pub const REQUEST_ID: &str = "x-botix-request-id";
@@ -109,6 +110,8 @@ pub struct Event {
     pub fields: Extracted,
     /// The body's content type when it is not JSON (a Twilio form), published with it.
     pub content_type: Option<String>,
+    /// The W3C trace context it is published with: the sender's, or a new one.
+    pub trace: TraceContext,
 }
 
 impl Event {
@@ -258,6 +261,8 @@ pub fn parse_listed(
             value: request_id,
             from_sender: false,
         },
+        // No request brought it: a new trace, which its consumers can continue.
+        TraceContext::new_root(),
     )
 }
 
@@ -266,9 +271,10 @@ pub fn parse(
     verified: Verified,
     fields: &EventFields,
     request_id: RequestId,
+    trace: TraceContext,
 ) -> Result<Event, ParseError> {
     if let Some(twilio) = fields.twilio {
-        return parse_twilio(verified, fields, twilio, request_id);
+        return parse_twilio(verified, fields, twilio, request_id, trace);
     }
     let Verified(delivery) = verified;
     let found = fields
@@ -314,6 +320,7 @@ pub fn parse(
         body: delivery.body,
         fields: found,
         content_type: None,
+        trace,
     })
 }
 
@@ -325,6 +332,7 @@ fn parse_twilio(
     fields: &EventFields,
     twilio: TwilioFields,
     request_id: RequestId,
+    trace: TraceContext,
 ) -> Result<Event, ParseError> {
     let Verified(delivery) = verified;
     let content_type = header_text(&delivery.headers, http::header::CONTENT_TYPE.as_str());
@@ -375,6 +383,7 @@ fn parse_twilio(
         body: delivery.body,
         fields: found,
         content_type: Some(content_type),
+        trace,
     })
 }
 
@@ -448,7 +457,12 @@ mod tests {
         if !request_id.from_sender {
             request_id.value = "gen".into();
         }
-        parse(v, &EventFields::new(fields), request_id)
+        parse(
+            v,
+            &EventFields::new(fields),
+            request_id,
+            TraceContext::new_root(),
+        )
     }
 
     fn twilio_fields() -> EventFields {
@@ -463,7 +477,7 @@ mod tests {
     ) -> Result<Event, ParseError> {
         let v = verified(body, headers);
         let request_id = RequestId::of(&v.0.headers, Profile::Twilio);
-        parse(v, &twilio_fields(), request_id)
+        parse(v, &twilio_fields(), request_id, TraceContext::new_root())
     }
 
     #[test]
@@ -642,7 +656,8 @@ mod tests {
             r#"{"id":"e1","data":{"status":"delivered","count":7}}"#,
             &[],
         );
-        let e = parse(v, &fields, RequestId::generated()).expect("parses");
+        let e =
+            parse(v, &fields, RequestId::generated(), TraceContext::new_root()).expect("parses");
         assert_eq!(e.field(status).as_deref(), Some("delivered"));
         assert_eq!(e.field(count).as_deref(), Some("7"), "a number as text");
         assert_eq!(e.field(absent), None);

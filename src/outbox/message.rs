@@ -23,6 +23,11 @@ pub const EVENT_ID_HEADER: &str = "x-event-id";
 /// drain and an audit copy each get their own), so a message the broker returns is paired
 /// with the publish it came from. Not `message_id`, which repeats across those.
 pub const PUBLISH_ID_HEADER: &str = "x-publish-id";
+/// Header of the W3C trace position, `00-<trace id>-<parent id>-<flags>`, on the request
+/// and on the message alike.
+pub const TRACEPARENT: &str = "traceparent";
+/// Header of the vendors' W3C trace state, carried along with a valid `traceparent`.
+pub const TRACESTATE: &str = "tracestate";
 /// Bytes of an oversize id kept readable at the start of its fitted `message_id`.
 const FITTED_PREFIX_BYTES: usize = 128;
 /// Between the kept prefix and the digest of a fitted `message_id`.
@@ -58,6 +63,11 @@ pub struct Message<'a> {
     pub body: Bytes,
     /// `content_type` when the body is not JSON (a Twilio form); `application/json` if unset.
     pub content_type: Option<Cow<'a, str>>,
+    /// The `traceparent` header (W3C Trace Context); absent only in a message spooled by
+    /// a version that did not carry it.
+    pub traceparent: Option<Cow<'a, str>>,
+    /// The `tracestate` header, when the sender sent one with a valid `traceparent`.
+    pub tracestate: Option<Cow<'a, str>>,
 }
 
 impl Message<'_> {

@@ -5,7 +5,18 @@
 //! a field of `Message` can be renamed or moved without touching a record on disk. The
 //! first byte is the format version.
 //!
-//! Version 1 (integers big-endian):
+//! Version 2, which [`encode`] writes, is version 1 with the W3C trace context after
+//! `content_type`, so a spooled event is published with the trace it arrived with:
+//!
+//! | field          | encoding                     |
+//! |----------------|------------------------------|
+//! | version        | `u8`, 2                      |
+//! | ...            | as version 1, up to and with `content_type` |
+//! | traceparent    | optional text                |
+//! | tracestate     | optional text                |
+//! | body           | bytes                        |
+//!
+//! Version 1 (integers big-endian), still read (its messages have no trace context):
 //!
 //! | field          | encoding                     |
 //! |----------------|------------------------------|
@@ -42,7 +53,9 @@ use serde::Deserialize;
 use crate::outbox::message::Message;
 
 /// The version [`encode`] writes.
-pub const VERSION: u8 = 1;
+pub const VERSION: u8 = 2;
+/// The version before the trace context.
+const VERSION_1: u8 = 1;
 /// The first byte of a legacy record whose metadata is under 16 MiB.
 const LEGACY: u8 = 0;
 
@@ -84,6 +97,8 @@ pub fn encode(msg: &Message<'_>) -> Result<Vec<u8>, RecordError> {
         + msg.received_at.len()
         + msg.order_key.as_ref().map_or(1, |k| 5 + k.len())
         + msg.content_type.as_ref().map_or(1, |c| 5 + c.len())
+        + msg.traceparent.as_ref().map_or(1, |t| 5 + t.len())
+        + msg.tracestate.as_ref().map_or(1, |t| 5 + t.len())
         + 4
         + msg.body.len();
     let mut out = Vec::with_capacity(size);
@@ -104,6 +119,8 @@ pub fn encode(msg: &Message<'_>) -> Result<Vec<u8>, RecordError> {
     put_bytes(&mut out, "received-at time", msg.received_at.as_bytes())?;
     put_optional(&mut out, "order key", msg.order_key.as_deref())?;
     put_optional(&mut out, "content type", msg.content_type.as_deref())?;
+    put_optional(&mut out, "traceparent", msg.traceparent.as_deref())?;
+    put_optional(&mut out, "tracestate", msg.tracestate.as_deref())?;
     put_bytes(&mut out, "body", &msg.body)?;
     Ok(out)
 }
@@ -115,12 +132,14 @@ pub fn decode(record: &[u8]) -> Result<Message<'static>, RecordError> {
     };
     match first {
         LEGACY => decode_legacy(record),
-        VERSION => decode_v1(record).or_else(|error| decode_legacy(record).map_err(|_| error)),
+        VERSION_1 | VERSION => decode_versioned(record, first)
+            .or_else(|error| decode_legacy(record).map_err(|_| error)),
         version => decode_legacy(record).map_err(|_| RecordError::UnknownVersion(version)),
     }
 }
 
-fn decode_v1(record: &[u8]) -> Result<Message<'static>, RecordError> {
+/// A record of version 1 or 2 (`version`, its first byte).
+fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, RecordError> {
     let mut r = Reader(record);
     r.array::<1>("version")?;
     let routing_key = r.text("routing key")?;
@@ -136,6 +155,14 @@ fn decode_v1(record: &[u8]) -> Result<Message<'static>, RecordError> {
     let received_at = r.text("received-at time")?;
     let order_key = r.optional_text("order key")?;
     let content_type = r.optional_text("content type")?;
+    let (traceparent, tracestate) = if version >= VERSION {
+        (
+            r.optional_text("traceparent")?,
+            r.optional_text("tracestate")?,
+        )
+    } else {
+        (None, None)
+    };
     let body = Bytes::copy_from_slice(r.bytes("body")?);
     if !r.0.is_empty() {
         return Err(RecordError::TrailingBytes(r.0.len()));
@@ -152,6 +179,8 @@ fn decode_v1(record: &[u8]) -> Result<Message<'static>, RecordError> {
         order_key: order_key.map(Cow::Owned),
         body,
         content_type: content_type.map(Cow::Owned),
+        traceparent: traceparent.map(Cow::Owned),
+        tracestate: tracestate.map(Cow::Owned),
     })
 }
 
@@ -199,6 +228,8 @@ fn decode_legacy(record: &[u8]) -> Result<Message<'static>, RecordError> {
         order_key: meta.order_key.map(Cow::Owned),
         body: Bytes::copy_from_slice(r.0),
         content_type: meta.content_type.map(Cow::Owned),
+        traceparent: None,
+        tracestate: None,
     })
 }
 
@@ -276,8 +307,17 @@ impl<'r> Reader<'r> {
 mod tests {
     use super::*;
 
-    /// The message whose record is pinned in `tests/data/spool/record-v1.hex`.
+    /// The message whose record is pinned in `tests/data/spool/record-v2.hex`.
     fn golden() -> Message<'static> {
+        Message {
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
+            tracestate: Some("congo=t61rcWkgMzE".into()),
+            ..golden_v1()
+        }
+    }
+
+    /// The message whose record is pinned in `tests/data/spool/record-v1.hex`.
+    fn golden_v1() -> Message<'static> {
         Message {
             routing_key: "message.status".into(),
             message_id: "evt_1".into(),
@@ -290,6 +330,8 @@ mod tests {
             order_key: Some("botix\0status\0msg_1".into()),
             body: Bytes::from_static("{\"t\":\"caf\u{e9}\"}".as_bytes()),
             content_type: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 
@@ -304,8 +346,8 @@ mod tests {
     }
 
     #[test]
-    fn the_version_1_layout_is_pinned() {
-        let golden_record = hex_fixture(include_str!("../../tests/data/spool/record-v1.hex"));
+    fn the_version_2_layout_is_pinned() {
+        let golden_record = hex_fixture(include_str!("../../tests/data/spool/record-v2.hex"));
         assert_eq!(
             hex::encode(encode(&golden()).expect("encodes")),
             hex::encode(&golden_record),
@@ -315,12 +357,30 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_record_still_decodes_without_trace_context() {
+        let v1 = hex_fixture(include_str!("../../tests/data/spool/record-v1.hex"));
+        assert_eq!(decode(&v1), Ok(golden_v1()));
+    }
+
+    #[test]
+    fn a_spooled_message_keeps_its_trace_context() {
+        let m = golden();
+        let back = decode(&encode(&m).expect("encodes")).expect("decodes");
+        assert_eq!(
+            (back.traceparent, back.tracestate),
+            (m.traceparent, m.tracestate)
+        );
+    }
+
+    #[test]
     fn records_round_trip_with_every_field_absent_or_present() {
         let mut m = golden();
         assert_eq!(decode(&encode(&m).expect("encodes")), Ok(m.clone()));
         m.attempt = None;
         m.order_key = None;
         m.content_type = None;
+        m.traceparent = None;
+        m.tracestate = None;
         m.body = Bytes::new();
         m.received_at = String::new();
         assert_eq!(decode(&encode(&m).expect("encodes")), Ok(m.clone()));
@@ -333,8 +393,8 @@ mod tests {
     #[test]
     fn an_unknown_version_is_an_error_naming_it() {
         let mut record = encode(&golden()).expect("encodes");
-        record[0] = 2;
-        assert_eq!(decode(&record), Err(RecordError::UnknownVersion(2)));
+        record[0] = 3;
+        assert_eq!(decode(&record), Err(RecordError::UnknownVersion(3)));
         assert_eq!(
             decode(b"{\"routing_key\":\"k\"}"),
             Err(RecordError::UnknownVersion(b'{'))
@@ -428,7 +488,7 @@ mod tests {
         );
         let record = legacy(&meta, b"{}");
         assert_eq!(
-            record[0], VERSION,
+            record[0], VERSION_1,
             "the length's high byte reads as version 1"
         );
         let m = decode(&record).expect("decodes as legacy");

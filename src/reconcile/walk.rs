@@ -76,13 +76,36 @@ impl Walker {
     }
 
     /// Walks from where `position` stands (a new walk, from `requested` back if given, or
-    /// the unfinished one), storing each step in it and in the store.
+    /// the unfinished one), storing each step in it and in the store. A walk that published
+    /// events logs one INFO line with how many; each event is a DEBUG line.
     pub async fn walk(
         &mut self,
         key: &ApiKey,
         position: &mut Position,
         requested: Option<Duration>,
         stop: &CancellationToken,
+    ) -> Result<WalkEnd, StoreError> {
+        let mut published = 0u64;
+        let end = self
+            .walk_pages(key, position, requested, stop, &mut published)
+            .await;
+        if published > 0 {
+            tracing::info!(
+                route = self.name(),
+                published,
+                "reconciliation published events the webhook missed"
+            );
+        }
+        end
+    }
+
+    async fn walk_pages(
+        &mut self,
+        key: &ApiKey,
+        position: &mut Position,
+        requested: Option<Duration>,
+        stop: &CancellationToken,
+        published: &mut u64,
     ) -> Result<WalkEnd, StoreError> {
         let now = (self.clock)();
         if position.walk.is_none() || requested.is_some() {
@@ -148,7 +171,7 @@ impl Walker {
                     // The page is not answered for: the position stays before it.
                     return Ok(WalkEnd::Cancelled);
                 }
-                if let Some(end) = self.answer_for(item, &request_id).await {
+                if let Some(end) = self.answer_for(item, &request_id, published).await {
                     return Ok(end);
                 }
             }
@@ -181,6 +204,7 @@ impl Walker {
         &self,
         item: &crate::reconcile::api::Listed,
         request_id: &str,
+        published: &mut u64,
     ) -> Option<WalkEnd> {
         let made = match items::make(item, &self.layout) {
             Ok(made) => made,
@@ -199,7 +223,8 @@ impl Walker {
         self.metrics.event(&outcome);
         match &outcome {
             Outcome::Accepted { event_id } => {
-                tracing::info!(route = self.name(), event_id = %event_id, message_id = %item.id, "reconciliation published an event the webhook missed");
+                *published += 1;
+                tracing::debug!(route = self.name(), event_id = %event_id, message_id = %item.id, "reconciliation published an event the webhook missed");
                 None
             }
             Outcome::Duplicate { .. } => None,

@@ -110,6 +110,26 @@ async fn drops_go_to_the_dropped_routing_key_and_are_counted() {
         assert_eq!((s, outcome(&a)), (200, (*expected).to_owned()), "{id}");
     }
 
+    // Nothing per request is logged above DEBUG: a retry storm of stale statuses must not
+    // flood the log (the drops are counted in metrics). Each drop has its DEBUG line.
+    let drop_lines = || -> Vec<serde_json::Value> {
+        gw.logs()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == "event dropped")
+            .collect()
+    };
+    let last_logged = wait_until(BROKER_TIMEOUT, || {
+        drop_lines().iter().any(|v| v["event_id"] == "k2")
+    })
+    .await;
+    assert!(last_logged, "the last drop is logged: {:?}", gw.logs());
+    let lines = drop_lines();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    for line in &lines {
+        assert_eq!(line["level"], "DEBUG", "{line}");
+    }
+
     let after = scrape(&client, &gw).await;
     for (reason, before) in reasons.iter().zip(before) {
         assert_eq!(

@@ -293,3 +293,129 @@ async fn publishes_in_flight_when_a_confirm_times_out_are_spooled_not_lost() {
     );
     broker.delete().await;
 }
+
+/// A sender's `traceparent`.
+const SENT_PARENT: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+/// Delivers event `id`, signed, with these extra headers; asserts it was accepted.
+async fn accept_with(gw: &Gateway, client: &reqwest::Client, id: &str, extra: &[(&str, &str)]) {
+    let body = event_body(id);
+    let mut headers = vec![
+        ("x-botix-signature", sign(SECRET, body.as_bytes())),
+        ("x-botix-request-id", format!("req_{id}")),
+    ];
+    headers.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let (status, answer) = gw.post(client, &body, &headers).await;
+    assert_eq!(status, 200, "{id}: {answer}");
+}
+
+/// Whether `value` has the shape of a version 00 `traceparent` with non-zero ids.
+fn well_formed_traceparent(value: &str) -> bool {
+    hookgate::ingress::trace::is_valid_traceparent(value)
+}
+
+#[tokio::test]
+async fn the_senders_trace_context_or_a_new_one_travels_in_the_message_headers() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    let invalid = "00-00000000000000000000000000000000-00f067aa0ba902b7-01";
+    accept_with(
+        &gw,
+        &client,
+        "evt_traced",
+        &[
+            ("traceparent", SENT_PARENT),
+            ("tracestate", "congo=t61rcWkgMzE"),
+        ],
+    )
+    .await;
+    accept_with(&gw, &client, "evt_untraced", &[]).await;
+    accept_with(
+        &gw,
+        &client,
+        "evt_bad_trace",
+        &[
+            ("traceparent", invalid),
+            ("tracestate", "congo=t61rcWkgMzE"),
+        ],
+    )
+    .await;
+    gw.accept(&client, "sentinel").await;
+    let got = broker.until_within("sentinel", ARRIVAL_DEADLINE).await;
+    assert_eq!(ids(&got), ["evt_traced", "evt_untraced", "evt_bad_trace"]);
+    assert_eq!(got[0].header("traceparent").as_deref(), Some(SENT_PARENT));
+    assert_eq!(
+        got[0].header("tracestate").as_deref(),
+        Some("congo=t61rcWkgMzE")
+    );
+    let mut trace_ids = BTreeSet::new();
+    for m in &got[1..] {
+        let parent = m.header("traceparent").expect("a generated traceparent");
+        assert!(well_formed_traceparent(&parent), "{parent}");
+        assert_ne!(parent, invalid);
+        assert_eq!(
+            m.header("tracestate"),
+            None,
+            "no state without the sender's parent"
+        );
+        trace_ids.insert(parent[3..35].to_owned());
+    }
+    assert_eq!(trace_ids.len(), 2, "each new trace has its own id");
+
+    // The delivery's log lines carry its trace id: a refused signature is logged (DEBUG)
+    // inside the delivery's span.
+    let body = event_body("evt_forged");
+    let (status, _) = gw
+        .post(
+            &client,
+            &body,
+            &[
+                (
+                    "x-botix-signature",
+                    sign("not-the-secret-at-all", body.as_bytes()),
+                ),
+                ("traceparent", SENT_PARENT.to_owned()),
+            ],
+        )
+        .await;
+    assert_eq!(status, 401);
+    let in_trace = |l: &String| {
+        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
+            v["message"] == "signature refused"
+                && v["spans"].as_array().is_some_and(|spans| {
+                    spans
+                        .iter()
+                        .any(|s| s["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736")
+                })
+        })
+    };
+    assert!(
+        wait_until(BROKER_TIMEOUT, || gw.logs().iter().any(in_trace)).await,
+        "{}",
+        gw.logs().join("\n")
+    );
+    let mut gw = gw;
+    gw.stop().await;
+
+    // A spooled event keeps its trace: published after a restart with the same headers.
+    cfg.amqp_url = unreachable_amqp_url();
+    let mut gw = Gateway::start(&cfg).await;
+    accept_with(
+        &gw,
+        &client,
+        "evt_spooled_traced",
+        &[("traceparent", SENT_PARENT), ("tracestate", "rojo=1")],
+    )
+    .await;
+    gw.stop().await;
+    cfg.amqp_url = AMQP_URL.to_owned();
+    let gw = Gateway::start(&cfg).await;
+    gw.accept(&client, "sentinel_2").await;
+    let got = broker.until_within("sentinel_2", ARRIVAL_DEADLINE).await;
+    assert_eq!(ids(&got), ["evt_spooled_traced"]);
+    assert_eq!(got[0].header("traceparent").as_deref(), Some(SENT_PARENT));
+    assert_eq!(got[0].header("tracestate").as_deref(), Some("rojo=1"));
+    broker.delete().await;
+}

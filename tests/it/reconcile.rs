@@ -171,6 +171,29 @@ async fn a_walk_publishes_each_listed_event_once_with_x_source_reconcile() {
         metric(&client, &gw, "hookgate_reconcile_missed_events_total", None).await,
         4.0
     );
+    // One INFO line for the walk with how many it published; each event only at DEBUG.
+    let lines = |message: &str| -> Vec<serde_json::Value> {
+        gw.logs()
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter(|v| v["message"] == message)
+            .collect()
+    };
+    let summary = "reconciliation published events the webhook missed";
+    assert!(
+        wait_until(POLL_DEADLINE, || !lines(summary).is_empty()).await,
+        "{}",
+        gw.logs().join("\n")
+    );
+    let summaries = lines(summary);
+    assert_eq!(summaries.len(), 1, "{summaries:?}");
+    assert_eq!(
+        (&summaries[0]["level"], &summaries[0]["published"]),
+        (&"INFO".into(), &4.into())
+    );
+    let each = lines("reconciliation published an event the webhook missed");
+    assert_eq!(each.len(), 4, "{each:?}");
+    assert!(each.iter().all(|v| v["level"] == "DEBUG"), "{each:?}");
     broker.delete().await;
 }
 

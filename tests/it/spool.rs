@@ -89,18 +89,46 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
     for id in &spooled {
         gw.accept(&client, id).await;
     }
-    // The CLI asks the running gateway (its store is locked).
+    // The CLI asks the running gateway (its store is locked), found from the config given
+    // by --config or by HOOKGATE_CONFIG as `run` finds it, and says which one it asked.
     let running = config_for_cli(&gw, dir.path());
+    let store_line = format!("store: {}\n", cfg.store.display());
     let (ok, out, err) = spool_status_cli(&running).await;
     assert!(ok, "spool status failed: {err}");
     assert!(out.contains("depth: 20\n"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "gateway: admin {} (the running gateway)\n",
+            gw.admin
+        )),
+        "{out}"
+    );
+    assert!(out.contains(&store_line), "{out}");
+    let mut cmd = hookgate();
+    // Run elsewhere than the repository, where no default config file exists.
+    cmd.current_dir(dir.path())
+        .args(["spool", "status"])
+        .env("HOOKGATE_CONFIG", &running);
+    let by_env = run_bounded(cmd, Duration::from_secs(30)).await;
+    let env_out = String::from_utf8_lossy(&by_env.stdout);
+    assert!(
+        by_env.status.success(),
+        "{}",
+        String::from_utf8_lossy(&by_env.stderr)
+    );
+    assert_eq!(env_out, out, "HOOKGATE_CONFIG finds the same gateway");
     assert_eq!(broker.message_count().await, 0, "nothing published yet");
 
     gw.stop().await;
-    // With no gateway running the CLI reads the store itself.
+    // With no gateway running the CLI reads the store itself, and says so.
     let (ok, out, err) = spool_status_cli(&gw.config_path).await;
     assert!(ok, "spool status (stopped) failed: {err}");
     assert!(out.contains("depth: 20\n"), "{out}");
+    assert!(
+        out.contains("gateway: none answered on admin 127.0.0.1:0; the store was read directly\n"),
+        "{out}"
+    );
+    assert!(out.contains(&store_line), "{out}");
 
     cfg.amqp_url = AMQP_URL.to_owned();
     let gw = Gateway::start(&cfg).await;
@@ -826,6 +854,109 @@ fn spool_entry(id: &str, routing_key: &str) -> Vec<u8> {
     entry
 }
 
+/// An `admin.token_file` holding `token`, as the `admin:` keys of the test config.
+fn admin_token_file(dir: &Path, token: &str) -> String {
+    let path = dir.join("admin-token");
+    std::fs::write(&path, format!("{token}\n")).expect("write token");
+    format!("  token_file: {}\n", path.display())
+}
+
+/// Sends `method path` to the admin listener with `Authorization: Bearer token` when
+/// given: (status, body).
+async fn admin_change(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut req = client.request(method, gw.admin_url(path));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let resp = req.send().await.expect("admin request");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("admin body"))
+}
+
+/// The ids of the parked entries, from the admin listing.
+async fn parked_ids(gw: &Gateway, client: &reqwest::Client) -> Vec<u64> {
+    let (status, body) = gw.admin_get(client, "/spool/parked").await;
+    assert_eq!(status, 200, "{body}");
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&body).expect("listing");
+    entries
+        .iter()
+        .map(|e| e["id"].as_u64().expect("id"))
+        .collect()
+}
+
+#[tokio::test]
+async fn changing_parked_entries_needs_the_admin_token_as_well_as_a_loopback_peer() {
+    require_broker!();
+    let (dir, broker, mut cfg) = fixture().await;
+    {
+        let store = hookgate::store::Store::open(&cfg.store).expect("store");
+        let set_aside = store.tree("spool_corrupt").expect("tree");
+        for (i, id) in ["evt_kept", "evt_changed"].into_iter().enumerate() {
+            set_aside
+                .insert(
+                    &(i as u64).to_be_bytes(),
+                    &spool_entry(id, "contact.created"),
+                )
+                .expect("insert");
+        }
+        store.flush().await.expect("flush");
+    }
+    let client = client(None);
+    let delete = reqwest::Method::DELETE;
+
+    // Without admin.token_file, no change is allowed, whatever is presented.
+    let mut gw = Gateway::start(&cfg).await;
+    let ids = parked_ids(&gw, &client).await;
+    assert_eq!(ids.len(), 2, "{ids:?}");
+    let path = format!("/spool/parked/{}", ids[0]);
+    let (status, body) = admin_change(&gw, &client, delete.clone(), &path, Some("guess")).await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("no admin.token_file"), "{body}");
+    gw.stop().await;
+
+    cfg.admin_extra = admin_token_file(dir.path(), "the-right-admin-token");
+    let gw = Gateway::start(&cfg).await;
+    for token in [
+        None,
+        Some("the-wrong-admin-token"),
+        Some("the-right-admin-toke"),
+    ] {
+        let (status, body) = admin_change(&gw, &client, delete.clone(), &path, token).await;
+        assert_eq!(status, 403, "{token:?}: {body}");
+        assert!(body.contains("admin token"), "{body}");
+        let republish = format!("{path}/republish");
+        let (status, _) =
+            admin_change(&gw, &client, reqwest::Method::POST, &republish, token).await;
+        assert_eq!(status, 403, "{token:?}");
+    }
+    assert_eq!(parked_ids(&gw, &client).await, ids, "nothing was changed");
+
+    let (status, body) = admin_change(
+        &gw,
+        &client,
+        delete.clone(),
+        &path,
+        Some("the-right-admin-token"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(parked_ids(&gw, &client).await, ids[1..].to_vec());
+
+    // The CLI reads the same file from the same config.
+    let running = config_for_cli(&gw, dir.path());
+    let (ok, out, err) = spool_cli(&running, &["delete", &ids[1].to_string(), "--yes"]).await;
+    assert!(ok, "delete through the CLI failed: {err}");
+    assert!(out.contains("deleted parked entry"), "{out}");
+    assert!(parked_ids(&gw, &client).await.is_empty());
+    broker.delete().await;
+}
+
 /// The id `hookgate spool parked` lists first on the line that mentions `needle`.
 fn parked_id(listing: &str, needle: &str) -> String {
     listing
@@ -839,7 +970,8 @@ fn parked_id(listing: &str, needle: &str) -> String {
 #[tokio::test]
 async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_deleted() {
     require_broker!();
-    let (dir, broker, cfg) = fixture().await;
+    let (dir, broker, mut cfg) = fixture().await;
+    cfg.admin_extra = admin_token_file(dir.path(), "parked-admin-token");
     let long_key = format!("contact.{}", "k".repeat(300));
     {
         // What an earlier version may have left: an entry it cannot decode, one whose

@@ -5,7 +5,8 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
 use crate::outbox::message::{
-    fitted_message_id, Message, EVENT_ID_HEADER, PUBLISH_ID_HEADER, SOURCE_HEADER,
+    fitted_message_id, Message, EVENT_ID_HEADER, PUBLISH_ID_HEADER, SOURCE_HEADER, TRACEPARENT,
+    TRACESTATE,
 };
 use crate::outbox::publish::PublishError;
 
@@ -37,6 +38,12 @@ pub fn properties(msg: &Message<'_>, publish_id: u64) -> Result<BasicProperties,
     headers.insert(short_constant("x-route"), text(&msg.route));
     headers.insert(short_constant("x-received-at"), text(&msg.received_at));
     headers.insert(short_constant(SOURCE_HEADER), text(msg.source()));
+    if let Some(parent) = &msg.traceparent {
+        headers.insert(short_constant(TRACEPARENT), text(parent));
+    }
+    if let Some(state) = &msg.tracestate {
+        headers.insert(short_constant(TRACESTATE), text(state));
+    }
     // An id beyond i64 would take 2^63 publishes; wrapping keeps it unique far past that.
     headers.insert(
         short_constant(PUBLISH_ID_HEADER),
@@ -96,6 +103,8 @@ mod tests {
             order_key: None,
             body: Bytes::new(),
             content_type: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 
@@ -110,6 +119,8 @@ mod tests {
             EVENT_ID_HEADER,
             PUBLISH_ID_HEADER,
             SOURCE_HEADER,
+            TRACEPARENT,
+            TRACESTATE,
             "application/json",
             "hookgate",
             "shutdown",

@@ -450,6 +450,8 @@ mod tests {
             order_key: None,
             body: bytes::Bytes::copy_from_slice(body.as_bytes()),
             content_type: None,
+            traceparent: None,
+            tracestate: None,
         }
     }
 
@@ -469,6 +471,8 @@ mod tests {
                 br#"{"id":"evt_legacy_1","event":"contact.created","data":{"contact_id":1}}"#,
             ),
             content_type: None,
+            traceparent: None,
+            tracestate: None,
         };
         let second = Message {
             routing_key: "message.status".into(),
@@ -485,6 +489,8 @@ mod tests {
                     .as_bytes(),
             ),
             content_type: None,
+            traceparent: None,
+            tracestate: None,
         };
         let third = Message {
             routing_key: "twilio.message.status".into(),
@@ -498,6 +504,8 @@ mod tests {
             order_key: Some("twilio\0status\0SM1".into()),
             body: bytes::Bytes::from_static(b"MessageSid=SM1&MessageStatus=delivered"),
             content_type: Some("application/x-www-form-urlencoded".into()),
+            traceparent: None,
+            tracestate: None,
         };
         [first, second, third]
     }

@@ -109,5 +109,7 @@ pub(super) fn event(id: &str, key: Option<&str>) -> Message<'static> {
         order_key: key.map(|k| k.to_owned().into()),
         body: bytes::Bytes::from(format!("{{\"id\":\"{id}\"}}")),
         content_type: None,
+        traceparent: None,
+        tracestate: None,
     }
 }

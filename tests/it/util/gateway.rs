@@ -31,6 +31,8 @@ pub struct GatewayConfig {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// `listen.addr` (default `127.0.0.1:0`).
     pub listen_addr: String,
+    /// Extra keys under `admin:` (indented two spaces).
+    pub admin_extra: String,
     /// Extra keys under `store:` (indented two spaces).
     pub store_extra: String,
     /// Extra keys under `amqp:` (indented two spaces).
@@ -56,6 +58,7 @@ impl GatewayConfig {
             confirm_timeout: "3s".to_owned(),
             tls: None,
             listen_addr: "127.0.0.1:0".to_owned(),
+            admin_extra: String::new(),
             store_extra: String::new(),
             amqp_extra: String::new(),
             extra: String::new(),
@@ -84,8 +87,9 @@ impl GatewayConfig {
             None => String::new(),
         };
         format!(
-            "listen:\n  addr: {listen}\n{tls}admin:\n  addr: 127.0.0.1:0\nstore:\n  path: {store}\n{store_extra}amqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: {confirm_timeout}\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
+            "listen:\n  addr: {listen}\n{tls}admin:\n  addr: 127.0.0.1:0\n{admin_extra}store:\n  path: {store}\n{store_extra}amqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: {confirm_timeout}\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
             listen = self.listen_addr,
+            admin_extra = self.admin_extra,
             store = self.store.display(),
             store_extra = self.store_extra,
             url = self.amqp_url,
