@@ -141,6 +141,15 @@ async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_rest
         "nothing after the sentinel"
     );
     wait_drained(&gw, &client, BROKER_TIMEOUT).await;
+    assert!(
+        gw.logged(
+            r#""level":"INFO","message":"spool drained""#,
+            BROKER_TIMEOUT
+        )
+        .await,
+        "one INFO line says the spool has drained; logs:\n{}",
+        gw.logs().join("\n")
+    );
     broker.delete().await;
 }
 

@@ -173,6 +173,9 @@ impl Spool {
         let mut unroutable_log = Every::default();
         let mut broken_reported = false;
         let mut batch = 1;
+        // When the spool started draining and how deep it was then: reported once it is
+        // empty, so an operator sees the end of an outage's backlog.
+        let mut draining: Option<(Instant, u64)> = None;
         loop {
             self.beat();
             if stop.is_cancelled() {
@@ -222,6 +225,13 @@ impl Spool {
                 self.stuck_since_ms.store(-1, Ordering::SeqCst);
                 let added = self.added.notified();
                 if self.is_empty() {
+                    if let Some((since, depth)) = draining.take() {
+                        tracing::info!(
+                            depth_at_start = depth,
+                            elapsed_ms = since.elapsed().as_millis() as u64,
+                            "spool drained"
+                        );
+                    }
                     let wake = if self.ledger.held_depth.load(Ordering::SeqCst) > 0 {
                         held_due.saturating_duration_since(Instant::now()).min(BEAT)
                     } else {
@@ -251,6 +261,7 @@ impl Spool {
                 }
                 continue;
             }
+            let depth = self.ledger.depth.load(Ordering::SeqCst);
             let (step, committed) = self
                 .drain_batch(&sink, &exchange, rows, &mut unroutable_log, &stop)
                 .await;
@@ -261,6 +272,7 @@ impl Spool {
             };
             match step {
                 Step::Progress => {
+                    draining.get_or_insert_with(|| (Instant::now(), depth));
                     self.stuck_since_ms.store(-1, Ordering::SeqCst);
                     if failing {
                         tracing::info!(
