@@ -53,7 +53,7 @@ USER 65532:65532
 # 8443: the public HTTPS listener (listen.addr). 9090: admin — /healthz, /readyz, /metrics.
 EXPOSE 8443 9090
 
-# sled store: dedup marks, guard state and the spool. It must outlive the container.
+# The store: dedup marks, guard state and the spool. It must outlive the container.
 VOLUME ["/var/lib/hookgate"]
 
 # No HEALTHCHECK on purpose: the image runs under Kubernetes, whose liveness and readiness

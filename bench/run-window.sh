@@ -10,11 +10,18 @@
 #      gateway's RSS after it, and the p50/p99 the sender saw.
 # Output in $OUT/COUNT.log; the stores are deleted after each count.
 #
+# With MEMORY_LIMIT (e.g. 256M), steps 1 and 2 run in a memory cgroup of that limit, as in
+# a pod: the page cache of the runs is charged to it too. After each step the cgroup's
+# usage (resident and page cache), its peak and its OOM kills are printed. cgroup v1
+# (memory.limit_in_bytes) and v2 (memory.max) are both handled; needs root.
+#
 # Env (defaults in brackets): COUNTS ["1000000 10000000 50000000"] RATE [2000]
 #   DURATION [20s] OUT [target/bench-window] KEEP [empty; 1 = keep the stores in $OUT]
 #   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
 #   NO_BUILD [empty; 1 = use the release binaries already built]
 #   REUSE [empty; 1 = skip step 1 and start on the stores KEEP left in $OUT]
+#   MEMORY_LIMIT [empty; a size such as 256M = run the example and the gateway in a cgroup]
+#   HOOKGATE_BIN [target/release/hookgate; another build of the gateway to compare]
 # Needs RabbitMQ; deletes its own exchange and queue.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,7 +34,7 @@ RABBIT=${RABBIT:-amqp://guest:guest@127.0.0.1:5672/%2f}
 SECRET=bench-secret-$RANDOM$RANDOM
 
 [ -n "${NO_BUILD:-}" ] || cargo build --release --bin hookgate --example dedup_window --example load
-HOOKGATE=$PWD/target/release/hookgate
+HOOKGATE=${HOOKGATE_BIN:-$PWD/target/release/hookgate}
 LOAD=$PWD/target/release/examples/load
 WINDOW=$PWD/target/release/examples/dedup_window
 mkdir -p "$OUT"
@@ -37,8 +44,10 @@ EXCHANGE=hookgate-window-$RUN
 QUEUE=hookgate-window-$RUN
 PORT=$((20000 + RANDOM % 20000))
 PID=
+CGROUP=
 cleanup() {
     [[ -z $PID ]] || kill "$PID" 2>/dev/null || true
+    [[ -z $CGROUP ]] || rmdir "$CGROUP" 2>/dev/null || true
     [[ -z ${CONSUMER:-} ]] || kill "$CONSUMER" 2>/dev/null || true
     "$LOAD" --amqp-teardown --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" || true
     rm -rf "$TMP"
@@ -49,6 +58,47 @@ trap cleanup EXIT
 "$LOAD" --consume --amqp-url "$RABBIT" --queue "$QUEUE" >"$TMP/consumer.log" 2>&1 &
 CONSUMER=$!
 rss_mib() { awk '/^VmRSS:/ {printf "%.1f", $2 / 1024}' "/proc/$1/status"; }
+
+# The memory cgroup: in_cgroup runs a command inside it; cgroup_report prints its usage.
+if [[ -n ${MEMORY_LIMIT:-} ]]; then
+    if [[ -f /sys/fs/cgroup/cgroup.controllers ]]; then
+        CGROUP=/sys/fs/cgroup/hookgate-window-$RUN
+        mkdir "$CGROUP"
+        echo "$MEMORY_LIMIT" >"$CGROUP/memory.max"
+        echo 0 >"$CGROUP/memory.swap.max" 2>/dev/null || true
+    else
+        CGROUP=/sys/fs/cgroup/memory/hookgate-window-$RUN
+        mkdir "$CGROUP"
+        echo "$MEMORY_LIMIT" >"$CGROUP/memory.limit_in_bytes"
+        echo 0 >"$CGROUP/memory.swappiness" 2>/dev/null || true
+    fi
+fi
+in_cgroup() {
+    if [[ -z $CGROUP ]]; then
+        "$@"
+    else
+        sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CGROUP" "$@"
+    fi
+}
+cgroup_report() { # what
+    [[ -n $CGROUP ]] || return 0
+    local mib='{printf "%.1f", $NF / 1048576}'
+    if [[ -f $CGROUP/memory.max ]]; then
+        echo "cgroup $MEMORY_LIMIT, $1: usage $(awk "$mib" "$CGROUP/memory.current") MiB" \
+            "(anon $(awk '$1 == "anon"' "$CGROUP/memory.stat" | awk "$mib")," \
+            "file $(awk '$1 == "file"' "$CGROUP/memory.stat" | awk "$mib"))," \
+            "peak $(awk "$mib" "$CGROUP/memory.peak" 2>/dev/null || echo '?') MiB," \
+            "OOM kills $(awk '$1 == "oom_kill" {print $2}' "$CGROUP/memory.events")"
+    else
+        echo "cgroup $MEMORY_LIMIT, $1: usage $(awk "$mib" "$CGROUP/memory.usage_in_bytes") MiB" \
+            "(rss $(awk '$1 == "total_rss"' "$CGROUP/memory.stat" | awk "$mib")," \
+            "cache $(awk '$1 == "total_cache"' "$CGROUP/memory.stat" | awk "$mib"))," \
+            "peak $(awk "$mib" "$CGROUP/memory.max_usage_in_bytes") MiB," \
+            "limit hits $(cat "$CGROUP/memory.failcnt")," \
+            "OOM kills $(awk '$1 == "oom_kill" {print $2}' "$CGROUP/memory.oom_control")"
+        echo 0 >"$CGROUP/memory.max_usage_in_bytes"
+    fi
+}
 now_ms() { date +%s%3N; }
 
 for count in $COUNTS; do
@@ -59,7 +109,8 @@ for count in $COUNTS; do
     echo "== $count marks" | tee -a "$log"
     if [[ -z ${REUSE:-} ]]; then
         rm -rf "$store"
-        "$WINDOW" "$count" "$store" 2>&1 | tee -a "$log"
+        in_cgroup "$WINDOW" "$count" "$store" 2>&1 | tee -a "$log"
+        cgroup_report "loading $count marks" | tee -a "$log"
     fi
     du -sh "$store" | sed 's/^/disk, whole store: /' | tee -a "$log"
     cat >"$TMP/hookgate.yaml" <<EOF
@@ -85,7 +136,7 @@ routes:
         events: [message.received]
 EOF
     start=$(now_ms)
-    BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \
+    BENCH_SECRET=$SECRET in_cgroup "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \
         >"$TMP/hookgate-$count.log" 2>&1 &
     PID=$!
     until curl -sf "http://127.0.0.1:$((PORT + 1))/readyz" >/dev/null 2>&1; do
@@ -99,6 +150,7 @@ EOF
     jq -r '"gateway under \(.rate) req/s: p50 \(.latency_ms.p50) ms, p99 \(.latency_ms.p99) ms, max \(.latency_ms.max) ms, \(.accepted_total) accepted"' \
         "$OUT/$count-load.json" | tee -a "$log"
     echo "gateway: RSS after the load $(rss_mib "$PID") MiB, peak $(awk '/^VmHWM:/ {printf "%.1f", $2 / 1024}' "/proc/$PID/status") MiB" | tee -a "$log"
+    cgroup_report "gateway after the load" | tee -a "$log"
     kill "$PID"
     wait "$PID" || true
     PID=

@@ -17,8 +17,8 @@ pub fn address(config: &Config) -> std::net::SocketAddr {
     addr
 }
 
-/// The admin token of `admin.token_file`, for the requests that change the spool; `None`
-/// when the config names no file (the gateway then refuses those changes).
+/// The admin token of `admin.token_file`, for the requests that change the spool or ask
+/// for a walk; `None` when the config names no file (the gateway then refuses them).
 pub fn token(config: &Config) -> anyhow::Result<Option<AdminToken>> {
     Ok(config
         .admin
@@ -33,7 +33,7 @@ pub fn ok(addr: std::net::SocketAddr, method: &str, path: &str) -> anyhow::Resul
     authorized(addr, method, path, None)
 }
 
-/// [`ok`] presenting `token` (the changes to the spool need it).
+/// [`ok`] presenting `token` (changes to the spool and walks need it).
 pub fn authorized(
     addr: std::net::SocketAddr,
     method: &str,

@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::Subcommand;
 use hookgate::config::Config;
 use hookgate::http::admin::RECONCILE_PATH;
+use hookgate::http::token::AdminToken;
 use hookgate::reconcile::RouteStatus;
 
 use crate::cli::admin;
@@ -47,7 +48,10 @@ pub fn run(config: &Config, command: &ReconcileCommand) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        ReconcileCommand::Run { route, since } => run_walk(addr, route, *since),
+        ReconcileCommand::Run { route, since } => {
+            let token = admin::token(config)?;
+            run_walk(addr, token.as_ref(), route, *since)
+        }
     }
 }
 
@@ -86,6 +90,7 @@ fn print_status(s: &RouteStatus) {
 
 fn run_walk(
     addr: std::net::SocketAddr,
+    token: Option<&AdminToken>,
     route: &str,
     since: Option<Duration>,
 ) -> anyhow::Result<()> {
@@ -95,7 +100,7 @@ fn run_walk(
         Some(d) => format!("{RECONCILE_PATH}/{route}/run/{}", d.as_secs()),
         None => format!("{RECONCILE_PATH}/{route}/run"),
     };
-    admin::ok(addr, "POST", &path)?;
+    admin::authorized(addr, "POST", &path, token)?;
     println!("walk of route {route} asked for");
     let asked = Instant::now();
     let mut started = false;

@@ -88,7 +88,7 @@ impl Admin {
             .strip_prefix(RECONCILE_PATH)
             .and_then(|r| r.strip_prefix('/'))
         {
-            return self.run_reconcile(req.method, rest, req.from_loopback);
+            return self.run_reconcile(&req, rest);
         }
         let Some(rest) = req
             .path
@@ -106,31 +106,8 @@ impl Admin {
             ("DELETE", None) => false,
             _ => return (405, "text/plain", "method not allowed\n".into()),
         };
-        if !req.from_loopback {
-            return (
-                403,
-                "text/plain",
-                "parked entries can only be changed from the gateway's own host\n".into(),
-            );
-        }
-        match &self.token {
-            None => {
-                return (
-                    403,
-                    "text/plain",
-                    "parked entries cannot be changed: no admin.token_file is configured\n"
-                        .into(),
-                )
-            }
-            Some(token) if !token.allows(req.authorization) => {
-                return (
-                    403,
-                    "text/plain",
-                    "parked entries can only be changed with the admin token (Authorization: Bearer, from admin.token_file)\n"
-                        .into(),
-                )
-            }
-            Some(_) => {}
+        if let Some(refused) = self.refuse_change(&req, "changing parked entries") {
+            return refused;
         }
         let Ok(id) = id_text.parse::<u64>() else {
             return (400, "text/plain", "the entry id must be a number\n".into());
@@ -150,22 +127,18 @@ impl Admin {
     }
 
     /// `POST <route>/run[/<seconds>]`: a walk of `route` now.
-    fn run_reconcile(&self, method: &str, rest: &str, from_loopback: bool) -> Answer {
+    fn run_reconcile(&self, req: &AdminRequest<'_>, rest: &str) -> Answer {
         let mut parts = rest.split('/');
         let (Some(route), Some("run"), since, None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
             return (404, "text/plain", "not found\n".into());
         };
-        if method != "POST" {
+        if req.method != "POST" {
             return (405, "text/plain", "method not allowed\n".into());
         }
-        if !from_loopback {
-            return (
-                403,
-                "text/plain",
-                "a walk can only be asked for from the gateway's own host\n".into(),
-            );
+        if let Some(refused) = self.refuse_change(req, "asking for a walk") {
+            return refused;
         }
         let since = match since.map(str::parse::<u64>) {
             None => None,
@@ -183,6 +156,23 @@ impl Admin {
             Err(e @ RunError::NoSuchRoute(_)) => (404, "text/plain", format!("{e}\n")),
             Err(e) => (409, "text/plain", format!("{e}\n")),
         }
+    }
+
+    /// The answer refusing `action` (changing the spool's parked entries, asking for a
+    /// reconcile walk), unless it comes from the gateway's own host with the admin token.
+    fn refuse_change(&self, req: &AdminRequest<'_>, action: &str) -> Option<Answer> {
+        let refusal = if !req.from_loopback {
+            format!("{action} is allowed only from the gateway's own host\n")
+        } else {
+            match &self.token {
+                None => format!("{action} is refused: no admin.token_file is configured\n"),
+                Some(token) if !token.allows(req.authorization) => format!(
+                    "{action} needs the admin token (Authorization: Bearer, from admin.token_file)\n"
+                ),
+                Some(_) => return None,
+            }
+        };
+        Some((403, "text/plain", refusal))
     }
 
     /// Status code, content type and body for a GET of `path`.

@@ -366,6 +366,7 @@ impl Journal {
             }),
         });
         shared.forget_expired(now_ms);
+        shared.make_replay_durable()?;
         let mut threads = Vec::new();
         // Without them the caller does their work (see `Settings::background`).
         let wanted = if shared.settings.background { 3 } else { 0 };
@@ -779,6 +780,19 @@ impl Shared {
         }
         self.held.fetch_sub(removed, Ordering::Relaxed);
         removed
+    }
+
+    /// Writes what the open replayed from the journal to a run before anything is answered
+    /// from it. A batch whose `fdatasync` failed still reads back from the page cache after a
+    /// clean restart, yet a power cut loses it (Linux marks such pages clean), and a request
+    /// answered from its values would then rest on nothing. The run is synced; the segments
+    /// below it are no longer read. Without room for the run the store does not open, as it
+    /// does not without room for its next segment.
+    fn make_replay_durable(&self) -> Result<(), StoreError> {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        self.flush_to_run().map(drop)
     }
 
     /// Writes the hot entries whose records are on disk in the journal as a run, then
@@ -1222,7 +1236,11 @@ pub(crate) mod tests {
         assert_eq!(get(&j, b"a").as_deref(), Some(&b"3"[..]));
         assert_eq!(get(&j, b"b"), None, "expired before the reopen");
         assert_eq!(get(&j, b"c"), None, "claims are never written");
-        assert_eq!(j.hot_len(), 1);
+        assert_eq!(
+            (j.hot_len(), j.runs()),
+            (0, 1),
+            "what the open replayed is in a run before it answers"
+        );
     }
 
     #[test]
@@ -1242,7 +1260,11 @@ pub(crate) mod tests {
             put(&j, &[0], b"newer", 1_000, 0);
         }
         let j = open_at(&store, dir.path(), 0);
-        assert_eq!(j.hot_len(), 2, "the replay reads only what no run holds");
+        assert_eq!(
+            (j.hot_len(), j.runs()),
+            (0, 2),
+            "the open wrote what it replayed to a run of its own"
+        );
         assert_eq!(
             get(&j, &[0]).as_deref(),
             Some(&b"newer"[..]),
@@ -1292,15 +1314,14 @@ pub(crate) mod tests {
                 (get(&j, b"a"), get(&j, b"b")),
                 (Some(b"1".to_vec()), Some(b"2".to_vec()))
             );
+            assert_eq!(
+                (j.legacy_batches(), j.hot_len(), j.runs()),
+                (0, 0, 1),
+                "the open moved them to a run"
+            );
             put(&j, b"a", b"3", 1_000, 0);
             assert!(j.sync_point().0 > 1, "numbered after the sled batches");
-            assert_eq!(j.legacy_batches(), 2);
             j.flush_to_run().expect("flush");
-            assert_eq!(
-                (j.legacy_batches(), j.hot_len()),
-                (0, 0),
-                "a run holds them"
-            );
         }
         let j = open_at(&store, dir.path(), 0);
         assert_eq!(get(&j, b"a").as_deref(), Some(&b"3"[..]));
@@ -1703,5 +1724,45 @@ pub(crate) mod tests {
             Some(&b"forever"[..]),
             "a power cut after the restart took the run back, and the segments were gone"
         );
+    }
+
+    #[test]
+    fn a_batch_whose_sync_failed_and_that_a_clean_restart_read_back_outlives_a_power_cut() {
+        use crate::disk::sim::{Fault, OpKind, SimDisk};
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(3);
+        let now = Arc::new(AtomicI64::new(0));
+        let on = |disk: &SimDisk| Settings {
+            disk: disk.handle(),
+            background: false,
+            segment_bytes: 4096,
+            ..settings(usize::MAX, &now)
+        };
+        let dir = Path::new("/var/lib/hookgate");
+        let j = open_with(&store, dir, 0, on(&disk));
+        put(&j, b"first", b"kept", i64::MAX, 0);
+        j.write_now().expect("commit");
+        put(&j, b"stop", b"forever", i64::MAX, 0);
+        // The commit's fdatasync fails, and so does the write when the journal closes: the
+        // batch is in the page cache only, where a power cut loses it.
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        assert!(j.write_now().is_err());
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        drop(j);
+        // A clean restart reads it back, and from then on answers from it.
+        let j = open_with(&store, dir, 0, on(&disk));
+        assert_eq!(get(&j, b"stop").as_deref(), Some(&b"forever"[..]));
+        put(&j, b"later", b"value", i64::MAX, 0);
+        j.write_now().expect("commit");
+        let disk = disk.crash();
+        drop(j);
+        let j = Journal::open(store.tree("state").expect("tree"), dir, 0, on(&disk))
+            .expect("the store opens after the power cut");
+        assert_eq!(
+            get(&j, b"stop").as_deref(),
+            Some(&b"forever"[..]),
+            "a value the restart answered from was lost at the power cut"
+        );
+        assert_eq!(get(&j, b"later").as_deref(), Some(&b"value"[..]));
     }
 }

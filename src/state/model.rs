@@ -13,8 +13,9 @@
 //! What is checked, for every key after every step: the value the store returns, judged
 //! the way its callers judge it (a mark or a guard state past its own expiry counts as
 //! absent), is the model's latest value. After a power cut or a reopen it is the latest
-//! value a successful commit covered, or a later one, never an earlier one (the model then
-//! takes what survived as its own).
+//! value a successful commit covered, or a later one, never an earlier one; the model then
+//! takes what survived as its own and as durable: a value a clean restart reads back must
+//! outlive the next power cut, even one a failed sync left only in the page cache.
 //!
 //! `HOOKGATE_MODEL_SEED=<n>` replays one seed; `HOOKGATE_MODEL_SEEDS=<n>` runs that many
 //! (from `HOOKGATE_MODEL_FIRST`, default 0); `HOOKGATE_MODEL_SECONDS=<s>` runs seeds from a
@@ -62,8 +63,6 @@ struct Model {
     history: Vec<Vec<u8>>,
     /// How many of `history` a successful commit covered.
     acked: usize,
-    /// How many of `history` were written before the last restart.
-    replayed: usize,
     /// A claim (memory only): token and start.
     claim: Option<(u64, i64)>,
 }
@@ -194,7 +193,7 @@ impl World {
         self.journal = None;
         self.crashes += 1;
         self.open()?;
-        self.resolve(true)
+        self.resolve()
     }
 
     /// A clean stop and restart: what the last commit covered is there, and what a failed
@@ -209,24 +208,19 @@ impl World {
             return self.crash_and_reopen();
         }
         self.open()?;
-        self.resolve(false)
+        self.resolve()
     }
 
-    /// A commit succeeded: it covered every write made since the store was opened. Writes
-    /// read back at a clean restart that no commit covered before it are not covered by
-    /// later commits (see [`strict_replay`]) until a new write supersedes them.
+    /// A commit succeeded: it covered every write made since the store was opened.
     fn acked_all(&mut self) {
-        let strict = strict_replay();
         for k in &mut self.keys {
-            if strict || k.history.len() > k.replayed {
-                k.acked = k.history.len();
-            }
+            k.acked = k.history.len();
         }
     }
 
     /// After a restart: each key holds the latest value a commit covered or a later one
     /// (judged as its callers would); the model takes it as its own.
-    fn resolve(&mut self, after_power_cut: bool) -> Checked {
+    fn resolve(&mut self) -> Checked {
         let now = self.now();
         let journal = self.journal()?.clone();
         for k in &mut self.keys {
@@ -240,12 +234,10 @@ impl World {
                 .and_then(|r| (from..k.history.len()).rev().find(|&i| k.history[i] == *r));
             if let Some(i) = exact {
                 k.history.truncate(i + 1);
-                // After a power cut what reads back is what the disk kept; after a clean
-                // restart it may be pages a failed sync left in the cache.
-                if after_power_cut {
-                    k.acked = i + 1;
-                }
-                k.replayed = k.history.len();
+                // What reads back is durable: after a power cut it is what the disk kept;
+                // after a clean restart the open wrote what it replayed to a synced run,
+                // pages a failed sync left in the cache included.
+                k.acked = i + 1;
                 continue;
             }
             let seen = k.visible(raw.as_deref(), now);
@@ -257,7 +249,6 @@ impl World {
                 // Nothing visible survived: only a new write makes the key visible again.
                 k.history.clear();
                 k.acked = 0;
-                k.replayed = 0;
                 continue;
             }
             let older = raw
@@ -476,7 +467,6 @@ impl Model {
             kind,
             history: Vec::new(),
             acked: 0,
-            replayed: 0,
             claim: None,
         }
     }
@@ -562,15 +552,6 @@ fn run_seed(seed: u64, store: &Store, totals: &mut Totals) -> Checked {
     totals.faults += world.disk.faults_injected();
     totals.file_ops += world.disk.ops();
     outcome
-}
-
-/// `HOOKGATE_MODEL_STRICT_REPLAY=1`: a commit after a clean restart also counts for the
-/// values that restart read back, as the journal's own promise says ("every value read so
-/// far is durable"). A batch whose `fdatasync` failed is read back from the page cache at a
-/// clean restart and is then never written again, so a later power cut can lose it: strict
-/// mode finds that; by default the model allows it.
-fn strict_replay() -> bool {
-    std::env::var("HOOKGATE_MODEL_STRICT_REPLAY").is_ok_and(|v| v == "1")
 }
 
 fn env_u64(name: &str) -> Option<u64> {

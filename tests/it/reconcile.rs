@@ -11,6 +11,8 @@ use crate::util::*;
 
 /// The key the fake accepts.
 const KEY: &str = "botix_test_key_5d1e";
+/// The gateway's admin token, where a test asks for a walk.
+const ADMIN_TOKEN: &str = "reconcile-admin-token-7c3a";
 /// Messages are listed with this age, well inside any lookback.
 const AGE_SECS: i64 = -120;
 
@@ -483,7 +485,8 @@ async fn a_kill_mid_walk_resumes_at_its_cursor_and_skips_nothing() {
 #[tokio::test]
 async fn beside_the_webhook_each_event_is_published_once() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
+    let (dir, broker, mut cfg) = fixture().await;
+    cfg.admin_extra = admin_token_file(dir.path(), ADMIN_TOKEN);
     let fake = FakeBotix::start(KEY, 100, 60).await;
     let gw = Gateway::start(&reconciling(cfg, &fake, "")).await;
     let client = client(None);
@@ -509,14 +512,12 @@ async fn beside_the_webhook_each_event_is_published_once() {
         inbound("msg_b", "+15550123", "hello"),
         inbound("msg_c", "+15550123", "STOP"),
     ]);
-    let (status_code, text) = {
-        let resp = client
-            .post(gw.admin_url("/reconcile/botix/run"))
-            .send()
-            .await
-            .expect("run");
-        (resp.status().as_u16(), resp.text().await.expect("text"))
-    };
+    let run = "/reconcile/botix/run";
+    let post = reqwest::Method::POST;
+    let (status_code, text) = admin_change(&gw, &client, post.clone(), run, None).await;
+    assert_eq!(status_code, 403, "a walk needs the admin token: {text}");
+    assert!(text.contains("admin token"), "{text}");
+    let (status_code, text) = admin_change(&gw, &client, post, run, Some(ADMIN_TOKEN)).await;
     assert_eq!(status_code, 200, "{text}");
     complete_walks(&client, &gw, 2.0).await;
 
@@ -619,7 +620,9 @@ async fn two_replicas_on_redis_one_walks() {
 #[tokio::test]
 async fn reconcile_status_and_run_work_through_the_running_gateway() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
+    let (dir, broker, mut cfg) = fixture().await;
+    // The command presents the token of the file the gateway's config names.
+    cfg.admin_extra = admin_token_file(dir.path(), ADMIN_TOKEN);
     let fake = FakeBotix::start(KEY, 100, 60).await;
     fake.push([outbound("msg_1", "delivered")]);
     let gw = Gateway::start(&reconciling(cfg, &fake, "")).await;

@@ -863,31 +863,6 @@ fn spool_entry(id: &str, routing_key: &str) -> Vec<u8> {
     entry
 }
 
-/// An `admin.token_file` holding `token`, as the `admin:` keys of the test config.
-fn admin_token_file(dir: &Path, token: &str) -> String {
-    let path = dir.join("admin-token");
-    std::fs::write(&path, format!("{token}\n")).expect("write token");
-    format!("  token_file: {}\n", path.display())
-}
-
-/// Sends `method path` to the admin listener with `Authorization: Bearer token` when
-/// given: (status, body).
-async fn admin_change(
-    gw: &Gateway,
-    client: &reqwest::Client,
-    method: reqwest::Method,
-    path: &str,
-    token: Option<&str>,
-) -> (u16, String) {
-    let mut req = client.request(method, gw.admin_url(path));
-    if let Some(token) = token {
-        req = req.bearer_auth(token);
-    }
-    let resp = req.send().await.expect("admin request");
-    let status = resp.status().as_u16();
-    (status, resp.text().await.expect("admin body"))
-}
-
 /// The ids of the parked entries, from the admin listing.
 async fn parked_ids(gw: &Gateway, client: &reqwest::Client) -> Vec<u64> {
     let (status, body) = gw.admin_get(client, "/spool/parked").await;

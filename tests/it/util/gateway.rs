@@ -375,3 +375,28 @@ impl Drop for Gateway {
         let _ = self.child.wait();
     }
 }
+
+/// An `admin.token_file` holding `token`, as the `admin:` keys of the test config.
+pub fn admin_token_file(dir: &std::path::Path, token: &str) -> String {
+    let path = dir.join("admin-token");
+    std::fs::write(&path, format!("{token}\n")).expect("write token");
+    format!("  token_file: {}\n", path.display())
+}
+
+/// Sends `method path` to the admin listener with `Authorization: Bearer token` when
+/// given: (status, body).
+pub async fn admin_change(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    path: &str,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut req = client.request(method, gw.admin_url(path));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    let resp = req.send().await.expect("admin request");
+    let status = resp.status().as_u16();
+    (status, resp.text().await.expect("admin body"))
+}
