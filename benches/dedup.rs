@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use hookgate::state::journal::{Journal, Settings};
+use expiring_lsm::journal::{Journal, Settings};
 use hookgate::state::keys::StoreKey;
 use hookgate::state::marks::{Claim, SledMarks};
 use hookgate::store::Store;
@@ -24,12 +24,12 @@ fn claim_and_done(c: &mut Criterion) {
         clock: std::sync::Arc::new(move || now),
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
-        liveness: hookgate::liveness::Liveness::new(),
-        disk: hookgate::disk::real(),
+        needs_restart: std::sync::Arc::new(|_| {}),
+        disk: disk_seam::real(),
         background: true,
     };
     let journal = Journal::open(
-        store.tree("state").expect("tree"),
+        std::sync::Arc::new(store.tree("state").expect("tree")),
         dir.path(),
         now,
         settings,

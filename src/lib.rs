@@ -17,7 +17,7 @@ pub mod app;
 pub mod budget;
 pub mod clock;
 pub mod config;
-pub mod disk;
+
 pub mod guard;
 pub mod http;
 pub mod ingress;

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::disk::{Disk, DiskFile};
+use disk_seam::{Disk, DiskFile};
 
 /// The page cache of the spool's database when the config does not say (`store.cache`).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
@@ -103,6 +103,21 @@ impl StoreError {
             StoreError::Busy(_) => "busy",
             StoreError::Corrupt(_) => "corrupt",
             StoreError::Stopped(_) => "stopped",
+        }
+    }
+}
+
+/// The state engine's failures keep their kind.
+impl From<expiring_lsm::Error> for StoreError {
+    fn from(error: expiring_lsm::Error) -> Self {
+        use expiring_lsm::Error as E;
+        match error {
+            E::Open { path, reason } => StoreError::Open { path, reason },
+            E::Disk(cause) => StoreError::Disk(cause),
+            E::NotDurable(message) => StoreError::NotDurable(message),
+            E::Unwritable(message) => StoreError::Unwritable(message),
+            E::Corrupt(cause) => StoreError::Corrupt(cause),
+            E::Stopped(message) => StoreError::Stopped(message),
         }
     }
 }
@@ -236,7 +251,7 @@ impl Store {
             path: path.to_owned(),
             reason,
         };
-        crate::disk::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
+        disk_seam::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
         let fresh = !disk
             .list(path)
             .map_err(|e| open_err(e.to_string()))?
@@ -560,6 +575,21 @@ impl Tree {
     /// Whether the tree has no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// The state journal's batches of a store written before the journal had files of its own.
+impl expiring_lsm::LegacyBatches for Tree {
+    fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<Entry>, expiring_lsm::Error> {
+        Tree::page(self, after, limit).map_err(|e| expiring_lsm::Error::Disk(Box::new(e)))
+    }
+    fn remove(&self, key: &[u8]) -> Result<(), expiring_lsm::Error> {
+        Tree::remove(self, key)
+            .map(|_| ())
+            .map_err(|e| expiring_lsm::Error::Disk(Box::new(e)))
+    }
+    fn len(&self) -> usize {
+        Tree::len(self)
     }
 }
 

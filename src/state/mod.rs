@@ -3,28 +3,23 @@
 //! of the code calls these methods and does not know which one runs.
 
 pub mod backoff;
-pub mod bloom;
-pub mod journal;
 pub mod keys;
 pub mod locks;
 pub mod marks;
 #[cfg(test)]
 mod model;
 pub mod redis;
-pub mod run;
-pub mod runs;
-pub mod wal;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use expiring_lsm::journal::{self, Journal};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::clock::Clock;
 use crate::config::{Backend, Config};
 use crate::liveness::Liveness;
 use crate::state::backoff::Backoff;
-use crate::state::journal::Journal;
 use crate::state::keys::StoreKey;
 use crate::state::locks::KeyedLocks;
 use crate::state::marks::{Claim, KeyState, SledMarks};
@@ -34,7 +29,7 @@ use crate::store::{Store, StoreError};
 /// Name of the sled tree that held the state journal before it had files of its own; a
 /// store written then is read from it once.
 pub const JOURNAL_TREE: &str = "state";
-pub use journal::{JOURNAL_DIR, RUNS_DIR};
+pub use expiring_lsm::journal::{JOURNAL_DIR, RUNS_DIR};
 
 /// How long a request waits for the group commit that puts its state on disk before it
 /// answers 503 instead of 200 (a disk that stalls, or a full one).
@@ -59,7 +54,7 @@ impl SledState {
     fn off_worker<T>(&self, keys: &[&StoreKey], call: impl FnOnce() -> T) -> T {
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_thread && keys.iter().any(|k| self.journal.may_read_disk(k)) {
+        if multi_thread && keys.iter().any(|k| self.journal.may_read_disk(&k.digest())) {
             tokio::task::block_in_place(call)
         } else {
             call()
@@ -142,12 +137,15 @@ impl StateStore {
                     clock,
                     segment_bytes: config.store.journal_segment,
                     commit_interval: config.store.commit_interval,
-                    liveness: liveness.clone(),
-                    disk: crate::disk::real(),
+                    needs_restart: {
+                        let liveness = liveness.clone();
+                        Arc::new(move |reason| liveness.needs_restart(reason))
+                    },
+                    disk: disk_seam::real(),
                     background: true,
                 };
-                let journal =
-                    Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;
+                let legacy = Arc::new(store.tree(JOURNAL_TREE)?);
+                let journal = Journal::open(legacy, store.dir(), now_ms, settings)?;
                 Ok(StateStore::Sled(SledState {
                     marks: SledMarks::new(journal.clone(), config.dedup.in_flight_lease),
                     journal,
@@ -274,7 +272,7 @@ impl StateStore {
         match self {
             StateStore::Sled(s) => {
                 let point = s.journal.sync_point();
-                s.journal.durable(point, DURABLE_WAIT).await
+                Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
             StateStore::Redis { .. } => Ok(()),
         }
@@ -286,8 +284,9 @@ impl StateStore {
     pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         match self {
             StateStore::Sled(s) => {
-                let point = s.journal.point_of(keys);
-                s.journal.durable(point, DURABLE_WAIT).await
+                let digests: Vec<_> = keys.iter().map(|k| k.digest()).collect();
+                let point = s.journal.point_of(&digests.iter().collect::<Vec<_>>());
+                Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
             StateStore::Redis { .. } => Ok(()),
         }
@@ -365,7 +364,7 @@ impl StateStore {
     /// Reads guard state.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || s.journal.get(key)),
+            StateStore::Sled(s) => s.off_worker(&[key], || Ok(s.journal.get(&key.digest())?)),
             StateStore::Redis { redis, .. } => redis.get(key).await,
         }
     }
@@ -380,8 +379,8 @@ impl StateStore {
     ) -> Result<(), StoreError> {
         match self {
             StateStore::Sled(s) => s.off_worker(&[key], || {
-                s.journal
-                    .put(key, value, expires_ms.unwrap_or(i64::MAX), now_ms)
+                let expires_ms = expires_ms.unwrap_or(i64::MAX);
+                Ok(s.journal.put(&key.digest(), value, expires_ms, now_ms)?)
             }),
             StateStore::Redis { redis, .. } => {
                 let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
@@ -395,7 +394,7 @@ impl StateStore {
     /// went from memory.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
         match self {
-            StateStore::Sled(s) => s.journal.sweep(now_ms),
+            StateStore::Sled(s) => Ok(s.journal.sweep(now_ms)?),
             StateStore::Redis { .. } => Ok(0),
         }
     }
@@ -419,7 +418,7 @@ impl StateStore {
     /// Hands every journaled change to the store now (before the store's last flush).
     pub fn write_now(&self) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => s.journal.write_now(),
+            StateStore::Sled(s) => Ok(s.journal.write_now()?),
             StateStore::Redis { .. } => Ok(()),
         }
     }
@@ -488,7 +487,10 @@ mod tests {
         let key = StoreKey::raw(b"guard");
         state.put(&key, b"opted out", 0, None).await.expect("put");
         sled.journal.flush_to_run().expect("flush");
-        assert!(sled.journal.may_read_disk(&key), "the value is in a run");
+        assert!(
+            sled.journal.may_read_disk(&key.digest()),
+            "the value is in a run"
+        );
         assert_eq!(
             state.get(&key).await.expect("get").as_deref(),
             Some(&b"opted out"[..])

@@ -26,8 +26,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::disk::sim::{Fault, OpKind, Rng, SimDisk};
-use crate::state::journal::{Journal, Settings};
+use disk_seam::sim::{Fault, OpKind, Rng, SimDisk};
+use expiring_lsm::journal::{Journal, Settings};
+
 use crate::state::keys::StoreKey;
 use crate::state::marks::{classify, decode, encode, Claim, KeyState, Mark, SledMarks};
 use crate::store::Store;
@@ -169,9 +170,9 @@ impl World {
                 commit_interval: Duration::ZERO,
                 disk: self.disk.handle(),
                 background: false,
-                liveness: crate::liveness::Liveness::new(),
+                needs_restart: Arc::new(|_| {}),
             };
-            let tree = self.store.tree("state").map_err(|e| e.to_string())?;
+            let tree = Arc::new(self.store.tree("state").map_err(|e| e.to_string())?);
             match Journal::open(tree, Path::new(STORE_DIR), self.now(), settings) {
                 Ok(journal) => {
                     self.journal = Some(journal);
@@ -232,7 +233,7 @@ impl World {
         for k in &mut self.keys {
             k.claim = None;
             let raw = journal
-                .get(&k.key)
+                .get(&k.key.digest())
                 .map_err(|e| format!("read of {} failed: {e}", k.name()))?;
             let from = k.acked.saturating_sub(1);
             let exact = raw
@@ -284,7 +285,7 @@ impl World {
         let journal = self.journal()?;
         for k in &self.keys {
             let raw = journal
-                .get(&k.key)
+                .get(&k.key.digest())
                 .map_err(|e| format!("read of {} failed: {e}", k.name()))?;
             let expected = k.expected();
             if k.visible(raw.as_deref(), now) != k.visible(expected.as_deref(), now) {
@@ -379,7 +380,7 @@ impl World {
                 value.extend_from_slice(&expires.to_le_bytes());
                 let k = &mut self.keys[guard];
                 journal
-                    .put(&k.key, &value, expires, now)
+                    .put(&k.key.digest(), &value, expires, now)
                     .map_err(|e| format!("put failed: {e}"))?;
                 k.history.push(value);
                 let what = format!("put {} #{} until {expires}", k.name(), self.next_id);
@@ -508,7 +509,7 @@ impl Model {
     }
 }
 
-fn ok<T>(result: &Result<T, crate::store::StoreError>) -> String {
+fn ok<T, E: std::fmt::Display>(result: &Result<T, E>) -> String {
     match result {
         Ok(_) => "ok".into(),
         Err(e) => format!("error: {e}"),

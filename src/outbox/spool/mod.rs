@@ -423,8 +423,8 @@ pub fn status_of_store(store: &Store, now_secs: i64) -> Result<SpoolStatus, Stor
 mod tests {
     use super::testkit::power_cut;
     use super::*;
-    use crate::disk::sim::{Fault, OpKind, SimDisk};
     use crate::outbox::publish::PublishError;
+    use disk_seam::sim::{Fault, OpKind, SimDisk};
     use prometheus_client::metrics::counter::Counter;
     use std::sync::atomic::AtomicU64;
     use tokio_util::sync::CancellationToken;
