@@ -9,7 +9,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, Criterion};
 use expiring_lsm::journal::{Journal, Settings};
 use hookgate::state::keys::StoreKey;
-use hookgate::state::marks::{Claim, SledMarks};
+use hookgate::state::marks::{Claim, JournalMarks};
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
@@ -35,7 +35,7 @@ fn claim_and_done(c: &mut Criterion) {
         settings,
     )
     .expect("journal");
-    let marks = SledMarks::new(journal, Duration::from_secs(30));
+    let marks = JournalMarks::new(journal, Duration::from_secs(30));
     let mut n: u64 = 0;
 
     c.bench_function("dedup claim+done (event and request key)", |b| {

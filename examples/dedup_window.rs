@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use expiring_lsm::journal::{Journal, Settings};
 use hdrhistogram::Histogram;
 use hookgate::state::keys::StoreKey;
-use hookgate::state::marks::{Claim, KeyState, SledMarks};
+use hookgate::state::marks::{Claim, JournalMarks, KeyState};
 use hookgate::state::JOURNAL_TREE;
 use hookgate::store::{Store, DEFAULT_CACHE_BYTES};
 
@@ -65,7 +65,7 @@ fn bytes_under(path: &Path) -> u64 {
 struct Window {
     store: Store,
     journal: Arc<Journal>,
-    marks: SledMarks,
+    marks: JournalMarks,
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -99,7 +99,7 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         now.load(Ordering::SeqCst),
         settings,
     )?;
-    let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
+    let marks = JournalMarks::new(journal.clone(), Duration::from_secs(30));
     Ok(Window {
         store,
         journal,

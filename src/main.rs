@@ -212,6 +212,9 @@ fn check_config(path: &Path, offline: bool) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    for deprecation in config.deprecations() {
+        eprintln!("warning: {deprecation}");
+    }
     let lookups = if offline {
         hookgate::app::Lookups::Offline
     } else {
@@ -260,6 +263,9 @@ fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    for deprecation in config.deprecations() {
+        tracing::warn!(%deprecation, "config value under a former name");
+    }
     level.set(&config.log.level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

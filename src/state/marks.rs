@@ -86,12 +86,12 @@ pub fn decode(bytes: &[u8]) -> Option<Mark> {
 
 /// Dedup marks of the sled backend, kept in the state [`Journal`].
 #[derive(Clone)]
-pub struct SledMarks {
+pub struct JournalMarks {
     journal: Arc<Journal>,
     lease_ms: i64,
 }
 
-impl SledMarks {
+impl JournalMarks {
     /// Marks in `journal`, with in-flight leases of `lease`.
     pub fn new(journal: Arc<Journal>, lease: Duration) -> Self {
         Self {
@@ -210,7 +210,7 @@ mod tests {
         };
         let legacy = Arc::new(expiring_lsm::NoLegacy);
         let journal = Journal::open(legacy, dir.path(), 0, settings).expect("open");
-        let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
+        let marks = JournalMarks::new(journal.clone(), Duration::from_secs(30));
         let key = StoreKey::event("r", "e1");
         let claim = |token, now| marks.try_claim(&key, token, now).expect("claim");
         let state = |now| marks.state(&key, now).expect("state");

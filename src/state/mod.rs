@@ -1,4 +1,5 @@
-//! Where dedup marks and guard state live: the embedded sled store (one replica) or a
+//! Where dedup marks and guard state live: the local store (one replica; the
+//! `expiring-lsm` journal in the store folder) or a
 //! shared Redis (several). The backend is chosen here, once, from `dedup.backend`; the rest
 //! of the code calls these methods and does not know which one runs.
 
@@ -22,7 +23,7 @@ use crate::liveness::Liveness;
 use crate::state::backoff::Backoff;
 use crate::state::keys::StoreKey;
 use crate::state::locks::KeyedLocks;
-use crate::state::marks::{Claim, KeyState, SledMarks};
+use crate::state::marks::{Claim, JournalMarks, KeyState};
 use crate::state::redis::{RedisState, RedisTarget};
 use crate::store::{Store, StoreError};
 
@@ -35,16 +36,16 @@ pub use expiring_lsm::journal::{JOURNAL_DIR, RUNS_DIR};
 /// answers 503 instead of 200 (a disk that stalls, or a full one).
 pub const DURABLE_WAIT: Duration = Duration::from_secs(5);
 
-/// The sled backend: marks and guard state in the journal, guard keys locked in process.
-pub struct SledState {
-    marks: SledMarks,
+/// The local backend: marks and guard state in the journal, guard keys locked in process.
+pub struct LocalState {
+    marks: JournalMarks,
     journal: Arc<Journal>,
     locks: KeyedLocks,
     /// How long a request waits for a guard-key lock.
     lock_wait: Duration,
 }
 
-impl SledState {
+impl LocalState {
     /// Runs `call`, a call of the journal about `keys`, on this thread; when it will read a
     /// run page from disk (a key the hot set lacks that a run's filter may hold) and the
     /// runtime has several workers, it runs as blocking: the runtime hands this worker's
@@ -65,7 +66,7 @@ impl SledState {
 /// The chosen backend.
 pub enum StateStore {
     /// Embedded, single replica.
-    Sled(SledState),
+    Local(LocalState),
     /// Shared by replicas.
     Redis {
         redis: RedisState,
@@ -98,8 +99,8 @@ pub enum Claimed {
 /// A backend choice checked before any port is bound.
 #[derive(Clone)]
 pub enum BackendChoice {
-    /// sled.
-    Sled,
+    /// The local journal.
+    Local,
     /// Redis at this target.
     Redis(Box<RedisTarget>),
 }
@@ -108,7 +109,7 @@ impl BackendChoice {
     /// Checks the backend settings of a config (a bad Redis URL is a config error).
     pub fn from_config(config: &Config) -> Result<Self, String> {
         match config.dedup.backend {
-            Backend::Sled => Ok(BackendChoice::Sled),
+            Backend::Local => Ok(BackendChoice::Local),
             Backend::Redis => Ok(BackendChoice::Redis(Box::new(RedisTarget::new(
                 &config.redis.url,
                 &config.redis.key_prefix,
@@ -118,7 +119,7 @@ impl BackendChoice {
 }
 
 impl StateStore {
-    /// Opens the chosen backend (sled: its runs, and the journal replayed at the clock's
+    /// Opens the chosen backend (local: its runs, and the journal replayed at the clock's
     /// time). Must run inside the tokio runtime. A failure only a restart cures marks
     /// `liveness`.
     pub fn open(
@@ -129,7 +130,7 @@ impl StateStore {
         liveness: &Liveness,
     ) -> Result<Self, StoreError> {
         match choice {
-            BackendChoice::Sled => {
+            BackendChoice::Local => {
                 let now_ms = clock();
                 let settings = journal::Settings {
                     hot_entries: config.store.hot_entries,
@@ -146,8 +147,8 @@ impl StateStore {
                 };
                 let legacy = Arc::new(store.tree(JOURNAL_TREE)?);
                 let journal = Journal::open(legacy, store.dir(), now_ms, settings)?;
-                Ok(StateStore::Sled(SledState {
-                    marks: SledMarks::new(journal.clone(), config.dedup.in_flight_lease),
+                Ok(StateStore::Local(LocalState {
+                    marks: JournalMarks::new(journal.clone(), config.dedup.in_flight_lease),
                     journal,
                     locks: KeyedLocks::default(),
                     lock_wait: config.dedup.in_flight_wait,
@@ -166,15 +167,15 @@ impl StateStore {
     /// Name of the backend, for logs.
     pub fn name(&self) -> &'static str {
         match self {
-            StateStore::Sled(_) => "sled",
+            StateStore::Local(_) => "local",
             StateStore::Redis { .. } => "redis",
         }
     }
 
-    /// Whether the backend answers (sled: whether the state journal is being written).
+    /// Whether the backend answers (local: whether the state journal is being written).
     pub fn is_healthy(&self) -> bool {
         match self {
-            StateStore::Sled(s) => !s.journal.is_failing(),
+            StateStore::Local(s) => !s.journal.is_failing(),
             StateStore::Redis { redis, .. } => redis.is_healthy(),
         }
     }
@@ -182,7 +183,7 @@ impl StateStore {
     /// Checks the backend now (for readiness while idle).
     pub async fn ping(&self) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(_) => Ok(()),
+            StateStore::Local(_) => Ok(()),
             StateStore::Redis { redis, .. } => redis.ping().await,
         }
     }
@@ -190,7 +191,7 @@ impl StateStore {
     /// The state of a dedup key at `now_ms`.
     async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || s.marks.state(key, now_ms)),
+            StateStore::Local(s) => s.off_worker(&[key], || s.marks.state(key, now_ms)),
             StateStore::Redis { redis, .. } => redis.state(key).await,
         }
     }
@@ -204,7 +205,7 @@ impl StateStore {
         lease: Duration,
     ) -> Result<Claim, StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || s.marks.try_claim(key, token, now_ms)),
+            StateStore::Local(s) => s.off_worker(&[key], || s.marks.try_claim(key, token, now_ms)),
             StateStore::Redis { redis, .. } => redis.try_claim(key, token, lease).await,
         }
     }
@@ -253,7 +254,7 @@ impl StateStore {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_ms = from_ms.saturating_add(ttl_ms);
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 s.off_worker(keys, || s.marks.mark_done(keys, expires_ms, now_ms))
             }
             StateStore::Redis { redis, .. } => {
@@ -265,12 +266,12 @@ impl StateStore {
     }
 
     /// Waits until every change made so far (and every value read so far) is durable, so
-    /// an answer that depends on them may go out. sled: the journal's group commit, at most
+    /// an answer that depends on them may go out. Local: the journal's group commit, at most
     /// [`DURABLE_WAIT`]. Redis: its writes were acknowledged; how durable they are is
     /// Redis's own `appendfsync` setting.
     pub async fn sync(&self) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 let point = s.journal.sync_point();
                 Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
@@ -280,10 +281,10 @@ impl StateStore {
 
     /// Waits until the current records of `keys` are durable: for an answer that rests on
     /// these keys alone (a duplicate), which are on disk already unless a concurrent request
-    /// wrote one moments ago. sled: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`].
+    /// wrote one moments ago. Local: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`].
     pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 let digests: Vec<_> = keys.iter().map(|k| k.digest()).collect();
                 let point = s.journal.point_of(&digests.iter().collect::<Vec<_>>());
                 Ok(s.journal.durable(point, DURABLE_WAIT).await?)
@@ -295,7 +296,7 @@ impl StateStore {
     /// Releases a claim still held by `token`.
     pub async fn release(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 s.marks.release(key, token);
                 Ok(())
             }
@@ -306,7 +307,7 @@ impl StateStore {
     /// Takes the lock of a guard key; events of one key are decided one at a time.
     pub async fn lock(&self, key: &StoreKey) -> Result<KeyLock, StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 match tokio::time::timeout(s.lock_wait, s.locks.lock(key.digest())).await {
                     Ok(guard) => Ok(KeyLock::Local(guard)),
                     Err(_) => Err(StoreError::Busy(
@@ -340,7 +341,7 @@ impl StateStore {
     }
 
     /// Takes, or extends while `token` holds it, the lease of `key` for `ttl`: one holder
-    /// across replicas. sled serves one process, which holds the store's lock: always true.
+    /// across replicas. The local store serves one process, which holds the store's lock: always true.
     pub async fn lease(
         &self,
         key: &StoreKey,
@@ -348,15 +349,15 @@ impl StateStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         match self {
-            StateStore::Sled(_) => Ok(true),
+            StateStore::Local(_) => Ok(true),
             StateStore::Redis { redis, .. } => redis.lease(key, token, ttl).await,
         }
     }
 
-    /// Ends a lease `token` holds (a no-op for sled).
+    /// Ends a lease `token` holds (a no-op for the local store).
     pub async fn end_lease(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(_) => Ok(()),
+            StateStore::Local(_) => Ok(()),
             StateStore::Redis { redis, .. } => redis.end_lease(key, token).await,
         }
     }
@@ -364,7 +365,7 @@ impl StateStore {
     /// Reads guard state.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || Ok(s.journal.get(&key.digest())?)),
+            StateStore::Local(s) => s.off_worker(&[key], || Ok(s.journal.get(&key.digest())?)),
             StateStore::Redis { redis, .. } => redis.get(key).await,
         }
     }
@@ -378,7 +379,7 @@ impl StateStore {
         expires_ms: Option<i64>,
     ) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || {
+            StateStore::Local(s) => s.off_worker(&[key], || {
                 let expires_ms = expires_ms.unwrap_or(i64::MAX);
                 Ok(s.journal.put(&key.digest(), value, expires_ms, now_ms)?)
             }),
@@ -389,28 +390,28 @@ impl StateStore {
         }
     }
 
-    /// Forgets expired marks and guard state (sled: those in memory now, and the runs on
+    /// Forgets expired marks and guard state (local: those in memory now, and the runs on
     /// disk by the merge thread; Redis expires keys by itself). Returns how many entries
     /// went from memory.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
         match self {
-            StateStore::Sled(s) => Ok(s.journal.sweep(now_ms)?),
+            StateStore::Local(s) => Ok(s.journal.sweep(now_ms)?),
             StateStore::Redis { .. } => Ok(0),
         }
     }
 
-    /// Dedup marks and guard states held (sled only: Redis keeps its own count).
+    /// Dedup marks and guard states held (local only: Redis keeps its own count).
     pub fn entries(&self) -> Option<usize> {
         match self {
-            StateStore::Sled(s) => Some(s.journal.len()),
+            StateStore::Local(s) => Some(s.journal.len()),
             StateStore::Redis { .. } => None,
         }
     }
 
-    /// The sled backend's journal (benchmarks and tests look inside it).
+    /// The local backend's journal (benchmarks and tests look inside it).
     pub fn journal(&self) -> Option<&Arc<Journal>> {
         match self {
-            StateStore::Sled(s) => Some(&s.journal),
+            StateStore::Local(s) => Some(&s.journal),
             StateStore::Redis { .. } => None,
         }
     }
@@ -418,7 +419,7 @@ impl StateStore {
     /// Hands every journaled change to the store now (before the store's last flush).
     pub fn write_now(&self) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => Ok(s.journal.write_now()?),
+            StateStore::Local(s) => Ok(s.journal.write_now()?),
             StateStore::Redis { .. } => Ok(()),
         }
     }
@@ -429,7 +430,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_sled_guard_lock_is_waited_for_at_most_in_flight_wait() {
+    async fn a_local_guard_lock_is_waited_for_at_most_in_flight_wait() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("store");
         let config = Config::parse(
@@ -437,7 +438,7 @@ mod tests {
         )
         .expect("config");
         let state = StateStore::open(
-            &BackendChoice::Sled,
+            &BackendChoice::Local,
             &config,
             &store,
             Arc::new(|| 0),
@@ -474,21 +475,21 @@ mod tests {
         )
         .expect("config");
         let state = StateStore::open(
-            &BackendChoice::Sled,
+            &BackendChoice::Local,
             &config,
             &store,
             Arc::new(|| 0),
             &Liveness::new(),
         )
         .expect("state");
-        let StateStore::Sled(sled) = &state else {
-            panic!("sled backend");
+        let StateStore::Local(local) = &state else {
+            panic!("local backend");
         };
         let key = StoreKey::raw(b"guard");
         state.put(&key, b"opted out", 0, None).await.expect("put");
-        sled.journal.flush_to_run().expect("flush");
+        local.journal.flush_to_run().expect("flush");
         assert!(
-            sled.journal.may_read_disk(&key.digest()),
+            local.journal.may_read_disk(&key.digest()),
             "the value is in a run"
         );
         assert_eq!(

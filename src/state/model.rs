@@ -30,7 +30,7 @@ use disk_seam::sim::{Fault, OpKind, Rng, SimDisk};
 use expiring_lsm::journal::{Journal, Settings};
 
 use crate::state::keys::StoreKey;
-use crate::state::marks::{classify, decode, encode, Claim, KeyState, Mark, SledMarks};
+use crate::state::marks::{classify, decode, encode, Claim, JournalMarks, KeyState, Mark};
 use crate::store::Store;
 
 /// Seeds plain `cargo test` runs (about 30 s in a debug build on two busy cores).
@@ -304,7 +304,7 @@ impl World {
     fn step(&mut self, step: usize) -> Checked {
         let now = self.now();
         let journal = self.journal()?.clone();
-        let marks = SledMarks::new(journal.clone(), Duration::from_millis(LEASE_MS as u64));
+        let marks = JournalMarks::new(journal.clone(), Duration::from_millis(LEASE_MS as u64));
         let roll = self.rng.below(100);
         let mark = self.rng.below(MARK_KEYS as u64) as usize;
         let guard = MARK_KEYS + self.rng.below(GUARD_KEYS as u64) as usize;
