@@ -1,28 +1,23 @@
-//! The sled backend's dedup marks and guard state: a bounded hot set in memory, the rest in
-//! sorted runs on disk ([`Runs`]), and a journal of segment files ([`Wal`]) that makes the
-//! hot set durable.
+//! The store: a bounded hot set in memory, the rest in sorted runs on disk ([`Runs`]), and a
+//! journal of segment files ([`Wal`]) that makes the hot set durable. The crate's README
+//! gives the design and its invariants.
 //!
-//! Requests read and change the hot set: one of 1,024 maps (chosen by key hash) under its
+//! Callers read and change the hot set: one of 1,024 maps (chosen by digest) under its
 //! mutex. A key the hot set does not hold is looked up in the runs, newest first: the
-//! runs' filters rule most of them out without a disk read, and each map remembers the runs'
-//! answers for the last keys it lacked (a request reads a key, then writes it). Every
+//! runs' filters rule most of them out without a disk read, and each map remembers the
+//! runs' answers for the last keys it lacked (a caller reads a key, then writes it). Every
 //! durable change appends a record to the open journal batch; a writer thread appends the
 //! batch to the journal and fsyncs (a group commit: the batch that arrives during one flush
-//! shares the next), and a request that changed or read state waits with
-//! [`Journal::durable`] for the batch holding everything it saw before it answers 200.
-//! Claims are never written: after a crash nothing is in flight.
-//!
-//! Why not one sled key per mark: at five million random keys sled took 7 GB of memory
-//! with a 64 MiB cache and 24,000 inserts a second (ARCHITECTURE.md, "State on disk").
-//! Why not batches in sled: its writes and syncs took a third of the gateway's CPU under
-//! load; the journal's own file needs one `pwrite` and one `fdatasync` per commit.
-//! Stores written before the journal had files hold their batches in a sled tree: they are
-//! replayed at open and deleted once a run holds them.
+//! shares the next), and a caller that changed or read state waits with
+//! [`Journal::durable`] for the batch holding everything it saw before it answers.
+//! Memory-only values are never written: after a crash nothing is in flight. Batches of a
+//! store written before the journal had files come from a [`LegacyBatches`] source: they
+//! are replayed at open and removed once a run holds them.
 //!
 //! Once the hot set holds `hot_entries` entries, a flush thread writes those whose records
 //! are on disk as a run, then forgets them and the journal batches the run now holds. A
-//! merge thread merges runs and deletes expired ones. Neither holds a lock a request needs
-//! while it writes: a request waits for neither.
+//! merge thread merges runs and deletes expired ones. Neither holds a lock a caller needs
+//! while it writes: a caller waits for neither.
 //!
 //! A record never expires before the record of its key it supersedes (a write keeps the
 //! later expiry), so forgetting an expired record, in memory or in a run, never brings an
@@ -642,8 +637,8 @@ impl Journal {
         self.shared.failing.load(Ordering::SeqCst) || self.shared.refuses_new_keys()
     }
 
-    /// Journal batches left in the sled tree of a store written before the journal had
-    /// files (for tests).
+    /// Legacy batches left: those of a store written before the journal had files (for
+    /// tests).
     pub fn legacy_batches(&self) -> usize {
         self.shared.legacy.len()
     }
@@ -1303,7 +1298,7 @@ pub(crate) mod tests {
         assert_eq!(get(&j, b"new").as_deref(), Some(&b"v1"[..]));
     }
 
-    /// A batch as a store written before the journal had files holds it in sled.
+    /// A batch as a store written before the journal had files holds it.
     fn legacy_batch(seq: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
         let mut open = Open::new(seq);
         open.append(&Digest::of(key), 1_000, value, 0);
@@ -1311,7 +1306,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn batches_of_the_sled_journal_are_replayed_then_moved_to_a_run() {
+    fn legacy_batches_are_replayed_then_moved_to_a_run() {
         let (dir, store) = temp_store();
         let tree = store.tree("state").expect("tree");
         tree.insert(&0u64.to_be_bytes(), &legacy_batch(0, b"a", b"1"))
@@ -1325,7 +1320,7 @@ pub(crate) mod tests {
                 (Some(b"1".to_vec()), Some(b"2".to_vec()))
             );
             put(&j, b"a", b"3", 1_000, 0);
-            assert!(j.sync_point().0 > 1, "numbered after the sled batches");
+            assert!(j.sync_point().0 > 1, "numbered after the legacy batches");
             assert_eq!(j.legacy_batches(), 2);
             j.flush_to_run().expect("flush");
             assert_eq!(
@@ -1347,7 +1342,7 @@ pub(crate) mod tests {
             put(&j, b"k", b"new", 1_000, 0);
             j.flush_to_run().expect("flush");
         }
-        // As if the flush had written its run but not deleted the sled batch it holds.
+        // As if the flush had written its run but not deleted the legacy batch it holds.
         let tree = store.tree("state").expect("tree");
         tree.insert(&0u64.to_be_bytes(), &legacy_batch(0, b"k", b"old"))
             .expect("insert");

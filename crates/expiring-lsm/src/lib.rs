@@ -3,7 +3,8 @@
 //! a bounded hot set in memory, and sorted runs on disk with a filter each, merged and
 //! expired in the background. [`journal::Journal`] is the store; the other modules are its
 //! parts. Every file operation goes through a [`disk_seam::Disk`], so tests run the store
-//! on a simulated disk that loses what was not synced at a power cut.
+//! on a simulated disk that loses what was not synced at a power cut. README.md gives the
+//! design and the invariants the store keeps.
 
 pub mod bloom;
 mod digest;
