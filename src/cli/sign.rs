@@ -84,11 +84,7 @@ pub fn sign(
         }
     }
     let secret = secret.as_bytes();
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64)
-    };
+    let now = || hookgate::clock::now_secs() as i64;
     use hookgate::ingress::signature as sig;
     let headers = match profile {
         Profile::Botix => sig::botix_header(secret, &body),

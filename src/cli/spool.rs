@@ -128,9 +128,7 @@ fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
+            let now = hookgate::clock::now_secs() as i64;
             let mut status = spool.status(now);
             // No drainer runs here, so none is stalled.
             status.stalled = false;
