@@ -4,6 +4,7 @@
 //! of the code calls these methods and does not know which one runs.
 
 pub mod backoff;
+mod engine;
 pub mod keys;
 pub mod locks;
 pub mod marks;
