@@ -7,9 +7,9 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use hookgate::state::journal::{Journal, Settings};
+use expiring_lsm::journal::{Journal, Settings};
 use hookgate::state::keys::StoreKey;
-use hookgate::state::marks::{Claim, SledMarks};
+use hookgate::state::marks::{Claim, JournalMarks};
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
@@ -24,18 +24,18 @@ fn claim_and_done(c: &mut Criterion) {
         clock: std::sync::Arc::new(move || now),
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
-        liveness: hookgate::liveness::Liveness::new(),
-        disk: hookgate::disk::real(),
+        needs_restart: std::sync::Arc::new(|_| {}),
+        disk: disk_seam::real(),
         background: true,
     };
     let journal = Journal::open(
-        store.tree("state").expect("tree"),
+        std::sync::Arc::new(store.tree("state").expect("tree")),
         dir.path(),
         now,
         settings,
     )
     .expect("journal");
-    let marks = SledMarks::new(journal, Duration::from_secs(30));
+    let marks = JournalMarks::new(journal, Duration::from_secs(30));
     let mut n: u64 = 0;
 
     c.bench_function("dedup claim+done (event and request key)", |b| {

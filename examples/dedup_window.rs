@@ -20,10 +20,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use expiring_lsm::journal::{Journal, Settings};
 use hdrhistogram::Histogram;
-use hookgate::state::journal::{Journal, Settings};
 use hookgate::state::keys::StoreKey;
-use hookgate::state::marks::{Claim, KeyState, SledMarks};
+use hookgate::state::marks::{Claim, JournalMarks, KeyState};
 use hookgate::state::JOURNAL_TREE;
 use hookgate::store::{Store, DEFAULT_CACHE_BYTES};
 
@@ -65,7 +65,7 @@ fn bytes_under(path: &Path) -> u64 {
 struct Window {
     store: Store,
     journal: Arc<Journal>,
-    marks: SledMarks,
+    marks: JournalMarks,
 }
 
 fn env_or(name: &str, default: u64) -> u64 {
@@ -89,17 +89,17 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         clock: Arc::new(move || clock_now.load(Ordering::SeqCst)),
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
-        liveness: hookgate::liveness::Liveness::new(),
-        disk: hookgate::disk::real(),
+        needs_restart: std::sync::Arc::new(|_| {}),
+        disk: disk_seam::real(),
         background: true,
     };
     let journal = Journal::open(
-        store.tree(JOURNAL_TREE)?,
+        Arc::new(store.tree(JOURNAL_TREE)?),
         dir,
         now.load(Ordering::SeqCst),
         settings,
     )?;
-    let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
+    let marks = JournalMarks::new(journal.clone(), Duration::from_secs(30));
     Ok(Window {
         store,
         journal,
@@ -132,8 +132,12 @@ fn accept(w: &Window, event: u64, now_ms: i64) -> anyhow::Result<()> {
         r#"{{"expires_ms":{e},"state":{{"status":"delivered","rank":3,"timestamp_ms":{now_ms}}}}}"#,
         e = now_ms + 7 * 86_400_000
     );
-    w.journal
-        .put(&status, guard.as_bytes(), now_ms + 7 * 86_400_000, now_ms)?;
+    w.journal.put(
+        &status.digest(),
+        guard.as_bytes(),
+        now_ms + 7 * 86_400_000,
+        now_ms,
+    )?;
     Ok(())
 }
 

@@ -8,16 +8,16 @@
 //! A request goes through [`http`] (accept loop, limits, the webhook answer), [`ingress`]
 //! (the delivery, its signature, the event read from it), [`pipeline`] (freshness, claim,
 //! guard, deliver, commit), [`guard`] (out-of-order rules over stored state), [`state`]
-//! (dedup marks and guard state: sled or Redis) and [`outbox`] (the AMQP message, the
+//! (dedup marks and guard state: local or Redis) and [`outbox`] (the AMQP message, the
 //! publish with a confirm, the durable spool). [`config`] is the schema every part reads and
 //! depends on nothing else; [`app`] builds the parts and hands each only what it needs.
-//! ARCHITECTURE.md is the code map, file by file, with the invariants.
+//! ARCHITECTURE.md is the code map, module by module, with the layers and the invariants.
 
 pub mod app;
 pub mod budget;
 pub mod clock;
 pub mod config;
-pub mod disk;
+
 pub mod guard;
 pub mod http;
 pub mod ingress;

@@ -1,19 +1,22 @@
-//! The `hookgate` command: parse arguments, set up logging, load the config, run.
+//! The `hookgate` command: parse arguments, set up logging, load the config, run; the other
+//! commands are in `cli/`.
 
-use std::io::{IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
-use hookgate::config::{Config, Encoding, Profile};
+use clap::{Parser, Subcommand};
+use hookgate::config::Config;
 
 mod cli;
 
-// malloc and free were a fifth of the CPU of an accepted event with glibc's allocator
-// (BENCHMARKS.md, "Profile"); mimalloc spends less per call and keeps per-thread heaps.
-// Built without transparent huge pages (feature no_thp): the kernel cleared a fresh 2 MiB
-// page whenever the heap grew, about 3 % of the CPU under load, and RSS grew in 2 MiB steps.
+use cli::logging::{init_logging, LogFormat};
+use cli::sign::{sign, SignError, SignProfile, SignRequest};
+use cli::spool::{spool_command, SpoolCommand};
+
+// An accepted event allocates and frees often: mimalloc spends less per call than glibc's
+// allocator and keeps per-thread heaps. Without transparent huge pages (feature no_thp),
+// so a growing heap does not make the kernel clear a fresh 2 MiB page each time.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -46,13 +49,6 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Option<Command>,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Auto,
-    Text,
-    Json,
 }
 
 #[derive(Subcommand)]
@@ -99,44 +95,6 @@ enum Command {
     Reconcile {
         #[command(subcommand)]
         command: cli::reconcile::ReconcileCommand,
-    },
-}
-
-/// The profiles `sign` knows without a config (`custom` needs its route's scheme: --route).
-#[derive(Clone, Copy, ValueEnum)]
-enum SignProfile {
-    Botix,
-    StandardWebhooks,
-    Twilio,
-    Telnyx,
-}
-
-#[derive(Subcommand)]
-enum SpoolCommand {
-    /// Depth, bytes, the oldest entry's age, held and parked entries, drainer stalled.
-    Status,
-    /// List the parked entries (those that cannot be published as they are).
-    Parked,
-    /// Put parked entries back at the tail of the spool, to be published again.
-    Republish {
-        /// Ids as `hookgate spool parked` lists them.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        ids: Vec<u64>,
-        /// Every parked entry.
-        #[arg(long)]
-        all: bool,
-    },
-    /// Delete parked entries for good (their events are lost): needs --yes.
-    Delete {
-        /// Ids as `hookgate spool parked` lists them.
-        #[arg(required_unless_present = "all", conflicts_with = "all")]
-        ids: Vec<u64>,
-        /// Every parked entry.
-        #[arg(long)]
-        all: bool,
-        /// Confirms that the events of these entries are to be lost.
-        #[arg(long)]
-        yes: bool,
     },
 }
 
@@ -212,6 +170,9 @@ fn check_config(path: &Path, offline: bool) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    for deprecation in config.deprecations() {
+        eprintln!("warning: {deprecation}");
+    }
     let lookups = if offline {
         hookgate::app::Lookups::Offline
     } else {
@@ -260,6 +221,9 @@ fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    for deprecation in config.deprecations() {
+        tracing::warn!(%deprecation, "config value under a former name");
+    }
     level.set(&config.log.level);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -322,62 +286,6 @@ fn run(cli: &Cli) -> ExitCode {
     }
 }
 
-/// lapin logs a returned message with its whole body at WARN; a body must never reach a log,
-/// and hookgate reports unroutable messages itself.
-const QUIET_LAPIN: &str = "lapin::returned_messages=off";
-
-/// The log filter, set once the config is read. `RUST_LOG`, when set, wins over both the
-/// first `info` and the config's `log.level`.
-struct LogLevel(
-    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
-);
-
-impl LogLevel {
-    fn set(&self, level: &str) {
-        if let Err(error) = self.0.reload(filter(level)) {
-            tracing::warn!(%error, "cannot apply log.level");
-        }
-    }
-}
-
-fn filter(level: &str) -> tracing_subscriber::EnvFilter {
-    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
-    tracing_subscriber::EnvFilter::try_new(format!("{directives},{QUIET_LAPIN}"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_LAPIN}")))
-}
-
-/// Logs to stderr: JSON when asked or when stderr is no terminal; text otherwise, with
-/// colour only on a terminal, so a file or a pipe never gets escape codes.
-fn init_logging(format: LogFormat) -> LogLevel {
-    use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
-    let terminal = std::io::stderr().is_terminal();
-    let json = match format {
-        LogFormat::Json => true,
-        LogFormat::Text => false,
-        LogFormat::Auto => !terminal,
-    };
-    let (level, handle) = tracing_subscriber::reload::Layer::new(filter("info"));
-    let json_layer = json.then(|| {
-        tracing_subscriber::fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_writer(std::io::stderr)
-    });
-    let text_layer = (!json).then(|| {
-        tracing_subscriber::fmt::layer()
-            .with_ansi(terminal)
-            .with_writer(std::io::stderr)
-    });
-    tracing_subscriber::registry()
-        .with(level)
-        .with(json_layer)
-        .with(text_layer)
-        .init();
-    LogLevel(handle)
-}
-
 /// `error` with a hint when the config file does not exist: the default path is relative
 /// to the working directory, which outside the repository holds no `config/`.
 fn with_config_hint(path: &Path, error: &str) -> String {
@@ -386,311 +294,4 @@ fn with_config_hint(path: &Path, error: &str) -> String {
     } else {
         format!("{error} (give the config file with --config PATH or HOOKGATE_CONFIG)")
     }
-}
-
-/// What `sign` was asked for, apart from the secret and the body.
-struct SignRequest<'a> {
-    profile: SignProfile,
-    route: Option<&'a str>,
-    url: Option<&'a str>,
-    id: Option<&'a str>,
-    timestamp: Option<i64>,
-}
-
-/// Why `sign` failed, which decides its exit code as for `run`.
-enum SignError {
-    /// Arguments, the config, the secret or what the profile needs: exit 64.
-    Usage(anyhow::Error),
-    /// Reading the body or writing the headers: exit 1.
-    Io(anyhow::Error),
-}
-
-impl From<anyhow::Error> for SignError {
-    fn from(e: anyhow::Error) -> Self {
-        SignError::Usage(e)
-    }
-}
-
-fn sign(
-    config_path: &Path,
-    secret_env: &str,
-    request: &SignRequest<'_>,
-    file: Option<&Path>,
-) -> Result<(), SignError> {
-    let secret = std::env::var(secret_env)
-        .ok()
-        .filter(|s| !s.is_empty())
-        .with_context(|| format!("environment variable {secret_env} is not set or empty"))?;
-    let route = match request.route {
-        Some(name) => {
-            let config = Config::load(config_path).map_err(anyhow::Error::from)?;
-            let route = config
-                .routes
-                .into_iter()
-                .find(|r| r.name == name)
-                .with_context(|| format!("no route named {name} in {}", config_path.display()))?;
-            Some(route)
-        }
-        None => None,
-    };
-    let profile = match (&route, request.profile) {
-        (Some(route), _) => route.profile,
-        (None, SignProfile::Botix) => Profile::Botix,
-        (None, SignProfile::StandardWebhooks) => Profile::StandardWebhooks,
-        (None, SignProfile::Twilio) => Profile::Twilio,
-        (None, SignProfile::Telnyx) => Profile::Telnyx,
-    };
-    let mut body = Vec::new();
-    match file {
-        Some(path) => {
-            body = std::fs::read(path)
-                .with_context(|| format!("cannot read {}", path.display()))
-                .map_err(SignError::Io)?;
-        }
-        None => {
-            std::io::stdin()
-                .read_to_end(&mut body)
-                .context("cannot read stdin")
-                .map_err(SignError::Io)?;
-        }
-    }
-    let secret = secret.as_bytes();
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64)
-    };
-    use hookgate::ingress::signature as sig;
-    let headers = match profile {
-        Profile::Botix => sig::botix_header(secret, &body),
-        Profile::StandardWebhooks => {
-            let id = request.id.map_or_else(
-                || format!("msg_{}", uuid::Uuid::new_v4().simple()),
-                str::to_owned,
-            );
-            let ts = request.timestamp.unwrap_or_else(now);
-            let signature = sig::standard_webhooks_signature(secret, &id, ts, &body)
-                .context("the secret is not whsec_ followed by base64")?;
-            format!("webhook-id: {id}\nwebhook-timestamp: {ts}\nwebhook-signature: {signature}")
-        }
-        Profile::Twilio => {
-            let url = request
-                .url
-                .or_else(|| route.as_ref().and_then(|r| r.public_url.as_deref()))
-                .context("profile twilio signs a URL: give --url (with the query Twilio sends)")?;
-            format!(
-                "X-Twilio-Signature: {}",
-                sig::twilio_signature(secret, url, &body)
-            )
-        }
-        Profile::Telnyx => {
-            let ts = request.timestamp.unwrap_or_else(now);
-            let (signature, public) = sig::telnyx_signature(secret, ts, &body)
-                .context("the key is not the base64 of a 32-byte ed25519 private key (seed)")?;
-            eprintln!("public key (the route's secret): {public}");
-            format!("telnyx-timestamp: {ts}\ntelnyx-signature-ed25519: {signature}")
-        }
-        Profile::Custom => {
-            let scheme = route.as_ref().and_then(|r| r.signature.as_ref()).context(
-                "profile custom: give --route, whose signature section says how to sign",
-            )?;
-            let mac = sig::hmac_parts(secret, &[&body]);
-            let encoded = match scheme.encoding {
-                Encoding::Hex => hex::encode(mac),
-                Encoding::Base64 => {
-                    use base64::Engine;
-                    base64::engine::general_purpose::STANDARD.encode(mac)
-                }
-            };
-            let prefix = scheme.prefix.as_deref().unwrap_or_default();
-            format!("{}: {prefix}{encoded}", scheme.header)
-        }
-    };
-    // A closed stdout is an I/O failure (exit 1), where the print macro would panic.
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{headers}")
-        .and_then(|()| stdout.flush())
-        .context("cannot write to stdout")
-        .map_err(SignError::Io)?;
-    Ok(())
-}
-
-/// Where `hookgate spool` finds the spool: the running gateway (which holds the store's
-/// lock) through its admin endpoint, or else the store itself.
-enum SpoolAccess {
-    Gateway(std::net::SocketAddr),
-    Store(Box<hookgate::outbox::spool::Spool>, hookgate::store::Store),
-}
-
-fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
-    let addr = cli::admin::address(config);
-    let admin_error = match cli::admin::request(addr, "GET", hookgate::http::admin::SPOOL_PATH) {
-        Ok(_) => return Ok(SpoolAccess::Gateway(addr)),
-        Err(e) => e,
-    };
-    hookgate::tls::install_crypto_provider();
-    let store = hookgate::store::Store::open_with_cache(&config.store.path, config.store.cache).with_context(|| {
-        format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
-    })?;
-    let metrics = std::sync::Arc::new(hookgate::metrics::Metrics::new());
-    let spool = hookgate::outbox::spool::Spool::open(&store, &config.spool, metrics)?;
-    Ok(SpoolAccess::Store(Box::new(spool), store))
-}
-
-/// Which spool the command read: the gateway's admin address, or the store itself, and the
-/// store's path, so a reader sees which gateway (which config) answered.
-fn source_lines(config: &Config, access: &SpoolAccess) -> String {
-    let gateway = match access {
-        SpoolAccess::Gateway(addr) => format!("admin {addr} (the running gateway)"),
-        SpoolAccess::Store(..) => format!(
-            "none answered on admin {}; the store was read directly",
-            cli::admin::address(config)
-        ),
-    };
-    format!("gateway: {gateway}\nstore: {}", config.store.path.display())
-}
-
-fn spool_command(config: &Config, command: &SpoolCommand) -> anyhow::Result<()> {
-    let access = spool_access(config)?;
-    let source = source_lines(config, &access);
-    match command {
-        // The status names its source on stdout, next to the figures it explains; the
-        // other commands keep stdout to their listing and name it on stderr.
-        SpoolCommand::Status => {
-            println!("{source}");
-            print_status(&access)
-        }
-        _ => {
-            eprintln!("{source}");
-            spool_change_or_list(config, &access, command)
-        }
-    }
-}
-
-fn spool_change_or_list(
-    config: &Config,
-    access: &SpoolAccess,
-    command: &SpoolCommand,
-) -> anyhow::Result<()> {
-    match command {
-        SpoolCommand::Status => print_status(access),
-        SpoolCommand::Parked => {
-            let entries = parked_entries(access)?;
-            if entries.is_empty() {
-                println!("no parked entries");
-            }
-            for e in entries {
-                let parked_at =
-                    std::time::UNIX_EPOCH + std::time::Duration::from_secs(e.parked_at_secs);
-                println!(
-                    "{}\tparked {}\tevent {}\troute {}\trouting key {}\t{} bytes\t{}",
-                    e.id,
-                    humantime::format_rfc3339_seconds(parked_at),
-                    e.event_id.as_deref().unwrap_or("?"),
-                    e.route.as_deref().unwrap_or("?"),
-                    e.routing_key.as_deref().unwrap_or("?"),
-                    e.bytes,
-                    e.reason
-                );
-            }
-            Ok(())
-        }
-        SpoolCommand::Republish { ids, all } => change_parked(config, access, ids, *all, true),
-        SpoolCommand::Delete { ids, all, .. } => change_parked(config, access, ids, *all, false),
-    }
-}
-
-fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
-    let status: hookgate::outbox::spool::SpoolStatus = match access {
-        SpoolAccess::Gateway(addr) => {
-            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::SPOOL_PATH)?;
-            serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
-        }
-        SpoolAccess::Store(spool, _) => {
-            let now = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64);
-            let mut status = spool.status(now);
-            // No drainer runs here, so none is stalled.
-            status.stalled = false;
-            status
-        }
-    };
-    let age = status.oldest_age_secs.map_or_else(
-        || "-".to_owned(),
-        |s| humantime::format_duration(std::time::Duration::from_secs(s)).to_string(),
-    );
-    println!(
-        "depth: {}\nbytes: {}\noldest: {}\nheld: {}\nparked: {}\ndrainer stalled: {}",
-        status.depth,
-        status.bytes,
-        age,
-        status.held,
-        status.parked,
-        if status.stalled { "yes" } else { "no" }
-    );
-    Ok(())
-}
-
-fn parked_entries(
-    access: &SpoolAccess,
-) -> anyhow::Result<Vec<hookgate::outbox::spool::ParkedEntry>> {
-    Ok(match access {
-        SpoolAccess::Gateway(addr) => {
-            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::PARKED_PATH)?;
-            serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
-        }
-        SpoolAccess::Store(spool, _) => spool.parked_entries()?,
-    })
-}
-
-/// Republishes (or deletes) the parked entries `ids`, or all of them; names each one done.
-fn change_parked(
-    config: &Config,
-    access: &SpoolAccess,
-    ids: &[u64],
-    all: bool,
-    republish: bool,
-) -> anyhow::Result<()> {
-    let token = cli::admin::token(config)?;
-    let ids: Vec<u64> = if all {
-        parked_entries(access)?.iter().map(|e| e.id).collect()
-    } else {
-        ids.to_vec()
-    };
-    let verb = if republish { "republished" } else { "deleted" };
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    for id in ids {
-        match access {
-            SpoolAccess::Gateway(addr) => {
-                let token = token.as_ref();
-                let path = format!("{}/{id}", hookgate::http::admin::PARKED_PATH);
-                if republish {
-                    cli::admin::authorized(
-                        *addr,
-                        "POST",
-                        &format!("{path}/{}", hookgate::http::admin::REPUBLISH),
-                        token,
-                    )?;
-                } else {
-                    cli::admin::authorized(*addr, "DELETE", &path, token)?;
-                }
-            }
-            SpoolAccess::Store(spool, _) => runtime.block_on(async {
-                if republish {
-                    spool.republish(id).await
-                } else {
-                    spool.delete_parked(id).await
-                }
-            })?,
-        }
-        println!("{verb} parked entry {id}");
-    }
-    if let SpoolAccess::Store(_, store) = access {
-        store.flush_blocking()?;
-    }
-    Ok(())
 }

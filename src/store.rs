@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::disk::{Disk, DiskFile};
+use disk_seam::{Disk, DiskFile};
 
 /// The page cache of the spool's database when the config does not say (`store.cache`).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
@@ -236,7 +236,7 @@ impl Store {
             path: path.to_owned(),
             reason,
         };
-        crate::disk::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
+        disk_seam::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
         let fresh = !disk
             .list(path)
             .map_err(|e| open_err(e.to_string()))?

@@ -1,5 +1,8 @@
-//! The commands that work through the running gateway: the admin requests they make, and
-//! `reconcile`.
+//! The commands of the `hookgate` binary besides `run`: `sign`, `spool` and `reconcile`, the
+//! admin requests they make to a running gateway, and logging.
 
 pub mod admin;
+pub mod logging;
 pub mod reconcile;
+pub mod sign;
+pub mod spool;

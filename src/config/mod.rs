@@ -91,6 +91,9 @@ pub struct Config {
     /// How each duration was written in the file, so `check-config` prints `72h` as `72h`.
     #[serde(skip)]
     written: duration::Written,
+    /// Values read under a name they no longer have (see [`Config::deprecations`]).
+    #[serde(skip)]
+    deprecations: Vec<String>,
 }
 
 /// Where the webhook listener binds, and its TLS material.
@@ -134,23 +137,23 @@ impl Default for AdminConfig {
     }
 }
 
-/// The embedded sled store.
+/// The store folder: the spool's database and the local state journal.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StoreConfig {
-    /// Directory of the sled database. Default `/var/lib/hookgate`.
+    /// The store folder. Default `/var/lib/hookgate`.
     pub path: PathBuf,
-    /// sled's page cache (the journal, the spool). Default 32MiB.
+    /// The spool database's page cache. Default 32MiB.
     #[serde(with = "size")]
     pub cache: u64,
     /// Dedup marks and guard entries held in memory before they are written to a run on
-    /// disk (sled backend). Default 65536.
+    /// disk (local backend). Default 65536.
     pub hot_entries: usize,
-    /// Size of one state journal segment file, written in full before use (sled backend).
+    /// Size of one state journal segment file, written in full before use (local backend).
     /// Default 4MiB.
     #[serde(with = "size")]
     pub journal_segment: u64,
-    /// The state journal's group commits start at most this often (sled backend): a longer
+    /// The state journal's group commits start at most this often (local backend): a longer
     /// interval means fewer `fdatasync`s (disk flushes a second), a shorter one a quicker 200
     /// under load. Default 1ms; at most 100ms.
     #[serde(with = "duration")]
@@ -210,9 +213,10 @@ impl Default for Amqp {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
-    /// Embedded sled at `store.path`; one replica.
+    /// The state journal in `store.path`; one replica. `sled`, its former name, is still
+    /// read, with a warning.
     #[default]
-    Sled,
+    Local,
     /// Shared Redis at `redis.url`; several replicas.
     Redis,
 }
@@ -221,7 +225,7 @@ pub enum Backend {
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Dedup {
-    /// `sled` (default) or `redis`.
+    /// `local` (default) or `redis`.
     pub backend: Backend,
     /// How long a done mark is remembered. Default 72h (longer than the sender's retry window).
     #[serde(with = "duration")]
@@ -693,6 +697,7 @@ impl Config {
         // What a route leaves out, its profile fills in (Twilio's and Telnyx's fields and
         // guard rules); the generic defaults below apply only where no profile has one.
         profiles::fill_route_defaults(&mut tree).map_err(parse_error)?;
+        let deprecations = rename_deprecated(&mut tree);
         let written = duration::Written::from_tree(&tree);
         let mut config: Config = serde_path_to_error::deserialize(tree).map_err(|e| {
             let path = e.path().to_string();
@@ -704,8 +709,15 @@ impl Config {
             })
         })?;
         config.written = written;
+        config.deprecations = deprecations;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Warnings about values read under a former name: the config works, and should be
+    /// changed before the name is no longer read.
+    pub fn deprecations(&self) -> &[String] {
+        &self.deprecations
     }
 
     /// Rules that span fields.
@@ -951,6 +963,18 @@ pub fn redact_url(url: &str) -> String {
 }
 
 /// Parses `250ms`, `5s`, `10m`, `72h`, `7d` (and combinations such as `1h 30m`).
+/// Rewrites values the schema reads under a former name to their name, and says which.
+fn rename_deprecated(tree: &mut serde_json::Value) -> Vec<String> {
+    let mut found = Vec::new();
+    if let Some(backend) = tree.pointer_mut("/dedup/backend") {
+        if backend == "sled" {
+            *backend = "local".into();
+            found.push("dedup.backend: `sled` is now called `local`; write `local`".to_owned());
+        }
+    }
+    found
+}
+
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim()).map_err(|e| format!("invalid duration {text:?}: {e}"))
 }
@@ -1650,9 +1674,22 @@ routes:
         let budget_of_one_body =
             format!("{MINIMAL}limits: {{max_body_bytes: 2KiB, max_unverified_body_bytes: 2KiB}}\n");
         assert!(Config::parse(&budget_of_one_body).is_ok());
+        // `sled`, the local backend's former name, is read as `local`, with a warning.
+        let former = Config::parse(&format!("{MINIMAL}dedup: {{backend: sled}}\n")).expect("sled");
+        assert_eq!(former.dedup.backend, Backend::Local);
+        assert_eq!(
+            former.deprecations().len(),
+            1,
+            "{:?}",
+            former.deprecations()
+        );
+        let current =
+            Config::parse(&format!("{MINIMAL}dedup: {{backend: local}}\n")).expect("local");
+        assert_eq!(current.dedup.backend, Backend::Local);
+        assert!(current.deprecations().is_empty());
         // A Redis URL is checked only where Redis is used, and both of its schemes pass.
         for (backend, url) in [
-            ("sled", "http://x"),
+            ("local", "http://x"),
             ("redis", "redis://r:6379"),
             ("redis", "rediss://r:6380"),
         ] {

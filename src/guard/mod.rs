@@ -18,7 +18,7 @@ use crate::guard::decide::{
 };
 use crate::ingress::event::{Event, EventFields};
 use crate::ingress::fields::Slot;
-use crate::state::keys::StoreKey;
+use crate::state::keys::{guard_key, StoreKey};
 use crate::state::{KeyLock, StateStore};
 use crate::store::StoreError;
 
@@ -83,14 +83,14 @@ impl RouteGuard {
             .filter(|r| r.events.contains(&event.event_type))
         {
             let message_id = event.field(r.message_id)?;
-            return Some(format!("{route}\0status\0{message_id}"));
+            return Some(guard_key(route, "status", &[&message_id]));
         }
         let r = self
             .keywords
             .as_ref()
             .filter(|r| r.events.contains(&event.event_type))?;
         let (contact, channel) = (event.field(r.contact)?, event.field(r.channel)?);
-        Some(format!("{route}\0keyword\0{contact}\0{channel}"))
+        Some(guard_key(route, "keyword", &[&contact, &channel]))
     }
 }
 
@@ -240,5 +240,69 @@ impl GuardState {
         Ok(stored
             .filter(|s| s.expires_ms.is_none_or(|e| e > now_ms))
             .map(|s| s.state))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingress::event::{parse, Delivery, RequestId};
+    use crate::ingress::secrets::Secret;
+    use crate::ingress::signature;
+    use crate::ingress::trace::TraceContext;
+
+    /// The order key of a keyword event from `contact` on `channel`.
+    fn keyword_order_key(contact: &str, channel: &str) -> Option<String> {
+        let yaml = "listen: {addr: 127.0.0.1:0}\nroutes:\n  - name: r\n    path: /r\n    secrets: [{secret: x}]\n    guard: {keywords: {events: [message.received]}}\n";
+        let config = crate::config::Config::parse(yaml).expect("config");
+        let route = &config.routes[0];
+        let mut fields = EventFields::for_route(route);
+        let guard = RouteGuard::new(&route.guard, &mut fields);
+        let body = serde_json::json!({
+            "id": "e1",
+            "event": "message.received",
+            "data": {"from": contact, "to": channel, "text": "STOP"},
+        });
+        let body = body.to_string();
+        let mut headers = http::HeaderMap::new();
+        let signature = signature::botix_header(b"x", body.as_bytes());
+        let value = http::HeaderValue::from_str(&signature).expect("header");
+        headers.insert(signature::BOTIX_SIGNATURE, value);
+        let delivery = Delivery {
+            headers,
+            body: body.into(),
+            query: None,
+        };
+        let scheme = signature::Scheme::for_route(route).expect("scheme");
+        let verified = delivery
+            .verify(&scheme, &[Secret::new(b"x")], 0)
+            .expect("signed");
+        let event = parse(
+            verified,
+            &fields,
+            RequestId::generated(),
+            TraceContext::new_root(),
+        )
+        .expect("event");
+        guard.order_key("r", &event)
+    }
+
+    #[test]
+    fn order_keys_of_different_contacts_and_channels_differ_whatever_their_characters() {
+        let pairs = [
+            (("a\0b", "c"), ("a", "b\0c")),
+            (("a:b", "c"), ("a", "b:c")),
+            (("a:b", "c"), ("a\0b", "c")),
+        ];
+        for ((c1, ch1), (c2, ch2)) in pairs {
+            let (k1, k2) = (keyword_order_key(c1, ch1), keyword_order_key(c2, ch2));
+            assert!(k1.is_some(), "{c1:?} on {ch1:?} is guarded");
+            assert_ne!(k1, k2, "{c1:?} on {ch1:?} / {c2:?} on {ch2:?}");
+        }
+        // Plain parts keep the form spooled entries already hold.
+        assert_eq!(
+            keyword_order_key("+15550001111", "+15550002222").as_deref(),
+            Some("r\0keyword\0+15550001111\0+15550002222")
+        );
     }
 }

@@ -173,12 +173,7 @@ impl Scheme {
             Scheme::StandardWebhooks { tolerance_secs } => {
                 let id = header_str(headers, WEBHOOK_ID)?;
                 let ts_text = header_str(headers, WEBHOOK_TIMESTAMP)?;
-                let ts: i64 = ts_text.parse().map_err(|_| SignatureError::Malformed)?;
-                // abs_diff in u64: a subtraction of two i64 overflows for a timestamp such
-                // as i64::MIN, which is the sender's to choose.
-                if now_secs.abs_diff(ts) > tolerance_secs.unsigned_abs() {
-                    return Err(SignatureError::Stale);
-                }
+                signed_time(ts_text, now_secs, *tolerance_secs)?;
                 let candidates: Vec<Vec<u8>> = header_str(headers, WEBHOOK_SIGNATURE)?
                     .split_whitespace()
                     .filter_map(|s| s.strip_prefix("v1,"))
@@ -210,11 +205,7 @@ impl Scheme {
                     .and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok())
                     .ok_or(SignatureError::Malformed)?;
                 let ts_text = header_str(headers, TELNYX_TIMESTAMP)?.trim();
-                let ts: i64 = ts_text.parse().map_err(|_| SignatureError::Malformed)?;
-                // abs_diff in u64, as for Standard Webhooks: the timestamp is the sender's.
-                if now_secs.abs_diff(ts) > tolerance_secs.unsigned_abs() {
-                    return Err(SignatureError::Stale);
-                }
+                signed_time(ts_text, now_secs, *tolerance_secs)?;
                 let mut message = Vec::with_capacity(ts_text.len() + 1 + body.len());
                 message.extend_from_slice(ts_text.as_bytes());
                 message.push(b'|');
@@ -395,6 +386,17 @@ pub fn hmac_parts(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
         mac.update(p);
     }
     mac.finalize().into_bytes().as_slice().to_vec()
+}
+
+/// Checks that the signed Unix time `text` is within `tolerance_secs` of `now_secs`, either
+/// way. The difference is taken in u64 (`abs_diff`): a subtraction of two i64 overflows
+/// for a time such as i64::MIN, which is the sender's to choose.
+fn signed_time(text: &str, now_secs: i64, tolerance_secs: i64) -> Result<(), SignatureError> {
+    let ts: i64 = text.parse().map_err(|_| SignatureError::Malformed)?;
+    if now_secs.abs_diff(ts) > tolerance_secs.unsigned_abs() {
+        return Err(SignatureError::Stale);
+    }
+    Ok(())
 }
 
 /// The botix header value for a body: `sha256=<lowercase hex>`.

@@ -7,39 +7,9 @@
 //! - guard state: `{route}\0{kind}\0{part}\0{part}…`, or, when a part holds NUL or `:`,
 //!   `{route}\0{kind}#\0{sha256 of the length-prefixed parts, hex}`.
 
-use std::hash::{Hash, Hasher};
-
-use nohash_hasher::IsEnabled;
 use sha2::{Digest as _, Sha256};
 
-/// The first 16 bytes of a key's SHA-256: a mark held by digest costs about 80 bytes of
-/// memory instead of about 250 with the key itself (route, kind and an id of up to 512
-/// bytes). A collision needs about 2^64 chosen keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Digest(pub [u8; 16]);
-
-impl Digest {
-    /// The digest of `bytes`.
-    pub fn of(bytes: &[u8]) -> Self {
-        let full = Sha256::digest(bytes);
-        let mut d = [0; 16];
-        d.copy_from_slice(&full[..16]);
-        Digest(d)
-    }
-}
-
-/// The digest is already uniformly random, so its bytes are the hash; no second hash
-/// function runs. Bytes 8..16, because bytes 0 and 1 pick the journal's shard and would be
-/// alike for every key of one shard.
-impl Hash for Digest {
-    fn hash<H: Hasher>(&self, state: &mut H) {
-        let mut half = [0; 8];
-        half.copy_from_slice(&self.0[8..]);
-        state.write_u64(u64::from_le_bytes(half));
-    }
-}
-
-impl IsEnabled for Digest {}
+pub use expiring_lsm::Digest;
 
 /// A key of the state store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,34 +39,10 @@ impl StoreKey {
         Self::new(format!("{route}\0request:{request_id}").into_bytes())
     }
 
-    /// The key of one guard key's state (`kind` is `status` or `keyword`).
-    ///
-    /// Parts come from the sender's body and may hold any character, so joining them with
-    /// a separator alone is ambiguous (contact `a\0b` with channel `c` would share a key
-    /// with contact `a` and channel `b\0c`; in Redis, which shows the separator as `:`, so
-    /// would `a:b` + `c` and `a` + `b:c`). Parts free of NUL and `:` are joined with NUL,
-    /// the form stores have always held, so existing state is found as before; otherwise
-    /// the parts are length-prefixed and hashed under a kind of their own (`keyword#`),
-    /// which no joined key can equal. Route names hold neither character (config
-    /// validation).
+    /// The key of one guard key's state (`kind` is `status` or `keyword`): the bytes of
+    /// [`guard_key`].
     pub fn guard(route: &str, kind: &str, parts: &[&str]) -> Self {
-        let plain = parts.iter().all(|p| !p.contains(['\0', ':']));
-        let mut key = format!("{route}\0{kind}").into_bytes();
-        if plain {
-            for part in parts {
-                key.push(0);
-                key.extend_from_slice(part.as_bytes());
-            }
-        } else {
-            let mut hash = Sha256::new();
-            for part in parts {
-                hash.update((part.len() as u64).to_le_bytes());
-                hash.update(part.as_bytes());
-            }
-            key.extend_from_slice(b"#\0");
-            key.extend_from_slice(hex::encode(hash.finalize()).as_bytes());
-        }
-        Self::new(key)
+        Self::new(guard_key(route, kind, parts).into_bytes())
     }
 
     /// A key of the given bytes, for tools and tests that work below the formats above.
@@ -121,6 +67,36 @@ impl StoreKey {
         out.extend(self.bytes.iter().map(|b| if *b == 0 { b':' } else { *b }));
         out
     }
+}
+
+/// A guard key as text: the key its state is stored under and the order key its spooled
+/// events carry.
+///
+/// Parts come from the sender's body and may hold any character, so joining them with a
+/// separator alone is ambiguous (contact `a\0b` with channel `c` would share a key with
+/// contact `a` and channel `b\0c`; in Redis, which shows the separator as `:`, so would
+/// `a:b` + `c` and `a` + `b:c`). Parts free of NUL and `:` are joined with NUL, the form
+/// stores and spools have always held, so existing state and spooled entries are found as
+/// before; otherwise the parts are length-prefixed and hashed under a kind of their own
+/// (`keyword#`), which no joined key can equal. Route names hold neither character (config
+/// validation).
+pub fn guard_key(route: &str, kind: &str, parts: &[&str]) -> String {
+    let mut key = format!("{route}\0{kind}");
+    if parts.iter().all(|p| !p.contains(['\0', ':'])) {
+        for part in parts {
+            key.push('\0');
+            key.push_str(part);
+        }
+    } else {
+        let mut hash = Sha256::new();
+        for part in parts {
+            hash.update((part.len() as u64).to_le_bytes());
+            hash.update(part.as_bytes());
+        }
+        key.push_str("#\0");
+        key.push_str(&hex::encode(hash.finalize()));
+    }
+    key
 }
 
 /// What a Redis key holds: marks, locks and guard state of one store key live apart.

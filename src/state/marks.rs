@@ -7,7 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::state::journal::{Change, Journal};
+use expiring_lsm::journal::{Change, Journal};
+
 use crate::state::keys::StoreKey;
 use crate::store::StoreError;
 
@@ -85,12 +86,12 @@ pub fn decode(bytes: &[u8]) -> Option<Mark> {
 
 /// Dedup marks of the sled backend, kept in the state [`Journal`].
 #[derive(Clone)]
-pub struct SledMarks {
+pub struct JournalMarks {
     journal: Arc<Journal>,
     lease_ms: i64,
 }
 
-impl SledMarks {
+impl JournalMarks {
     /// Marks in `journal`, with in-flight leases of `lease`.
     pub fn new(journal: Arc<Journal>, lease: Duration) -> Self {
         Self {
@@ -101,7 +102,7 @@ impl SledMarks {
 
     /// The key's state now.
     pub fn state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
-        let mark = self.journal.get(key)?.as_deref().and_then(decode);
+        let mark = self.journal.get(&key.digest())?.as_deref().and_then(decode);
         Ok(classify(mark.as_ref(), now_ms, self.lease_ms))
     }
 
@@ -112,7 +113,7 @@ impl SledMarks {
             token,
             since_ms: now_ms,
         });
-        self.journal.modify(key, now_ms, |current| {
+        Ok(self.journal.modify(&key.digest(), now_ms, |current| {
             let mark = current.and_then(decode);
             match classify(mark.as_ref(), now_ms, self.lease_ms) {
                 KeyState::Done => (Change::Keep, Claim::Done),
@@ -127,7 +128,7 @@ impl SledMarks {
                     (change, Claim::Claimed)
                 }
             }
-        })
+        })?)
     }
 
     /// Records the keys as done until `expires_ms`.
@@ -139,7 +140,7 @@ impl SledMarks {
     ) -> Result<(), StoreError> {
         let done = encode(&Mark::Done { expires_ms });
         for key in keys {
-            self.journal.put(key, &done, expires_ms, now_ms)?;
+            self.journal.put(&key.digest(), &done, expires_ms, now_ms)?;
         }
         Ok(())
     }
@@ -147,7 +148,7 @@ impl SledMarks {
     /// Gives a claim back, if `token` still holds it, so the sender's retry can claim it.
     pub fn release(&self, key: &StoreKey, token: u64) {
         self.journal.forget_volatile_if(
-            key,
+            &key.digest(),
             |value| matches!(decode(value), Some(Mark::InFlight { token: t, .. }) if t == token),
         );
     }
@@ -197,9 +198,19 @@ mod tests {
     #[test]
     fn claim_done_release_and_expiry_in_memory_and_on_disk() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("open");
-        let journal = crate::state::journal::tests::open_at(&store, dir.path(), 0);
-        let marks = SledMarks::new(journal.clone(), Duration::from_secs(30));
+        let settings = expiring_lsm::journal::Settings {
+            hot_entries: usize::MAX,
+            ttl: Duration::from_secs(86_400),
+            clock: Arc::new(|| 0),
+            segment_bytes: 1 << 20,
+            commit_interval: Duration::from_millis(1),
+            needs_restart: Arc::new(|_| {}),
+            disk: disk_seam::real(),
+            background: true,
+        };
+        let legacy = Arc::new(expiring_lsm::NoLegacy);
+        let journal = Journal::open(legacy, dir.path(), 0, settings).expect("open");
+        let marks = JournalMarks::new(journal.clone(), Duration::from_secs(30));
         let key = StoreKey::event("r", "e1");
         let claim = |token, now| marks.try_claim(&key, token, now).expect("claim");
         let state = |now| marks.state(&key, now).expect("state");

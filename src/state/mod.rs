@@ -1,55 +1,52 @@
-//! Where dedup marks and guard state live: the embedded sled store (one replica) or a
+//! Where dedup marks and guard state live: the local store (one replica; the
+//! `expiring-lsm` journal in the store folder) or a
 //! shared Redis (several). The backend is chosen here, once, from `dedup.backend`; the rest
 //! of the code calls these methods and does not know which one runs.
 
 pub mod backoff;
-pub mod bloom;
-pub mod journal;
+mod engine;
 pub mod keys;
 pub mod locks;
 pub mod marks;
 #[cfg(test)]
 mod model;
 pub mod redis;
-pub mod run;
-pub mod runs;
-pub mod wal;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use expiring_lsm::journal::{self, Journal};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::clock::Clock;
 use crate::config::{Backend, Config};
 use crate::liveness::Liveness;
 use crate::state::backoff::Backoff;
-use crate::state::journal::Journal;
 use crate::state::keys::StoreKey;
 use crate::state::locks::KeyedLocks;
-use crate::state::marks::{Claim, KeyState, SledMarks};
+use crate::state::marks::{Claim, JournalMarks, KeyState};
 use crate::state::redis::{RedisState, RedisTarget};
 use crate::store::{Store, StoreError};
 
 /// Name of the sled tree that held the state journal before it had files of its own; a
 /// store written then is read from it once.
 pub const JOURNAL_TREE: &str = "state";
-pub use journal::{JOURNAL_DIR, RUNS_DIR};
+pub use expiring_lsm::journal::{JOURNAL_DIR, RUNS_DIR};
 
 /// How long a request waits for the group commit that puts its state on disk before it
 /// answers 503 instead of 200 (a disk that stalls, or a full one).
 pub const DURABLE_WAIT: Duration = Duration::from_secs(5);
 
-/// The sled backend: marks and guard state in the journal, guard keys locked in process.
-pub struct SledState {
-    marks: SledMarks,
+/// The local backend: marks and guard state in the journal, guard keys locked in process.
+pub struct LocalState {
+    marks: JournalMarks,
     journal: Arc<Journal>,
     locks: KeyedLocks,
     /// How long a request waits for a guard-key lock.
     lock_wait: Duration,
 }
 
-impl SledState {
+impl LocalState {
     /// Runs `call`, a call of the journal about `keys`, on this thread; when it will read a
     /// run page from disk (a key the hot set lacks that a run's filter may hold) and the
     /// runtime has several workers, it runs as blocking: the runtime hands this worker's
@@ -59,7 +56,7 @@ impl SledState {
     fn off_worker<T>(&self, keys: &[&StoreKey], call: impl FnOnce() -> T) -> T {
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_thread && keys.iter().any(|k| self.journal.may_read_disk(k)) {
+        if multi_thread && keys.iter().any(|k| self.journal.may_read_disk(&k.digest())) {
             tokio::task::block_in_place(call)
         } else {
             call()
@@ -70,7 +67,7 @@ impl SledState {
 /// The chosen backend.
 pub enum StateStore {
     /// Embedded, single replica.
-    Sled(SledState),
+    Local(LocalState),
     /// Shared by replicas.
     Redis {
         redis: RedisState,
@@ -103,8 +100,8 @@ pub enum Claimed {
 /// A backend choice checked before any port is bound.
 #[derive(Clone)]
 pub enum BackendChoice {
-    /// sled.
-    Sled,
+    /// The local journal.
+    Local,
     /// Redis at this target.
     Redis(Box<RedisTarget>),
 }
@@ -113,7 +110,7 @@ impl BackendChoice {
     /// Checks the backend settings of a config (a bad Redis URL is a config error).
     pub fn from_config(config: &Config) -> Result<Self, String> {
         match config.dedup.backend {
-            Backend::Sled => Ok(BackendChoice::Sled),
+            Backend::Local => Ok(BackendChoice::Local),
             Backend::Redis => Ok(BackendChoice::Redis(Box::new(RedisTarget::new(
                 &config.redis.url,
                 &config.redis.key_prefix,
@@ -123,7 +120,7 @@ impl BackendChoice {
 }
 
 impl StateStore {
-    /// Opens the chosen backend (sled: its runs, and the journal replayed at the clock's
+    /// Opens the chosen backend (local: its runs, and the journal replayed at the clock's
     /// time). Must run inside the tokio runtime. A failure only a restart cures marks
     /// `liveness`.
     pub fn open(
@@ -134,7 +131,7 @@ impl StateStore {
         liveness: &Liveness,
     ) -> Result<Self, StoreError> {
         match choice {
-            BackendChoice::Sled => {
+            BackendChoice::Local => {
                 let now_ms = clock();
                 let settings = journal::Settings {
                     hot_entries: config.store.hot_entries,
@@ -142,14 +139,17 @@ impl StateStore {
                     clock,
                     segment_bytes: config.store.journal_segment,
                     commit_interval: config.store.commit_interval,
-                    liveness: liveness.clone(),
-                    disk: crate::disk::real(),
+                    needs_restart: {
+                        let liveness = liveness.clone();
+                        Arc::new(move |reason| liveness.needs_restart(reason))
+                    },
+                    disk: disk_seam::real(),
                     background: true,
                 };
-                let journal =
-                    Journal::open(store.tree(JOURNAL_TREE)?, store.dir(), now_ms, settings)?;
-                Ok(StateStore::Sled(SledState {
-                    marks: SledMarks::new(journal.clone(), config.dedup.in_flight_lease),
+                let legacy = Arc::new(store.tree(JOURNAL_TREE)?);
+                let journal = Journal::open(legacy, store.dir(), now_ms, settings)?;
+                Ok(StateStore::Local(LocalState {
+                    marks: JournalMarks::new(journal.clone(), config.dedup.in_flight_lease),
                     journal,
                     locks: KeyedLocks::default(),
                     lock_wait: config.dedup.in_flight_wait,
@@ -168,15 +168,15 @@ impl StateStore {
     /// Name of the backend, for logs.
     pub fn name(&self) -> &'static str {
         match self {
-            StateStore::Sled(_) => "sled",
+            StateStore::Local(_) => "local",
             StateStore::Redis { .. } => "redis",
         }
     }
 
-    /// Whether the backend answers (sled: whether the state journal is being written).
+    /// Whether the backend answers (local: whether the state journal is being written).
     pub fn is_healthy(&self) -> bool {
         match self {
-            StateStore::Sled(s) => !s.journal.is_failing(),
+            StateStore::Local(s) => !s.journal.is_failing(),
             StateStore::Redis { redis, .. } => redis.is_healthy(),
         }
     }
@@ -184,7 +184,7 @@ impl StateStore {
     /// Checks the backend now (for readiness while idle).
     pub async fn ping(&self) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(_) => Ok(()),
+            StateStore::Local(_) => Ok(()),
             StateStore::Redis { redis, .. } => redis.ping().await,
         }
     }
@@ -192,7 +192,7 @@ impl StateStore {
     /// The state of a dedup key at `now_ms`.
     async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || s.marks.state(key, now_ms)),
+            StateStore::Local(s) => s.off_worker(&[key], || s.marks.state(key, now_ms)),
             StateStore::Redis { redis, .. } => redis.state(key).await,
         }
     }
@@ -206,7 +206,7 @@ impl StateStore {
         lease: Duration,
     ) -> Result<Claim, StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || s.marks.try_claim(key, token, now_ms)),
+            StateStore::Local(s) => s.off_worker(&[key], || s.marks.try_claim(key, token, now_ms)),
             StateStore::Redis { redis, .. } => redis.try_claim(key, token, lease).await,
         }
     }
@@ -255,7 +255,7 @@ impl StateStore {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_ms = from_ms.saturating_add(ttl_ms);
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 s.off_worker(keys, || s.marks.mark_done(keys, expires_ms, now_ms))
             }
             StateStore::Redis { redis, .. } => {
@@ -267,14 +267,14 @@ impl StateStore {
     }
 
     /// Waits until every change made so far (and every value read so far) is durable, so
-    /// an answer that depends on them may go out. sled: the journal's group commit, at most
+    /// an answer that depends on them may go out. Local: the journal's group commit, at most
     /// [`DURABLE_WAIT`]. Redis: its writes were acknowledged; how durable they are is
     /// Redis's own `appendfsync` setting.
     pub async fn sync(&self) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 let point = s.journal.sync_point();
-                s.journal.durable(point, DURABLE_WAIT).await
+                Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
             StateStore::Redis { .. } => Ok(()),
         }
@@ -282,12 +282,13 @@ impl StateStore {
 
     /// Waits until the current records of `keys` are durable: for an answer that rests on
     /// these keys alone (a duplicate), which are on disk already unless a concurrent request
-    /// wrote one moments ago. sled: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`].
+    /// wrote one moments ago. Local: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`].
     pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => {
-                let point = s.journal.point_of(keys);
-                s.journal.durable(point, DURABLE_WAIT).await
+            StateStore::Local(s) => {
+                let digests: Vec<_> = keys.iter().map(|k| k.digest()).collect();
+                let point = s.journal.point_of(&digests.iter().collect::<Vec<_>>());
+                Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
             StateStore::Redis { .. } => Ok(()),
         }
@@ -296,7 +297,7 @@ impl StateStore {
     /// Releases a claim still held by `token`.
     pub async fn release(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 s.marks.release(key, token);
                 Ok(())
             }
@@ -307,7 +308,7 @@ impl StateStore {
     /// Takes the lock of a guard key; events of one key are decided one at a time.
     pub async fn lock(&self, key: &StoreKey) -> Result<KeyLock, StoreError> {
         match self {
-            StateStore::Sled(s) => {
+            StateStore::Local(s) => {
                 match tokio::time::timeout(s.lock_wait, s.locks.lock(key.digest())).await {
                     Ok(guard) => Ok(KeyLock::Local(guard)),
                     Err(_) => Err(StoreError::Busy(
@@ -341,7 +342,7 @@ impl StateStore {
     }
 
     /// Takes, or extends while `token` holds it, the lease of `key` for `ttl`: one holder
-    /// across replicas. sled serves one process, which holds the store's lock: always true.
+    /// across replicas. The local store serves one process, which holds the store's lock: always true.
     pub async fn lease(
         &self,
         key: &StoreKey,
@@ -349,15 +350,15 @@ impl StateStore {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         match self {
-            StateStore::Sled(_) => Ok(true),
+            StateStore::Local(_) => Ok(true),
             StateStore::Redis { redis, .. } => redis.lease(key, token, ttl).await,
         }
     }
 
-    /// Ends a lease `token` holds (a no-op for sled).
+    /// Ends a lease `token` holds (a no-op for the local store).
     pub async fn end_lease(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(_) => Ok(()),
+            StateStore::Local(_) => Ok(()),
             StateStore::Redis { redis, .. } => redis.end_lease(key, token).await,
         }
     }
@@ -365,7 +366,7 @@ impl StateStore {
     /// Reads guard state.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || s.journal.get(key)),
+            StateStore::Local(s) => s.off_worker(&[key], || Ok(s.journal.get(&key.digest())?)),
             StateStore::Redis { redis, .. } => redis.get(key).await,
         }
     }
@@ -379,9 +380,9 @@ impl StateStore {
         expires_ms: Option<i64>,
     ) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => s.off_worker(&[key], || {
-                s.journal
-                    .put(key, value, expires_ms.unwrap_or(i64::MAX), now_ms)
+            StateStore::Local(s) => s.off_worker(&[key], || {
+                let expires_ms = expires_ms.unwrap_or(i64::MAX);
+                Ok(s.journal.put(&key.digest(), value, expires_ms, now_ms)?)
             }),
             StateStore::Redis { redis, .. } => {
                 let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
@@ -390,28 +391,28 @@ impl StateStore {
         }
     }
 
-    /// Forgets expired marks and guard state (sled: those in memory now, and the runs on
+    /// Forgets expired marks and guard state (local: those in memory now, and the runs on
     /// disk by the merge thread; Redis expires keys by itself). Returns how many entries
     /// went from memory.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
         match self {
-            StateStore::Sled(s) => s.journal.sweep(now_ms),
+            StateStore::Local(s) => Ok(s.journal.sweep(now_ms)?),
             StateStore::Redis { .. } => Ok(0),
         }
     }
 
-    /// Dedup marks and guard states held (sled only: Redis keeps its own count).
+    /// Dedup marks and guard states held (local only: Redis keeps its own count).
     pub fn entries(&self) -> Option<usize> {
         match self {
-            StateStore::Sled(s) => Some(s.journal.len()),
+            StateStore::Local(s) => Some(s.journal.len()),
             StateStore::Redis { .. } => None,
         }
     }
 
-    /// The sled backend's journal (benchmarks and tests look inside it).
+    /// The local backend's journal (benchmarks and tests look inside it).
     pub fn journal(&self) -> Option<&Arc<Journal>> {
         match self {
-            StateStore::Sled(s) => Some(&s.journal),
+            StateStore::Local(s) => Some(&s.journal),
             StateStore::Redis { .. } => None,
         }
     }
@@ -419,7 +420,7 @@ impl StateStore {
     /// Hands every journaled change to the store now (before the store's last flush).
     pub fn write_now(&self) -> Result<(), StoreError> {
         match self {
-            StateStore::Sled(s) => s.journal.write_now(),
+            StateStore::Local(s) => Ok(s.journal.write_now()?),
             StateStore::Redis { .. } => Ok(()),
         }
     }
@@ -430,7 +431,7 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_sled_guard_lock_is_waited_for_at_most_in_flight_wait() {
+    async fn a_local_guard_lock_is_waited_for_at_most_in_flight_wait() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("store");
         let config = Config::parse(
@@ -438,7 +439,7 @@ mod tests {
         )
         .expect("config");
         let state = StateStore::open(
-            &BackendChoice::Sled,
+            &BackendChoice::Local,
             &config,
             &store,
             Arc::new(|| 0),
@@ -475,20 +476,23 @@ mod tests {
         )
         .expect("config");
         let state = StateStore::open(
-            &BackendChoice::Sled,
+            &BackendChoice::Local,
             &config,
             &store,
             Arc::new(|| 0),
             &Liveness::new(),
         )
         .expect("state");
-        let StateStore::Sled(sled) = &state else {
-            panic!("sled backend");
+        let StateStore::Local(local) = &state else {
+            panic!("local backend");
         };
         let key = StoreKey::raw(b"guard");
         state.put(&key, b"opted out", 0, None).await.expect("put");
-        sled.journal.flush_to_run().expect("flush");
-        assert!(sled.journal.may_read_disk(&key), "the value is in a run");
+        local.journal.flush_to_run().expect("flush");
+        assert!(
+            local.journal.may_read_disk(&key.digest()),
+            "the value is in a run"
+        );
         assert_eq!(
             state.get(&key).await.expect("get").as_deref(),
             Some(&b"opted out"[..])

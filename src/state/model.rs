@@ -27,10 +27,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::disk::sim::{Fault, OpKind, Rng, SimDisk};
-use crate::state::journal::{Journal, Settings};
+use disk_seam::sim::{Fault, OpKind, Rng, SimDisk};
+use expiring_lsm::journal::{Journal, Settings};
+
 use crate::state::keys::StoreKey;
-use crate::state::marks::{classify, decode, encode, Claim, KeyState, Mark, SledMarks};
+use crate::state::marks::{classify, decode, encode, Claim, JournalMarks, KeyState, Mark};
 use crate::store::Store;
 
 /// Seeds plain `cargo test` runs (about 30 s in a debug build on two busy cores).
@@ -168,9 +169,9 @@ impl World {
                 commit_interval: Duration::ZERO,
                 disk: self.disk.handle(),
                 background: false,
-                liveness: crate::liveness::Liveness::new(),
+                needs_restart: Arc::new(|_| {}),
             };
-            let tree = self.store.tree("state").map_err(|e| e.to_string())?;
+            let tree = Arc::new(self.store.tree("state").map_err(|e| e.to_string())?);
             match Journal::open(tree, Path::new(STORE_DIR), self.now(), settings) {
                 Ok(journal) => {
                     self.journal = Some(journal);
@@ -226,7 +227,7 @@ impl World {
         for k in &mut self.keys {
             k.claim = None;
             let raw = journal
-                .get(&k.key)
+                .get(&k.key.digest())
                 .map_err(|e| format!("read of {} failed: {e}", k.name()))?;
             let from = k.acked.saturating_sub(1);
             let exact = raw
@@ -275,7 +276,7 @@ impl World {
         let journal = self.journal()?;
         for k in &self.keys {
             let raw = journal
-                .get(&k.key)
+                .get(&k.key.digest())
                 .map_err(|e| format!("read of {} failed: {e}", k.name()))?;
             let expected = k.expected();
             if k.visible(raw.as_deref(), now) != k.visible(expected.as_deref(), now) {
@@ -294,7 +295,7 @@ impl World {
     fn step(&mut self, step: usize) -> Checked {
         let now = self.now();
         let journal = self.journal()?.clone();
-        let marks = SledMarks::new(journal.clone(), Duration::from_millis(LEASE_MS as u64));
+        let marks = JournalMarks::new(journal.clone(), Duration::from_millis(LEASE_MS as u64));
         let roll = self.rng.below(100);
         let mark = self.rng.below(MARK_KEYS as u64) as usize;
         let guard = MARK_KEYS + self.rng.below(GUARD_KEYS as u64) as usize;
@@ -370,7 +371,7 @@ impl World {
                 value.extend_from_slice(&expires.to_le_bytes());
                 let k = &mut self.keys[guard];
                 journal
-                    .put(&k.key, &value, expires, now)
+                    .put(&k.key.digest(), &value, expires, now)
                     .map_err(|e| format!("put failed: {e}"))?;
                 k.history.push(value);
                 let what = format!("put {} #{} until {expires}", k.name(), self.next_id);
@@ -498,7 +499,7 @@ impl Model {
     }
 }
 
-fn ok<T>(result: &Result<T, crate::store::StoreError>) -> String {
+fn ok<T, E: std::fmt::Display>(result: &Result<T, E>) -> String {
     match result {
         Ok(_) => "ok".into(),
         Err(e) => format!("error: {e}"),

@@ -94,7 +94,7 @@ fn rust_sources(dir: &Path, out: &mut String) {
 fn every_test_a_document_names_exists() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut sources = String::new();
-    for dir in ["src", "tests"] {
+    for dir in ["src", "crates", "tests"] {
         rust_sources(&root.join(dir), &mut sources);
     }
     let mut missing = Vec::new();

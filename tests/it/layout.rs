@@ -1,6 +1,7 @@
-//! The source layout: no module of `src/` depends, through its `crate::` paths, on a module
-//! that depends back on it; and ARCHITECTURE.md's code map names every source file, and
-//! only files that exist.
+//! The source layout: every module of `src/` imports, through its `crate::` paths, only
+//! modules on a lower floor of ARCHITECTURE.md's layers (so no two modules depend on each
+//! other), the store's crates have the importers ARCHITECTURE.md names, and
+//! ARCHITECTURE.md names only files that exist and stays short.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -73,9 +74,37 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
     paths
 }
 
+/// The files of modules declared `#[cfg(test)] mod name;` (test kits and model tests).
+fn test_only_files() -> BTreeSet<PathBuf> {
+    let mut found = BTreeSet::new();
+    for file in rust_files(&root().join("src")) {
+        let text = std::fs::read_to_string(root().join(&file)).expect("source file");
+        let dir = match file.file_name().and_then(|n| n.to_str()) {
+            Some("mod.rs" | "lib.rs" | "main.rs") => file.parent().map(Path::to_path_buf),
+            _ => Some(file.with_extension("")),
+        };
+        let Some(dir) = dir else { continue };
+        for part in text.split("#[cfg(test)]\n").skip(1) {
+            let declared = part.trim_start().trim_start_matches("pub(crate) ");
+            let name = declared
+                .strip_prefix("mod ")
+                .and_then(|rest| rest.split_once(';'))
+                .map(|(name, _)| name.trim());
+            if let Some(name) = name.filter(|n| !n.contains(char::is_whitespace)) {
+                found.insert(dir.join(format!("{name}.rs")));
+            }
+        }
+    }
+    found
+}
+
 /// Module → the modules its non-test code names.
 fn dependency_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let files = rust_files(&root().join("src"));
+    let test_only = test_only_files();
+    let files: Vec<PathBuf> = rust_files(&root().join("src"))
+        .into_iter()
+        .filter(|f| !test_only.contains(f))
+        .collect();
     let modules: BTreeMap<String, PathBuf> = files
         .iter()
         .filter_map(|f| module_of(f).map(|m| (m, f.clone())))
@@ -181,18 +210,100 @@ fn the_path_reader_finds_paths_in_blocks_and_backquotes() {
 }
 
 #[test]
-fn the_code_map_names_every_source_file_and_only_existing_ones() {
-    let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md");
+fn architecture_names_only_existing_files_and_stays_short() {
+    let text = architecture();
     let named = mapped_files(&text);
     let missing: Vec<_> = named.iter().filter(|f| !root().join(f).exists()).collect();
     assert!(missing.is_empty(), "named but absent: {missing:?}");
-    let unmapped: Vec<_> = rust_files(&root().join("src"))
-        .into_iter()
-        .map(|f| f.to_string_lossy().into_owned())
-        .filter(|f| !named.contains(f))
-        .collect();
     assert!(
-        unmapped.is_empty(),
-        "source files not in the code map: {unmapped:?}"
+        text.len() <= 12 * 1024,
+        "ARCHITECTURE.md is {} bytes; a newcomer reads it in one sitting at 12 KiB",
+        text.len()
     );
+}
+
+fn architecture() -> String {
+    std::fs::read_to_string(root().join("ARCHITECTURE.md")).expect("ARCHITECTURE.md")
+}
+
+/// The floors of ARCHITECTURE.md's "Layers" table: module → floor.
+fn floors(text: &str) -> BTreeMap<String, u32> {
+    let mut floors = BTreeMap::new();
+    for line in text.lines() {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let [_, floor, modules, _] = cells[..] else {
+            continue;
+        };
+        let Ok(floor) = floor.parse::<u32>() else {
+            continue;
+        };
+        for module in modules.split('`').skip(1).step_by(2) {
+            floors.insert(module.to_owned(), floor);
+        }
+    }
+    floors
+}
+
+#[test]
+fn the_floor_reader_reads_the_layers_table() {
+    let table =
+        "| floor | modules |\n|---|---|\n| 0 | `config`, `clock` |\n| 2 | `cli` (the binary) |\n";
+    let read = floors(table);
+    let expected: BTreeMap<String, u32> = [("cli", 2), ("clock", 0), ("config", 0)]
+        .into_iter()
+        .map(|(m, f)| (m.to_owned(), f))
+        .collect();
+    assert_eq!(read, expected);
+}
+
+#[test]
+fn every_module_imports_only_modules_on_lower_floors() {
+    let floors = floors(&architecture());
+    assert!(floors.len() > 10, "the layers table was read: {floors:?}");
+    let top = |m: &str| m.split("::").next().unwrap_or(m).to_owned();
+    let mut problems = Vec::new();
+    for (module, deps) in dependency_graph() {
+        let Some(&floor) = floors.get(&top(&module)) else {
+            problems.push(format!("{module} has no floor in ARCHITECTURE.md's layers"));
+            continue;
+        };
+        for dep in deps.iter().filter(|d| top(d) != top(&module)) {
+            match floors.get(&top(dep)) {
+                Some(&below) if below < floor => {}
+                Some(&other) => problems.push(format!(
+                    "{module} (floor {floor}) imports {dep} (floor {other})"
+                )),
+                None => problems.push(format!("{dep} has no floor in ARCHITECTURE.md's layers")),
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_store_crates_have_the_importers_architecture_names() {
+    // Non-test code only: tests may use the simulated disk and the journal anywhere.
+    let allowed: [(&str, &[&str]); 2] = [
+        ("expiring_lsm", &["state"]),
+        ("disk_seam", &["state", "store"]),
+    ];
+    let test_only = test_only_files();
+    let mut problems = Vec::new();
+    for file in rust_files(&root().join("src")) {
+        if test_only.contains(&file) {
+            continue;
+        }
+        let Some(module) = module_of(&file) else {
+            continue;
+        };
+        let top = module.split("::").next().unwrap_or(&module).to_owned();
+        let text = std::fs::read_to_string(root().join(&file)).expect("source file");
+        let code = code_of(&text);
+        for (krate, importers) in allowed {
+            if code.contains(&format!("{krate}::")) && !importers.contains(&top.as_str()) {
+                problems.push(format!("{} uses {krate}", file.display()));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
 }

@@ -69,7 +69,7 @@ impl Changes {
         self.ops.push(Op::Put {
             area: Area::Parked,
             seq,
-            value: encode_parked(reason, now_secs(), value),
+            value: encode_parked(reason, crate::clock::now_secs(), value),
         });
         self.effects.push(Effect::Parked {
             from,
@@ -121,10 +121,4 @@ impl Changes {
             }
         }
     }
-}
-
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

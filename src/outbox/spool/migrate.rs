@@ -113,7 +113,7 @@ pub(super) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, St
             ops.push(Op::Put {
                 area: Area::Parked,
                 seq,
-                value: encode_parked(reason, now_secs(), value),
+                value: encode_parked(reason, crate::clock::now_secs(), value),
             });
             ops.push(Op::Migrated {
                 legacy_key: std::mem::take(&mut legacy_key),
@@ -185,10 +185,4 @@ fn tree_tag(tree: &Tree, key: &[u8]) -> Vec<u8> {
 
 pub(super) fn seq_of(key: &[u8]) -> Option<u64> {
     key.try_into().ok().map(u64::from_be_bytes)
-}
-
-fn now_secs() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }

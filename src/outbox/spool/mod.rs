@@ -407,24 +407,12 @@ impl Spool {
     }
 }
 
-/// Reads the spool of a store directly (for `hookgate spool` when no gateway runs).
-pub fn status_of_store(store: &Store, now_secs: i64) -> Result<SpoolStatus, StoreError> {
-    let spool = Spool::open(
-        store,
-        &config::SpoolConfig::default(),
-        Arc::new(Metrics::new()),
-    )?;
-    let mut status = spool.status(now_secs);
-    status.stalled = false;
-    Ok(status)
-}
-
 #[cfg(test)]
 mod tests {
     use super::testkit::power_cut;
     use super::*;
-    use crate::disk::sim::{Fault, OpKind, SimDisk};
     use crate::outbox::publish::PublishError;
+    use disk_seam::sim::{Fault, OpKind, SimDisk};
     use prometheus_client::metrics::counter::Counter;
     use std::sync::atomic::AtomicU64;
     use tokio_util::sync::CancellationToken;
@@ -613,7 +601,6 @@ mod tests {
         let store = Store::open(dir.path()).expect("reopen");
         let spool = Spool::open(&store, &cfg(600), metrics).expect("spool");
         assert_eq!(spool.status(100).depth, 2);
-        assert_eq!(status_of_store(&store, 100).expect("status").depth, 2);
         let disabled = Spool::open(
             &store,
             &config::SpoolConfig {

@@ -27,7 +27,7 @@ use super::parked::decode_parked;
 use super::tables::Area;
 use super::testkit::{self, TestSink};
 use super::Spool;
-use crate::disk::sim::{Fault, OpKind, SimDisk};
+use disk_seam::sim::{Fault, OpKind, SimDisk};
 
 /// Seeds a plain `cargo test` runs.
 const SEEDS: u64 = 64;

@@ -8,8 +8,8 @@ use crate::metrics::Metrics;
 use crate::outbox::message::Message;
 use crate::outbox::publish::PublishError;
 
-use crate::disk::sim::SimDisk;
 use crate::store::Store;
+use disk_seam::sim::SimDisk;
 
 use super::drain::Sink;
 use super::Spool;

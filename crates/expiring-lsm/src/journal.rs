@@ -1,28 +1,23 @@
-//! The sled backend's dedup marks and guard state: a bounded hot set in memory, the rest in
-//! sorted runs on disk ([`Runs`]), and a journal of segment files ([`Wal`]) that makes the
-//! hot set durable.
+//! The store: a bounded hot set in memory, the rest in sorted runs on disk ([`Runs`]), and a
+//! journal of segment files ([`Wal`]) that makes the hot set durable. The crate's README
+//! gives the design and its invariants.
 //!
-//! Requests read and change the hot set: one of 1,024 maps (chosen by key hash) under its
+//! Callers read and change the hot set: one of 1,024 maps (chosen by digest) under its
 //! mutex. A key the hot set does not hold is looked up in the runs, newest first: the
-//! runs' filters rule most of them out without a disk read, and each map remembers the runs'
-//! answers for the last keys it lacked (a request reads a key, then writes it). Every
+//! runs' filters rule most of them out without a disk read, and each map remembers the
+//! runs' answers for the last keys it lacked (a caller reads a key, then writes it). Every
 //! durable change appends a record to the open journal batch; a writer thread appends the
 //! batch to the journal and fsyncs (a group commit: the batch that arrives during one flush
-//! shares the next), and a request that changed or read state waits with
-//! [`Journal::durable`] for the batch holding everything it saw before it answers 200.
-//! Claims are never written: after a crash nothing is in flight.
-//!
-//! Why not one sled key per mark: at five million random keys sled took 7 GB of memory
-//! with a 64 MiB cache and 24,000 inserts a second (ARCHITECTURE.md, "State on disk").
-//! Why not batches in sled: its writes and syncs took a third of the gateway's CPU under
-//! load; the journal's own file needs one `pwrite` and one `fdatasync` per commit.
-//! Stores written before the journal had files hold their batches in a sled tree: they are
-//! replayed at open and deleted once a run holds them.
+//! shares the next), and a caller that changed or read state waits with
+//! [`Journal::durable`] for the batch holding everything it saw before it answers.
+//! Memory-only values are never written: after a crash nothing is in flight. Batches of a
+//! store written before the journal had files come from a [`LegacyBatches`] source: they
+//! are replayed at open and removed once a run holds them.
 //!
 //! Once the hot set holds `hot_entries` entries, a flush thread writes those whose records
 //! are on disk as a run, then forgets them and the journal batches the run now holds. A
-//! merge thread merges runs and deletes expired ones. Neither holds a lock a request needs
-//! while it writes: a request waits for neither.
+//! merge thread merges runs and deletes expired ones. Neither holds a lock a caller needs
+//! while it writes: a caller waits for neither.
 //!
 //! A record never expires before the record of its key it supersedes (a write keeps the
 //! later expiry), so forgetting an expired record, in memory or in a run, never brings an
@@ -39,14 +34,13 @@ use std::time::{Duration, Instant};
 use nohash_hasher::BuildNoHashHasher;
 use tokio::sync::watch;
 
-use crate::clock::Clock;
-use crate::disk::Disk;
-use crate::liveness::Liveness;
-use crate::state::keys::{Digest, StoreKey};
-use crate::state::run::Record;
-use crate::state::runs::Runs;
-use crate::state::wal::{Frame, Wal, FRAME_HEAD};
-use crate::store::{StoreError, Tree};
+use crate::run::Record;
+use crate::runs::Runs;
+use crate::wal::{Frame, Wal, FRAME_HEAD};
+use crate::Clock;
+use crate::Digest;
+use crate::{Error, LegacyBatches};
+use disk_seam::Disk;
 
 /// Folder of the state's runs, inside the store's directory.
 pub const RUNS_DIR: &str = "state-runs";
@@ -100,10 +94,10 @@ pub struct Settings {
     /// Commits start at most this often (`store.commit_interval`); a record that arrives
     /// after a quiet interval is committed at once.
     pub commit_interval: Duration,
-    /// Marked when a thread of the journal ends before the journal is dropped: without its
-    /// writer no change is ever durable again, without its flush and merge threads the hot
-    /// set fills and stays full.
-    pub liveness: Liveness,
+    /// Called, with the reason, when a thread of the journal ends before the journal is
+    /// dropped: without its writer no change is ever durable again, without its flush and
+    /// merge threads the hot set fills and stays full. Only a restart cures it.
+    pub needs_restart: Arc<dyn Fn(String) + Send + Sync>,
     /// The file system of the runs and the journal's segments.
     pub disk: Arc<dyn Disk>,
     /// Whether the writer, flush and merge threads run. Without them nothing is written
@@ -236,7 +230,7 @@ struct Shared {
     /// Spares prepared so far: each gets a name of its own.
     spares: AtomicU64,
     /// Journal batches of a store written before the journal had files.
-    legacy: Tree,
+    legacy: Arc<dyn LegacyBatches>,
     runs: Runs,
     settings: Settings,
     /// Entries in the hot set.
@@ -263,18 +257,18 @@ impl Journal {
     /// Opens the runs and the journal in the store folder `dir`, replays the journal
     /// batches the runs do not hold (values that expired by `now_ms` are dropped) and
     /// starts the threads. Batches of a store written before the journal had files are
-    /// read from the sled tree `legacy` first; a store written before runs existed holds
+    /// read from `legacy` first; a store written before runs existed holds
     /// its whole state there: the replay reads it, and the first flush moves it to runs.
     pub fn open(
-        legacy: Tree,
+        legacy: Arc<dyn LegacyBatches>,
         dir: &Path,
         now_ms: i64,
         settings: Settings,
-    ) -> Result<Arc<Self>, StoreError> {
+    ) -> Result<Arc<Self>, Error> {
         // The store folder's own entry: a power cut that takes the folder back takes every
         // run and segment in it. Its subfolders are synced into it as they are made.
-        crate::disk::create_dir_all(&*settings.disk, dir)?;
-        let parent = crate::disk::parent_of(dir);
+        disk_seam::create_dir_all(&*settings.disk, dir)?;
+        let parent = disk_seam::parent_of(dir);
         match settings.disk.sync_dir(&parent) {
             // A parent the process may not read (a mount point's) cannot be synced by it;
             // the store worked there before, and keeps working.
@@ -389,8 +383,8 @@ impl Journal {
     }
 
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
-    pub fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
-        let key = key.digest();
+    pub fn get(&self, key: &Digest) -> Result<Option<Vec<u8>>, Error> {
+        let key = *key;
         let mut shard = self.shared.shard(&key);
         if let Some(entry) = shard.map.get(&key) {
             return Ok(Some(entry.value.as_slice().to_vec()));
@@ -404,8 +398,8 @@ impl Journal {
 
     /// Whether reading `key` now would read a run page: the hot set lacks it, no answer for
     /// it is remembered, and a run's filter says it may hold it.
-    pub fn may_read_disk(&self, key: &StoreKey) -> bool {
-        let key = key.digest();
+    pub fn may_read_disk(&self, key: &Digest) -> bool {
+        let key = *key;
         {
             let shard = self.shared.shard(&key);
             if shard.map.contains_key(&key) || shard.looked_up.iter().any(|(k, _)| *k == key) {
@@ -422,11 +416,11 @@ impl Journal {
     /// Sets `key` durably.
     pub fn put(
         &self,
-        key: &StoreKey,
+        key: &Digest,
         value: &[u8],
         expires_ms: i64,
         now_ms: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), Error> {
         self.modify(key, now_ms, |_| {
             (
                 Change::Put {
@@ -443,11 +437,11 @@ impl Journal {
     /// to do; its second result is returned.
     pub fn modify<'v, R>(
         &self,
-        key: &StoreKey,
+        key: &Digest,
         now_ms: i64,
         decide: impl FnOnce(Option<&[u8]>) -> (Change<'v>, R),
-    ) -> Result<R, StoreError> {
-        let key = key.digest();
+    ) -> Result<R, Error> {
+        let key = *key;
         let mut shard = self.shared.shard(&key);
         let Shard { map, looked_up } = &mut *shard;
         // One probe of the table for the read and the write.
@@ -476,7 +470,7 @@ impl Journal {
             return Ok(result);
         };
         if matches!(slot, MapEntry::Vacant(_)) && self.shared.refuses_new_keys() {
-            return Err(StoreError::Unwritable(
+            return Err(Error::Unwritable(
                 "state runs cannot be written and the hot set is full".into(),
             ));
         }
@@ -516,8 +510,8 @@ impl Journal {
 
     /// Forgets `key` if its value is memory-only and `forget` says so. Durable values are
     /// only forgotten by expiry: a removed one would come back on replay.
-    pub fn forget_volatile_if(&self, key: &StoreKey, forget: impl FnOnce(&[u8]) -> bool) {
-        let key = key.digest();
+    pub fn forget_volatile_if(&self, key: &Digest, forget: impl FnOnce(&[u8]) -> bool) {
+        let key = *key;
         let mut shard = self.shared.shard(&key);
         if shard
             .map
@@ -557,7 +551,7 @@ impl Journal {
 
     /// Forgets hot values that expired by `now_ms` and asks the merge thread to delete
     /// expired runs. Returns how many hot values went.
-    pub fn sweep(&self, now_ms: i64) -> Result<usize, StoreError> {
+    pub fn sweep(&self, now_ms: i64) -> Result<usize, Error> {
         let removed = self.shared.forget_expired(now_ms);
         // Also retries batches a failed write left while no new records woke the writer.
         self.shared.write_now()?;
@@ -566,24 +560,24 @@ impl Journal {
     }
 
     /// Writes every appended record to the journal and syncs it now (shutdown, tests).
-    pub fn write_now(&self) -> Result<(), StoreError> {
+    pub fn write_now(&self) -> Result<(), Error> {
         self.shared.write_now()
     }
 
     /// Writes the hot set's durable entries as a run now, as the flush thread does when the
     /// hot set is full (tests and the dedup benchmark).
-    pub fn flush_to_run(&self) -> Result<(), StoreError> {
+    pub fn flush_to_run(&self) -> Result<(), Error> {
         self.shared.write_now()?;
         self.shared.flush_to_run().map(|_| ())
     }
 
     /// Does every merge and deletion that is due now (tests and the dedup benchmark).
-    pub fn merge_now(&self) -> Result<(), StoreError> {
+    pub fn merge_now(&self) -> Result<(), Error> {
         self.shared.merge_due()
     }
 
     /// Prepares the journal's next segment if it has none, as the flush thread does (tests).
-    pub fn prepare_spare(&self) -> Result<(), StoreError> {
+    pub fn prepare_spare(&self) -> Result<(), Error> {
         self.shared.prepare_spare()
     }
 
@@ -601,9 +595,9 @@ impl Journal {
     /// does not hold is in a run, on disk; a memory-only value (a claim) waits for nothing.
     /// Read after the decision it serves: a key's batch only grows while the hot set holds
     /// it, so the point is never below that of the record the decision saw.
-    pub fn point_of(&self, keys: &[&StoreKey]) -> SyncPoint {
-        let batch_end = |key: &&StoreKey| {
-            let key = key.digest();
+    pub fn point_of(&self, keys: &[&Digest]) -> SyncPoint {
+        let batch_end = |key: &&Digest| {
+            let key = **key;
             let shard = self.shared.shard(&key);
             shard
                 .map
@@ -617,7 +611,7 @@ impl Journal {
     /// Waits until everything before `point` is on disk (the writer's group commit), at
     /// most `wait`. An error if the write or the flush that covered it failed, or if it
     /// took longer: the caller must not answer 200 then.
-    pub async fn durable(&self, point: SyncPoint, wait: Duration) -> Result<(), StoreError> {
+    pub async fn durable(&self, point: SyncPoint, wait: Duration) -> Result<(), Error> {
         let mut progress = self.shared.progress.subscribe();
         let reached = tokio::time::timeout(wait, async {
             progress
@@ -628,11 +622,11 @@ impl Journal {
         .await;
         match reached {
             Ok(Ok(p)) if p.durable_below >= point.0 => Ok(()),
-            Ok(Ok(_)) => Err(StoreError::Unwritable(
+            Ok(Ok(_)) => Err(Error::Unwritable(
                 "state journal cannot be written to disk".into(),
             )),
-            Ok(Err(_)) => Err(StoreError::Stopped("state journal writer stopped".into())),
-            Err(_) => Err(StoreError::NotDurable(format!(
+            Ok(Err(_)) => Err(Error::Stopped("state journal writer stopped".into())),
+            Err(_) => Err(Error::NotDurable(format!(
                 "state journal not on disk within {wait:?}"
             ))),
         }
@@ -644,8 +638,8 @@ impl Journal {
         self.shared.failing.load(Ordering::SeqCst) || self.shared.refuses_new_keys()
     }
 
-    /// Journal batches left in the sled tree of a store written before the journal had
-    /// files (for tests).
+    /// Legacy batches left: those of a store written before the journal had files (for
+    /// tests).
     pub fn legacy_batches(&self) -> usize {
         self.shared.legacy.len()
     }
@@ -694,14 +688,14 @@ impl Shared {
         }
     }
 
-    fn write_now(&self) -> Result<(), StoreError> {
+    fn write_now(&self) -> Result<(), Error> {
         let mut writer = lock(&self.writer);
         self.write_open(&mut writer)
     }
 
     /// Writes the open batch (and any earlier one a failed write left) and syncs it; the
     /// caller holds `writer`.
-    fn write_open(&self, writer: &mut Writer) -> Result<(), StoreError> {
+    fn write_open(&self, writer: &mut Writer) -> Result<(), Error> {
         // The next batch's buffer is allocated before the lock requests wait for.
         let mut next = Open::new(0);
         let taken = {
@@ -744,7 +738,7 @@ impl Shared {
 
     /// Prepares the journal's next segment, so that the writer does not fill one while
     /// requests wait for it.
-    fn prepare_spare(&self) -> Result<(), StoreError> {
+    fn prepare_spare(&self) -> Result<(), Error> {
         if !lock(&self.writer).wal.wants_spare() {
             return Ok(());
         }
@@ -760,7 +754,7 @@ impl Shared {
 
     /// Records a failed write or flush of the batches below `attempted_below`: their
     /// waiters learn it at once, readiness reports it, the log says it once.
-    fn failed(&self, error: StoreError, attempted_below: u64) -> StoreError {
+    fn failed(&self, error: Error, attempted_below: u64) -> Error {
         if !self.failing.swap(true, Ordering::SeqCst) {
             tracing::error!(%error, "state journal cannot be written; retrying");
         }
@@ -788,7 +782,7 @@ impl Shared {
     /// answered from its values would then rest on nothing. The run is synced; the segments
     /// below it are no longer read. Without room for the run the store does not open, as it
     /// does not without room for its next segment.
-    fn make_replay_durable(&self) -> Result<(), StoreError> {
+    fn make_replay_durable(&self) -> Result<(), Error> {
         if self.held.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
@@ -797,7 +791,7 @@ impl Shared {
 
     /// Writes the hot entries whose records are on disk in the journal as a run, then
     /// forgets them and deletes the journal batches the run holds. Returns how many went.
-    fn flush_to_run(&self) -> Result<usize, StoreError> {
+    fn flush_to_run(&self) -> Result<usize, Error> {
         let _flushing = lock(&self.flushing);
         let below = self.progress.borrow().durable_below;
         let in_run = |e: &Entry| e.batch.is_some_and(|b| b < below);
@@ -860,7 +854,7 @@ impl Shared {
     }
 
     /// Deletes expired runs, then merges until nothing is due.
-    fn merge_due(&self) -> Result<(), StoreError> {
+    fn merge_due(&self) -> Result<(), Error> {
         let _merging = lock(&self.merging);
         if self.stopping() {
             return Ok(());
@@ -938,16 +932,16 @@ fn spawn_watched(
     name: &'static str,
     shared: &Arc<Shared>,
     work: fn(&Shared),
-) -> Result<JoinHandle<()>, StoreError> {
+) -> Result<JoinHandle<()>, Error> {
     /// Reports the thread's end when dropped, by a return or by unwinding.
     struct Watch(Arc<Shared>, &'static str);
     impl Drop for Watch {
         fn drop(&mut self) {
             if !self.0.stopping() {
-                self.0
-                    .settings
-                    .liveness
-                    .needs_restart(format!("the state store's {} thread ended", self.1));
+                (self.0.settings.needs_restart)(format!(
+                    "the state store's {} thread ended",
+                    self.1
+                ));
             }
         }
     }
@@ -955,7 +949,7 @@ fn spawn_watched(
     std::thread::Builder::new()
         .name(name.into())
         .spawn(move || work(&watch.0))
-        .map_err(|e| StoreError::Stopped(format!("cannot start {name}: {e}")))
+        .map_err(|e| Error::Stopped(format!("cannot start {name}: {e}")))
 }
 
 /// The writer thread: sleeps while nothing was appended; otherwise writes and syncs
@@ -1086,7 +1080,7 @@ fn on_disk<'a>(
     looked_up: &'a mut Vec<(Digest, Option<Record>)>,
     key: &Digest,
     runs: &Runs,
-) -> Result<Option<&'a Record>, StoreError> {
+) -> Result<Option<&'a Record>, Error> {
     let at = match looked_up.iter().position(|(k, _)| k == key) {
         Some(at) => at,
         None => {
@@ -1165,10 +1159,48 @@ pub(crate) mod tests {
 
     const DAY: Duration = Duration::from_secs(86_400);
 
-    fn temp_store() -> (tempfile::TempDir, crate::store::Store) {
+    /// Legacy batches in memory, as a store written before the journal had files holds them.
+    #[derive(Default)]
+    pub(crate) struct MemTree(Mutex<std::collections::BTreeMap<Vec<u8>, Vec<u8>>>);
+
+    impl MemTree {
+        pub(crate) fn insert(&self, key: &[u8], value: &[u8]) -> Result<(), Error> {
+            lock(&self.0).insert(key.to_vec(), value.to_vec());
+            Ok(())
+        }
+    }
+
+    impl LegacyBatches for MemTree {
+        fn page(&self, after: Option<&[u8]>, limit: usize) -> Result<Vec<crate::Entry>, Error> {
+            let map = lock(&self.0);
+            let from = after.map_or(std::ops::Bound::Unbounded, |k| {
+                std::ops::Bound::Excluded(k.to_vec())
+            });
+            let page = map.range((from, std::ops::Bound::Unbounded)).take(limit);
+            Ok(page.map(|(k, v)| (k.clone(), v.clone())).collect())
+        }
+        fn remove(&self, key: &[u8]) -> Result<(), Error> {
+            lock(&self.0).remove(key);
+            Ok(())
+        }
+        fn len(&self) -> usize {
+            lock(&self.0).len()
+        }
+    }
+
+    /// The store folder beside the journal's: only its legacy batches matter here.
+    #[derive(Default)]
+    pub(crate) struct MemStore(Arc<MemTree>);
+
+    impl MemStore {
+        pub(crate) fn tree(&self, _name: &str) -> Result<Arc<MemTree>, Error> {
+            Ok(self.0.clone())
+        }
+    }
+
+    fn temp_store() -> (tempfile::TempDir, MemStore) {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = crate::store::Store::open(dir.path()).expect("store");
-        (dir, store)
+        (dir, MemStore::default())
     }
 
     fn settings(hot_entries: usize, now: &Arc<AtomicI64>) -> Settings {
@@ -1179,35 +1211,30 @@ pub(crate) mod tests {
             clock: Arc::new(move || now.load(Ordering::SeqCst)),
             segment_bytes: 1 << 20,
             commit_interval: Duration::from_millis(1),
-            liveness: Liveness::new(),
-            disk: crate::disk::real(),
+            needs_restart: Arc::new(|_| {}),
+            disk: disk_seam::real(),
             background: true,
         }
     }
 
     /// A journal whose background clock stands at `now_ms` and whose hot set is flushed
     /// only when asked.
-    pub(crate) fn open_at(store: &crate::store::Store, dir: &Path, now_ms: i64) -> Arc<Journal> {
+    pub(crate) fn open_at(store: &MemStore, dir: &Path, now_ms: i64) -> Arc<Journal> {
         let now = Arc::new(AtomicI64::new(now_ms));
         open_with(store, dir, now_ms, settings(usize::MAX, &now))
     }
 
     /// A journal with `settings`, opened at `now_ms`.
-    fn open_with(
-        store: &crate::store::Store,
-        dir: &Path,
-        now_ms: i64,
-        settings: Settings,
-    ) -> Arc<Journal> {
+    fn open_with(store: &MemStore, dir: &Path, now_ms: i64, settings: Settings) -> Arc<Journal> {
         Journal::open(store.tree("state").expect("tree"), dir, now_ms, settings).expect("open")
     }
 
     fn get(j: &Journal, key: &[u8]) -> Option<Vec<u8>> {
-        j.get(&StoreKey::raw(key)).expect("get")
+        j.get(&Digest::of(key)).expect("get")
     }
 
     fn put(j: &Journal, key: &[u8], value: &[u8], expires_ms: i64, now_ms: i64) {
-        j.put(&StoreKey::raw(key), value, expires_ms, now_ms)
+        j.put(&Digest::of(key), value, expires_ms, now_ms)
             .expect("put");
     }
 
@@ -1219,7 +1246,7 @@ pub(crate) mod tests {
             put(&j, b"a", b"1", 1_000, 0);
             put(&j, b"b", b"2", 100, 0);
             put(&j, b"a", b"3", 2_000, 10); // supersedes the first record of a
-            j.modify(&StoreKey::raw(b"c"), 10, |_| {
+            j.modify(&Digest::of(b"c"), 10, |_| {
                 (
                     Change::Put {
                         value: b"claim",
@@ -1293,15 +1320,15 @@ pub(crate) mod tests {
         assert_eq!(get(&j, b"new").as_deref(), Some(&b"v1"[..]));
     }
 
-    /// A batch as a store written before the journal had files holds it in sled.
+    /// A batch as a store written before the journal had files holds it.
     fn legacy_batch(seq: u64, key: &[u8], value: &[u8]) -> Vec<u8> {
         let mut open = Open::new(seq);
-        open.append(&StoreKey::raw(key).digest(), 1_000, value, 0);
+        open.append(&Digest::of(key), 1_000, value, 0);
         open.buf[FRAME_HEAD..].to_vec()
     }
 
     #[test]
-    fn batches_of_the_sled_journal_are_replayed_then_moved_to_a_run() {
+    fn legacy_batches_are_replayed_then_moved_to_a_run() {
         let (dir, store) = temp_store();
         let tree = store.tree("state").expect("tree");
         tree.insert(&0u64.to_be_bytes(), &legacy_batch(0, b"a", b"1"))
@@ -1320,7 +1347,7 @@ pub(crate) mod tests {
                 "the open moved them to a run"
             );
             put(&j, b"a", b"3", 1_000, 0);
-            assert!(j.sync_point().0 > 1, "numbered after the sled batches");
+            assert!(j.sync_point().0 > 1, "numbered after the legacy batches");
             j.flush_to_run().expect("flush");
         }
         let j = open_at(&store, dir.path(), 0);
@@ -1336,7 +1363,7 @@ pub(crate) mod tests {
             put(&j, b"k", b"new", 1_000, 0);
             j.flush_to_run().expect("flush");
         }
-        // As if the flush had written its run but not deleted the sled batch it holds.
+        // As if the flush had written its run but not deleted the legacy batch it holds.
         let tree = store.tree("state").expect("tree");
         tree.insert(&0u64.to_be_bytes(), &legacy_batch(0, b"k", b"old"))
             .expect("insert");
@@ -1426,7 +1453,7 @@ pub(crate) mod tests {
         });
         let mut taken = hot;
         let refused = loop {
-            match j.put(&StoreKey::raw(&key(taken)), b"v", expires_ms, 0) {
+            match j.put(&Digest::of(&key(taken)), b"v", expires_ms, 0) {
                 Ok(()) => taken += 1,
                 Err(error) => break error,
             }
@@ -1437,7 +1464,7 @@ pub(crate) mod tests {
             HOT_SET_LIMIT_FACTOR * hot,
             "refused at {taken}: {refused}"
         );
-        assert!(matches!(refused, StoreError::Unwritable(_)), "{refused:?}");
+        assert!(matches!(refused, Error::Unwritable(_)), "{refused:?}");
         assert!(j.is_failing(), "readiness reports it");
         // A key the hot set holds is still written.
         put(&j, &key(0), b"w", expires_ms, 0);
@@ -1496,7 +1523,7 @@ pub(crate) mod tests {
             "{passes} flush passes in 500 ms with nothing to flush"
         );
         let refused = loop {
-            match j.put(&StoreKey::raw(&key(taken)), b"v", expires_ms, 0) {
+            match j.put(&Digest::of(&key(taken)), b"v", expires_ms, 0) {
                 Ok(()) => taken += 1,
                 Err(error) => break error,
             }
@@ -1511,7 +1538,7 @@ pub(crate) mod tests {
             "refused at {}: {refused}",
             j.hot_len()
         );
-        assert!(matches!(refused, StoreError::Unwritable(_)), "{refused:?}");
+        assert!(matches!(refused, Error::Unwritable(_)), "{refused:?}");
         assert!(j.is_failing(), "readiness reports it");
     }
 
@@ -1519,9 +1546,10 @@ pub(crate) mod tests {
     fn a_thread_of_the_journal_that_ends_before_it_is_dropped_marks_the_process_for_a_restart() {
         let (dir, store) = temp_store();
         let now = Arc::new(AtomicI64::new(0));
-        let liveness = Liveness::new();
+        let reason = Arc::new(Mutex::new(None));
+        let kept = reason.clone();
         let watched = Settings {
-            liveness: liveness.clone(),
+            needs_restart: Arc::new(move |why| *lock(&kept) = Some(why)),
             ..settings(16, &now)
         };
         let j = open_with(&store, dir.path(), 0, watched);
@@ -1531,23 +1559,24 @@ pub(crate) mod tests {
         let thread = spawn_watched("state-test", &j.shared, dies).expect("spawn");
         assert!(thread.join().is_err(), "the thread panicked");
         assert_eq!(
-            liveness.restart_reason().as_deref(),
+            lock(&reason).as_deref(),
             Some("the state store's state-test thread ended")
         );
         // The journal's own threads end at its drop without marking anything.
-        let quiet = Liveness::new();
+        let quiet = Arc::new(Mutex::new(None::<String>));
+        let marked = quiet.clone();
         let (j2_dir, j2_store) = temp_store();
         let j2 = open_with(
             &j2_store,
             j2_dir.path(),
             0,
             Settings {
-                liveness: quiet.clone(),
+                needs_restart: Arc::new(move |why| *lock(&marked) = Some(why)),
                 ..settings(16, &now)
             },
         );
         drop(j2);
-        assert_eq!(quiet.restart_reason(), None);
+        assert_eq!(*lock(&quiet), None);
     }
 
     #[test]
@@ -1557,11 +1586,11 @@ pub(crate) mod tests {
         put(&j, b"on disk", b"v", i64::MAX, 0);
         j.flush_to_run().expect("flush");
         put(&j, b"hot", b"v", i64::MAX, 0);
-        assert!(!j.may_read_disk(&StoreKey::raw(b"hot")));
-        assert!(j.may_read_disk(&StoreKey::raw(b"on disk")));
+        assert!(!j.may_read_disk(&Digest::of(b"hot")));
+        assert!(j.may_read_disk(&Digest::of(b"on disk")));
         assert_eq!(get(&j, b"on disk").as_deref(), Some(&b"v"[..]));
         assert!(
-            !j.may_read_disk(&StoreKey::raw(b"on disk")),
+            !j.may_read_disk(&Digest::of(b"on disk")),
             "the runs' answer is remembered"
         );
     }
@@ -1577,7 +1606,7 @@ pub(crate) mod tests {
             ..settings(usize::MAX, &now)
         };
         let j = open_with(&store, dir.path(), 0, settings);
-        let (a, b) = (StoreKey::raw(b"a"), StoreKey::raw(b"b"));
+        let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
         put(&j, b"a", b"1", 1_000, 0);
         j.durable(j.sync_point(), Duration::from_secs(5))
             .await
@@ -1591,7 +1620,7 @@ pub(crate) mod tests {
             j.durable(j.point_of(&[&a, &b]), soon).await.is_err(),
             "b is still in the open batch"
         );
-        assert_eq!(j.point_of(&[&StoreKey::raw(b"absent")]), SyncPoint(0));
+        assert_eq!(j.point_of(&[&Digest::of(b"absent")]), SyncPoint(0));
     }
 
     #[tokio::test]
@@ -1663,7 +1692,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_store_made_on_a_fresh_disk_keeps_its_runs_after_a_power_cut() {
-        use crate::disk::sim::SimDisk;
+        use disk_seam::sim::SimDisk;
         let (_dir, store) = temp_store();
         let disk = SimDisk::new(1);
         let now = Arc::new(AtomicI64::new(0));
@@ -1690,7 +1719,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_run_whose_folder_sync_failed_is_made_durable_before_a_restart_relies_on_it() {
-        use crate::disk::sim::{Fault, OpKind, SimDisk};
+        use disk_seam::sim::{Fault, OpKind, SimDisk};
         let (_dir, store) = temp_store();
         let disk = SimDisk::new(2);
         let now = Arc::new(AtomicI64::new(0));

@@ -724,7 +724,7 @@ impl DiskFile for SimFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::disk::{create_dir_all, read};
+    use crate::{create_dir_all, read};
 
     fn write_file(disk: &SimDisk, path: &str, bytes: &[u8]) -> Arc<dyn DiskFile> {
         let file = disk.create(Path::new(path)).expect("create");

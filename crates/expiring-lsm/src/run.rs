@@ -19,10 +19,10 @@ use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::disk::{Disk, DiskFile, Reader, Writer};
-use crate::state::bloom::Bloom;
-use crate::state::keys::Digest;
-use crate::store::StoreError;
+use crate::bloom::Bloom;
+use crate::Digest;
+use crate::Error;
+use disk_seam::{Disk, DiskFile, Reader, Writer};
 
 const MAGIC: [u8; 8] = *b"hgrun\0\0\x01";
 const HEADER_BYTES: u64 = 80;
@@ -82,10 +82,9 @@ pub struct Run {
 
 impl Run {
     /// Opens a run file, reading its index and filter into memory.
-    pub fn open(disk: &dyn Disk, path: &Path) -> Result<Self, StoreError> {
-        let corrupt = |what: &str| {
-            StoreError::Corrupt(format!("state run {}: {what}", path.display()).into())
-        };
+    pub fn open(disk: &dyn Disk, path: &Path) -> Result<Self, Error> {
+        let corrupt =
+            |what: &str| Error::Corrupt(format!("state run {}: {what}", path.display()).into());
         let file = disk.open(path)?;
         let len = file.len()?;
         let mut header = [0u8; HEADER_BYTES as usize];
@@ -175,7 +174,7 @@ impl Run {
 
     /// The record of `key`, if the run holds one: the filter first, then the one page (two
     /// when the key's first 8 bytes also start the next page) that can hold it.
-    pub fn get(&self, key: &Digest) -> Result<Option<Record>, StoreError> {
+    pub fn get(&self, key: &Digest) -> Result<Option<Record>, Error> {
         if !self.bloom.may_contain(key) {
             return Ok(None);
         }
@@ -192,7 +191,7 @@ impl Run {
             let mut rest = &bytes[..];
             while !rest.is_empty() {
                 let record = split_record(&mut rest).ok_or_else(|| {
-                    StoreError::Corrupt(
+                    Error::Corrupt(
                         format!("state run {}: page cut short", self.path.display()).into(),
                     )
                 })?;
@@ -209,7 +208,7 @@ impl Run {
     }
 
     /// Reads the run's records in key order (for a merge).
-    pub fn records(&self) -> Result<RunRecords, StoreError> {
+    pub fn records(&self) -> Result<RunRecords, Error> {
         let file = Reader::new(self.file.clone(), self.offsets[0]);
         Ok(RunRecords {
             reader: BufReader::with_capacity(64 * 1024, file),
@@ -225,7 +224,7 @@ pub struct RunRecords {
 }
 
 impl Iterator for RunRecords {
-    type Item = Result<Record, StoreError>;
+    type Item = Result<Record, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
         if self.left == 0 {
@@ -291,7 +290,7 @@ impl RunWriter {
         dir: &Path,
         name: &str,
         capacity: u64,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, Error> {
         let tmp = dir.join(format!("{name}.tmp"));
         let file = disk.create(&tmp)?;
         // The header's place; `finish` writes the header there.
@@ -314,19 +313,14 @@ impl RunWriter {
     }
 
     /// Appends a record; keys must ascend.
-    pub fn push(&mut self, record: &Record) -> Result<(), StoreError> {
+    pub fn push(&mut self, record: &Record) -> Result<(), Error> {
         self.push_parts(&record.key, record.expires_ms, &record.value)
     }
 
     /// Appends a record given by its parts; keys must ascend.
-    pub fn push_parts(
-        &mut self,
-        key: &Digest,
-        expires_ms: i64,
-        value: &[u8],
-    ) -> Result<(), StoreError> {
+    pub fn push_parts(&mut self, key: &Digest, expires_ms: i64, value: &[u8]) -> Result<(), Error> {
         if self.last_key.is_some_and(|k| k.0 >= key.0) {
-            return Err(StoreError::Corrupt("state run records out of order".into()));
+            return Err(Error::Corrupt("state run records out of order".into()));
         }
         self.last_key = Some(*key);
         let len = RECORD_HEAD + value.len();
@@ -341,7 +335,7 @@ impl RunWriter {
         self.out.write_all(&key.0)?;
         self.out.write_all(&expires_ms.to_le_bytes())?;
         let value_len = u32::try_from(value.len())
-            .map_err(|_| StoreError::Corrupt("state value over 4 GiB".into()))?;
+            .map_err(|_| Error::Corrupt("state value over 4 GiB".into()))?;
         self.out.write_all(&value_len.to_le_bytes())?;
         self.out.write_all(value)?;
         self.at += len as u64;
@@ -357,7 +351,7 @@ impl RunWriter {
     }
 
     /// Deletes the unfinished run.
-    pub fn abandon(self) -> Result<(), StoreError> {
+    pub fn abandon(self) -> Result<(), Error> {
         // What is still buffered is dropped, not written.
         let _ = self.out.into_parts();
         self.disk.remove(&self.tmp)?;
@@ -380,7 +374,7 @@ impl RunWriter {
 
     /// Writes the index, the filter and the header, syncs the file and gives it its final
     /// name; returns the path. `info`'s entry count and latest expiry are the writer's own.
-    pub fn finish(self, info: RunInfo) -> Result<PathBuf, StoreError> {
+    pub fn finish(self, info: RunInfo) -> Result<PathBuf, Error> {
         let (disk, tmp) = (self.disk.clone(), self.tmp.clone());
         let finished = self.write_tail(info);
         if finished.is_err() {
@@ -389,7 +383,7 @@ impl RunWriter {
         finished
     }
 
-    fn write_tail(mut self, mut info: RunInfo) -> Result<PathBuf, StoreError> {
+    fn write_tail(mut self, mut info: RunInfo) -> Result<PathBuf, Error> {
         info.entries = self.entries;
         info.max_expires_ms = self.max_expires_ms;
         for (first, offset) in self.firsts.iter().zip(&self.offsets) {
@@ -420,7 +414,7 @@ impl RunWriter {
         // run's records (and the caller would then delete its own).
         match self.disk.open(&path) {
             Ok(_) => {
-                return Err(StoreError::Corrupt(
+                return Err(Error::Corrupt(
                     format!("state run {} exists already", path.display()).into(),
                 ))
             }
@@ -516,7 +510,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(20_000, 17);
         let mut writer =
-            RunWriter::create(crate::disk::real(), dir.path(), "r", records.len() as u64)
+            RunWriter::create(disk_seam::real(), dir.path(), "r", records.len() as u64)
                 .expect("create");
         for r in &records {
             writer.push(r).expect("push");
@@ -526,7 +520,7 @@ mod tests {
             path.file_name().and_then(|n| n.to_str()),
             Some(file_name(&info(3)).as_str())
         );
-        let run = Run::open(&*crate::disk::real(), &path).expect("open");
+        let run = Run::open(&*disk_seam::real(), &path).expect("open");
         assert_eq!(run.info().entries, 20_000);
         assert_eq!(run.info().max_expires_ms, 19_999);
         assert_eq!(
@@ -555,13 +549,12 @@ mod tests {
     fn a_value_larger_than_a_page_gets_a_page_of_its_own() {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(40, 9000);
-        let mut writer =
-            RunWriter::create(crate::disk::real(), dir.path(), "r", 40).expect("create");
+        let mut writer = RunWriter::create(disk_seam::real(), dir.path(), "r", 40).expect("create");
         for r in &records {
             writer.push(r).expect("push");
         }
         let run = Run::open(
-            &*crate::disk::real(),
+            &*disk_seam::real(),
             &writer.finish(info(1)).expect("finish"),
         )
         .expect("open");
@@ -574,8 +567,7 @@ mod tests {
     fn a_damaged_record_length_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(2, 17);
-        let mut writer =
-            RunWriter::create(crate::disk::real(), dir.path(), "r", 2).expect("create");
+        let mut writer = RunWriter::create(disk_seam::real(), dir.path(), "r", 2).expect("create");
         for r in &records {
             writer.push(r).expect("push");
         }
@@ -585,29 +577,25 @@ mod tests {
         bytes[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         std::fs::write(&path, &bytes).expect("write");
         let run =
-            Run::open(&*crate::disk::real(), &path).expect("header, index and filter are intact");
+            Run::open(&*disk_seam::real(), &path).expect("header, index and filter are intact");
         let first = run.records().expect("records").next().expect("an item");
         assert!(first.is_err(), "{first:?}");
-        assert!(matches!(
-            run.get(&records[1].key),
-            Err(StoreError::Corrupt(_))
-        ));
+        assert!(matches!(run.get(&records[1].key), Err(Error::Corrupt(_))));
     }
 
     #[test]
     fn out_of_order_records_and_damaged_files_are_errors() {
         let dir = tempfile::tempdir().expect("tempdir");
         let records = sorted_records(2, 1);
-        let mut writer =
-            RunWriter::create(crate::disk::real(), dir.path(), "r", 2).expect("create");
+        let mut writer = RunWriter::create(disk_seam::real(), dir.path(), "r", 2).expect("create");
         writer.push(&records[1]).expect("push");
         assert!(writer.push(&records[0]).is_err());
         let path = writer.finish(info(1)).expect("finish");
         let bytes = std::fs::read(&path).expect("read");
         std::fs::write(&path, &bytes[..40]).expect("truncate");
         assert!(matches!(
-            Run::open(&*crate::disk::real(), &path),
-            Err(StoreError::Corrupt(_))
+            Run::open(&*disk_seam::real(), &path),
+            Err(Error::Corrupt(_))
         ));
         std::fs::write(
             &path,
@@ -615,8 +603,8 @@ mod tests {
         )
         .expect("write");
         assert!(matches!(
-            Run::open(&*crate::disk::real(), &path),
-            Err(StoreError::Corrupt(_))
+            Run::open(&*disk_seam::real(), &path),
+            Err(Error::Corrupt(_))
         ));
     }
 }

@@ -29,8 +29,8 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::disk::{Disk, DiskFile};
-use crate::store::StoreError;
+use crate::Error;
+use disk_seam::{Disk, DiskFile};
 
 const MAGIC: [u8; 8] = *b"hgwal\0\0\x01";
 /// Bytes before a frame's batch: length, checksum, sequence number.
@@ -97,8 +97,8 @@ impl Wal {
         segment_bytes: u64,
         needed_from: u64,
         mut replay: impl FnMut(u64, &[u8]),
-    ) -> Result<(Self, Option<u64>), StoreError> {
-        crate::disk::create_dir_all(&*disk, dir)?;
+    ) -> Result<(Self, Option<u64>), Error> {
+        disk_seam::create_dir_all(&*disk, dir)?;
         // Segments installed by a rename whose folder's sync failed: what is replayed from
         // them must not vanish at a power cut after the open.
         disk.sync_dir(dir)?;
@@ -124,8 +124,8 @@ impl Wal {
             if accepted {
                 path.as_mut_os_string().push(DAMAGED);
             }
-            let bytes = crate::disk::read(&*disk, &path)?;
-            let read = read_frames(&bytes, &mut replay).map_err(|reason| StoreError::Open {
+            let bytes = disk_seam::read(&*disk, &path)?;
+            let read = read_frames(&bytes, &mut replay).map_err(|reason| Error::Open {
                 path: path.clone(),
                 reason,
             })?;
@@ -140,7 +140,7 @@ impl Wal {
                             "state journal starts without batches of a damaged segment, as its name accepts"
                         ),
                         Some((damaged, Some(at), false)) => {
-                            return Err(StoreError::Open {
+                            return Err(Error::Open {
                                 path: damaged.clone(),
                                 reason: format!("damaged at byte {at}: {lost}, acknowledged, are in no later segment; see \"What a 200 means\" in README.md"),
                             });
@@ -196,7 +196,7 @@ impl Wal {
     /// Writes `frames` (in sequence order) and makes them durable with one `fdatasync`.
     /// After an error none of them counts as written: the caller passes them again, and
     /// they go to a new segment.
-    pub fn commit(&mut self, frames: &mut [Frame<'_>]) -> Result<(), StoreError> {
+    pub fn commit(&mut self, frames: &mut [Frame<'_>]) -> Result<(), Error> {
         let written = self.write_and_sync(frames);
         if written.is_err() {
             self.active.broken = true;
@@ -204,7 +204,7 @@ impl Wal {
         written
     }
 
-    fn write_and_sync(&mut self, frames: &mut [Frame<'_>]) -> Result<(), StoreError> {
+    fn write_and_sync(&mut self, frames: &mut [Frame<'_>]) -> Result<(), Error> {
         if frames.is_empty() {
             return Ok(());
         }
@@ -232,7 +232,7 @@ impl Wal {
     }
 
     /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them).
-    pub fn forget_below(&mut self, seq: u64) -> Result<(), StoreError> {
+    pub fn forget_below(&mut self, seq: u64) -> Result<(), Error> {
         let mut removed = false;
         while let Some(oldest) = self.sealed.front() {
             if oldest.last_seq.is_some_and(|last| last >= seq) {
@@ -260,7 +260,7 @@ impl Wal {
 
     /// Keeps a segment made by [`Wal::prepare_spare`] for the next rotation (or deletes
     /// it if one is kept already).
-    pub fn adopt_spare(&mut self, spare: Spare) -> Result<(), StoreError> {
+    pub fn adopt_spare(&mut self, spare: Spare) -> Result<(), Error> {
         if self.spare.is_some() {
             self.disk.remove(&spare.path)?;
         } else {
@@ -277,7 +277,7 @@ impl Wal {
         dir: &Path,
         segment_bytes: u64,
         name: &str,
-    ) -> Result<Spare, StoreError> {
+    ) -> Result<Spare, Error> {
         let path = dir.join(format!("{name}{FILLING}"));
         let file = disk.create(&path)?;
         if let Err(error) = fill(&*file, segment_bytes) {
@@ -312,7 +312,7 @@ impl Wal {
     }
 
     /// Seals the active segment and starts the next, from the spare if one is ready.
-    fn rotate(&mut self) -> Result<(), StoreError> {
+    fn rotate(&mut self) -> Result<(), Error> {
         let number = self.active.number + 1;
         let spare = match self.spare.take() {
             Some(spare) => spare,
@@ -369,7 +369,7 @@ fn create_segment(
     dir: &Path,
     number: u64,
     segment_bytes: u64,
-) -> Result<Arc<dyn DiskFile>, StoreError> {
+) -> Result<Arc<dyn DiskFile>, Error> {
     let spare = Wal::prepare_spare(disk, dir, segment_bytes, &segment_name(number))?;
     install(disk, spare, dir, number)
 }
@@ -381,14 +381,14 @@ fn install(
     spare: Spare,
     dir: &Path,
     number: u64,
-) -> Result<Arc<dyn DiskFile>, StoreError> {
+) -> Result<Arc<dyn DiskFile>, Error> {
     disk.rename(&spare.path, &segment_path(dir, number))?;
     disk.sync_dir(dir)?;
     Ok(spare.file)
 }
 
 /// Writes the magic and zeros up to `segment_bytes`, and syncs.
-fn fill(file: &dyn DiskFile, segment_bytes: u64) -> Result<(), StoreError> {
+fn fill(file: &dyn DiskFile, segment_bytes: u64) -> Result<(), Error> {
     file.write_all_at(&MAGIC, 0)?;
     let mut at = MAGIC.len() as u64;
     while at < segment_bytes {
@@ -480,7 +480,7 @@ mod tests {
 
     fn reopen(dir: &Path, segment_bytes: u64) -> (Wal, Vec<(u64, Vec<u8>)>) {
         let mut read = Vec::new();
-        let (wal, _) = Wal::open(crate::disk::real(), dir, segment_bytes, 0, |seq, batch| {
+        let (wal, _) = Wal::open(disk_seam::real(), dir, segment_bytes, 0, |seq, batch| {
             read.push((seq, batch.to_vec()))
         })
         .expect("open");
@@ -613,7 +613,7 @@ mod tests {
         // Batch 2 of the sealed segment rots: 2 and 3 were acknowledged, and no later
         // segment holds them.
         damage(dir.path(), first, 1);
-        let error = Wal::open(crate::disk::real(), dir.path(), 1 << 16, 0, |_, _| {})
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
             .err()
             .expect("refused")
             .to_string();
@@ -626,7 +626,7 @@ mod tests {
         // Batches the runs hold already are not needed: the same damage is harmless then.
         let (_, read) = {
             let mut read = Vec::new();
-            let (wal, _) = Wal::open(crate::disk::real(), dir.path(), 1 << 16, 4, |seq, _| {
+            let (wal, _) = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 4, |seq, _| {
                 read.push(seq)
             })
             .expect("opens when the runs hold what was lost");
@@ -645,7 +645,7 @@ mod tests {
         wal.rotate().expect("rotate");
         commit(&mut wal, &[(4, b"d")]);
         drop(wal);
-        let error = Wal::open(crate::disk::real(), dir.path(), 1 << 16, 0, |_, _| {})
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
             .err()
             .expect("refused")
             .to_string();
@@ -692,7 +692,7 @@ mod tests {
     fn a_file_that_is_not_a_segment_is_an_error_naming_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         std::fs::write(segment_path(dir.path(), 3), b"something else").expect("write");
-        let error = Wal::open(crate::disk::real(), dir.path(), 4096, 0, |_, _| {})
+        let error = Wal::open(disk_seam::real(), dir.path(), 4096, 0, |_, _| {})
             .err()
             .expect("refused")
             .to_string();

@@ -5,7 +5,7 @@
 //! check costs one cache line. Keys are digests (already uniformly random), so their bytes
 //! are the hashes: bytes 0..8 pick the block, bytes 8..16 the bits inside it.
 
-use crate::state::keys::Digest;
+use crate::Digest;
 
 /// Bits of filter per key held: about 3 % false "maybe" answers (each one reads a page).
 pub const BITS_PER_KEY: u64 = 8;

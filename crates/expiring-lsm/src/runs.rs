@@ -20,10 +20,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use crate::disk::Disk;
-use crate::state::keys::Digest;
-use crate::state::run::{Record, Run, RunInfo, RunRecords, RunWriter};
-use crate::store::StoreError;
+use crate::run::{Record, Run, RunInfo, RunRecords, RunWriter};
+use crate::Digest;
+use crate::Error;
+use disk_seam::Disk;
 
 /// Runs of one level merged at once.
 pub const FANOUT: usize = 4;
@@ -42,8 +42,8 @@ pub struct Runs {
 impl Runs {
     /// Opens the runs in `dir` (created if absent). Unfinished runs (temporary files) are
     /// deleted, and so are runs that a finished merge or rewrite replaced.
-    pub fn open(disk: Arc<dyn Disk>, dir: &Path) -> Result<Self, StoreError> {
-        crate::disk::create_dir_all(&*disk, dir)?;
+    pub fn open(disk: Arc<dyn Disk>, dir: &Path) -> Result<Self, Error> {
+        disk_seam::create_dir_all(&*disk, dir)?;
         // A run renamed into place whose folder's sync then failed is whole but its name
         // is not durable: made durable before the journal deletes the segments it holds.
         disk.sync_dir(dir)?;
@@ -90,7 +90,7 @@ impl Runs {
     }
 
     /// The newest record of `key` on disk.
-    pub fn get(&self, key: &Digest) -> Result<Option<Record>, StoreError> {
+    pub fn get(&self, key: &Digest) -> Result<Option<Record>, Error> {
         for run in self.snapshot().iter().rev() {
             if let Some(record) = run.get(key)? {
                 return Ok(Some(record));
@@ -126,7 +126,7 @@ impl Runs {
         records: impl Iterator<Item = (&'a Digest, i64, &'a [u8])>,
         journal_below: u64,
         rewrite_after_ms: i64,
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), Error> {
         let id = self.next_flush.fetch_add(1, Ordering::SeqCst);
         let info = RunInfo {
             first: id,
@@ -153,7 +153,7 @@ impl Runs {
 
     /// Deletes the runs whose every record expired by `now_ms`; returns how many records
     /// went.
-    pub fn drop_expired(&self, now_ms: i64) -> Result<u64, StoreError> {
+    pub fn drop_expired(&self, now_ms: i64) -> Result<u64, Error> {
         let expired: Vec<Arc<Run>> = self
             .snapshot()
             .iter()
@@ -179,7 +179,7 @@ impl Runs {
         now_ms: i64,
         ttl_ms: i64,
         stop: &dyn Fn() -> bool,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<bool, Error> {
         let runs = self.snapshot();
         let group = due_group(&runs, now_ms);
         let Some((from, to)) = group else {
@@ -191,9 +191,7 @@ impl Runs {
         let (level, generation) = if sources.len() == 1 {
             let source = sources[0].info();
             let generation = source.generation.checked_add(1).ok_or_else(|| {
-                StoreError::Corrupt(
-                    format!("state run {}: generations exhausted", source.first).into(),
-                )
+                Error::Corrupt(format!("state run {}: generations exhausted", source.first).into())
             })?;
             (source.level, generation)
         } else {
@@ -226,7 +224,7 @@ impl Runs {
         )?;
         let merged = merge_newest(&mut streams, |record| {
             if writer.entries() % 65_536 == 0 && stop() {
-                return Err(StoreError::Stopped("merge given up at shutdown".into()));
+                return Err(Error::Stopped("merge given up at shutdown".into()));
             }
             if record.expires_ms > now_ms {
                 writer.push(&record)?;
@@ -297,8 +295,8 @@ fn due_group(runs: &[Arc<Run>], now_ms: i64) -> Option<(usize, usize)> {
 /// order, the newest stream's record where several hold a key.
 fn merge_newest(
     streams: &mut [RunRecords],
-    mut out: impl FnMut(Record) -> Result<(), StoreError>,
-) -> Result<(), StoreError> {
+    mut out: impl FnMut(Record) -> Result<(), Error>,
+) -> Result<(), Error> {
     // Smallest key first; for equal keys, the newest stream first.
     let mut heads = BinaryHeap::new();
     let mut pending: Vec<Option<Record>> = Vec::with_capacity(streams.len());
@@ -362,7 +360,7 @@ mod tests {
     #[test]
     fn the_newest_run_wins_and_merges_keep_it() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
         for round in 0..FANOUT {
             let records = sorted(vec![
                 record("shared", 1_000, &format!("v{round}")),
@@ -399,7 +397,7 @@ mod tests {
         );
         // Reopened, the merged run stands alone: its sources' files are gone.
         drop(runs);
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(runs.snapshot().len(), 1);
         assert_eq!(value(&runs, "shared").as_deref(), Some("v3"));
     }
@@ -407,7 +405,7 @@ mod tests {
     #[test]
     fn merges_keep_their_place_and_reopens_keep_every_run() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
         let levels = |runs: &Runs| {
             runs.snapshot()
                 .iter()
@@ -441,11 +439,11 @@ mod tests {
         drop(runs);
         // Neither run's span lies inside the other's: both stay, and a new flush after the
         // reopen gets a span of its own, which the next reopen keeps too.
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(levels(&runs), vec![1, 1]);
         flush(&runs, &[record("later", 1_000, "l")], 0, 5_000);
         drop(runs);
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(levels(&runs), vec![1, 1, 0]);
         assert_eq!(value(&runs, "k").as_deref(), Some("newest"));
         assert_eq!(value(&runs, "more0").as_deref(), Some("m"));
@@ -455,7 +453,7 @@ mod tests {
     #[test]
     fn sources_left_by_a_crash_during_a_merge_are_deleted_at_open() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
         for round in 0..FANOUT {
             flush(&runs, &[record("k", 1_000, &format!("v{round}"))], 0, 5_000);
         }
@@ -472,7 +470,7 @@ mod tests {
             std::fs::copy(&path, dir.path().join(path.file_name().expect("name"))).expect("copy");
         }
         std::fs::write(dir.path().join("flush-9.tmp"), b"half").expect("tmp");
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(runs.snapshot().len(), 1, "the merged run alone");
         assert_eq!(std::fs::read_dir(dir.path()).expect("dir").count(), 1);
         assert_eq!(value(&runs, "k").as_deref(), Some("v3"));
@@ -481,7 +479,7 @@ mod tests {
     #[test]
     fn expired_runs_go_whole_and_long_lived_records_are_rewritten_alone() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
         flush(&runs, &[record("short", 100, "s")], 1, 1_000);
         flush(
             &runs,
@@ -517,7 +515,7 @@ mod tests {
 
     #[test]
     fn a_failed_flush_or_merge_leaves_no_temporary_file() {
-        use crate::disk::sim::{Fault, OpKind, SimDisk};
+        use disk_seam::sim::{Fault, OpKind, SimDisk};
         let disk = SimDisk::new(1);
         let dir = Path::new("/store/state-runs");
         let runs = Runs::open(disk.handle(), dir).expect("open");
@@ -573,7 +571,7 @@ mod tests {
     #[test]
     fn a_run_rewritten_alone_keeps_its_file_and_its_records_through_a_reopen() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
         let records = sorted(vec![
             record("stop", i64::MAX, "opted out"),
             record("mark", 1_500, "m"),
@@ -593,7 +591,7 @@ mod tests {
         }
         assert_eq!(value(&runs, "stop").as_deref(), Some("opted out"));
         drop(runs);
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(
             value(&runs, "stop").as_deref(),
             Some("opted out"),
@@ -606,7 +604,7 @@ mod tests {
     #[test]
     fn a_crash_between_a_rewrite_and_the_deletion_of_its_source_opens_to_the_rewrite() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("open");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
         let records = sorted(vec![
             record("stop", i64::MAX, "opted out"),
             record("mark", 1_500, "m"),
@@ -626,7 +624,7 @@ mod tests {
             std::fs::copy(&source, target).expect("copy");
         }
         assert_eq!(run_files(dir.path()).len(), 2);
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(runs.snapshot().len(), 1, "the rewrite alone");
         assert_eq!(
             runs.snapshot()[0].info().entries,
@@ -638,7 +636,7 @@ mod tests {
         // Rewritten again after the reopen, the run still gets a name of its own.
         assert!(runs.merge_one(3_000, 1_000, &|| false).expect("rewrite"));
         drop(runs);
-        let runs = Runs::open(crate::disk::real(), dir.path()).expect("reopen");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(value(&runs, "stop").as_deref(), Some("opted out"));
     }
 }
