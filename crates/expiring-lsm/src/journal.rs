@@ -1757,7 +1757,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_batch_whose_sync_failed_and_that_a_clean_restart_read_back_outlives_a_power_cut() {
-        use crate::disk::sim::{Fault, OpKind, SimDisk};
+        use disk_seam::sim::{Fault, OpKind, SimDisk};
         let (_dir, store) = temp_store();
         let disk = SimDisk::new(3);
         let now = Arc::new(AtomicI64::new(0));
