@@ -10,8 +10,8 @@ use hookgate::config::{Config, Encoding, Profile};
 
 mod cli;
 
-// malloc and free were a fifth of the CPU of an accepted event with glibc's allocator
-// (BENCHMARKS.md, "Profile"); mimalloc spends less per call and keeps per-thread heaps.
+// glibc's malloc and free were a large share of an accepted event's CPU under load;
+// mimalloc spends less per call and keeps per-thread heaps.
 // Built without transparent huge pages (feature no_thp): the kernel cleared a fresh 2 MiB
 // page whenever the heap grew, about 3 % of the CPU under load, and RSS grew in 2 MiB steps.
 #[global_allocator]

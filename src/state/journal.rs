@@ -12,10 +12,10 @@
 //! [`Journal::durable`] for the batch holding everything it saw before it answers 200.
 //! Claims are never written: after a crash nothing is in flight.
 //!
-//! Why not one sled key per mark: at five million random keys sled took 7 GB of memory
-//! with a 64 MiB cache and 24,000 inserts a second (ARCHITECTURE.md, "State on disk").
-//! Why not batches in sled: its writes and syncs took a third of the gateway's CPU under
-//! load; the journal's own file needs one `pwrite` and one `fdatasync` per commit.
+//! Why not one sled key per mark: sled's memory grew with the number of keys, whatever its
+//! cache (BENCHMARKS.md, "The dedup window", has the figures). Why not batches in sled:
+//! its writes and syncs cost far more CPU than the journal's own file, which needs one
+//! `pwrite` and one `fdatasync` per commit.
 //! Stores written before the journal had files hold their batches in a sled tree: they are
 //! replayed at open and deleted once a run holds them.
 //!
