@@ -920,7 +920,7 @@ impl Config {
     }
 
     /// The effective config as YAML with every secret and URL password redacted. Durations
-    /// appear as the file wrote them, defaults as the README's table writes them.
+    /// appear as the file wrote them, defaults as docs/configuration.md writes them.
     pub fn redacted_yaml(&self) -> String {
         let mut copy = self.clone();
         copy.amqp.url = redact_url(&copy.amqp.url);
@@ -991,13 +991,13 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 }
 
 /// Durations in and out of the file. Out, a duration prints as the file wrote it (`72h`
-/// stays `72h`, where a canonical form would say `3days`); a default prints as the README's
+/// stays `72h`, where a canonical form would say `3days`); a default prints as the configuration
 /// table writes it; anything else in the largest unit that keeps it whole.
 mod duration {
     use super::*;
     use std::cell::RefCell;
 
-    /// How the defaults are written in the README's table and `config/`.
+    /// How the defaults are written in docs/configuration.md and `config/`.
     const DEFAULT_TEXTS: [&str; 8] = ["5s", "30s", "10s", "25s", "60s", "5m", "72h", "7d"];
 
     thread_local! {
@@ -1021,7 +1021,7 @@ mod duration {
             }
             let mut written = BTreeMap::new();
             collect(tree, &mut written);
-            // What the file wrote wins over how the README writes a default of equal value.
+            // What the file wrote wins over how the docs write a default of equal value.
             texts.extend(written);
             Self(texts)
         }
@@ -1823,14 +1823,12 @@ routes:
     reconcile: {url: 'https://api.example/m', token_env: K}
 ";
 
-    /// (key, default cell) of each row of the README's configuration table.
-    fn readme_rows() -> Vec<(String, String)> {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-        let readme = std::fs::read_to_string(path).expect("README.md");
-        let start = readme
-            .find("\n## Configuration")
-            .expect("a Configuration section");
-        let section = &readme[start + 1..];
+    /// (key, default cell) of each row of the table of docs/configuration.md.
+    fn documented_rows() -> Vec<(String, String)> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/configuration.md");
+        let doc = std::fs::read_to_string(path).expect("docs/configuration.md");
+        let start = doc.find("\n## Every key").expect("an Every key section");
+        let section = &doc[start + 1..];
         let section = &section[..section.find("\n## ").unwrap_or(section.len())];
         section
             .lines()
@@ -1881,7 +1879,7 @@ routes:
             })
     }
 
-    /// Whether the README's `documented` default (the text between backticks) is `actual`.
+    /// Whether the `documented` default (the text between backticks) is `actual`.
     fn same_default(documented: &str, actual: &serde_json::Value) -> bool {
         use serde_json::Value;
         if actual.as_str() == Some(documented) {
@@ -1902,12 +1900,12 @@ routes:
         }
     }
 
-    /// The README's configuration table and the schema cannot drift: every key of the schema
+    /// The configuration table and the schema cannot drift: every key of the schema
     /// has a row, every row is a key, and every default in the table is the default the code
     /// applies.
     #[test]
-    fn readme_config_table_matches_the_schema_and_its_defaults() {
-        let rows = readme_rows();
+    fn the_configuration_table_matches_the_schema_and_its_defaults() {
+        let rows = documented_rows();
         let documented: Vec<String> = rows.iter().map(|(k, _)| k.clone()).collect();
         let every = Config::parse(EVERY_KEY)
             .expect("EVERY_KEY parses")
@@ -1920,7 +1918,7 @@ routes:
         let mut problems = Vec::new();
         for key in &keys {
             if !documented.contains(key) {
-                problems.push(format!("{key}: in the schema, not in the README table"));
+                problems.push(format!("{key}: in the schema, not in the table"));
             }
         }
         let defaults = Config::parse(DEFAULTS)
@@ -1929,16 +1927,16 @@ routes:
             .expect("tree");
         for (key, cell) in &rows {
             if !keys.contains(key) {
-                problems.push(format!("{key}: in the README table, not in the schema"));
+                problems.push(format!("{key}: in the table, not in the schema"));
                 continue;
             }
             let actual = at(&defaults, key).filter(|v| !v.is_null());
             match (cell.as_str(), actual) {
                 ("required" | "one of two" | "one of three", _) | ("unset", None) => {}
-                ("unset", Some(v)) => problems.push(format!("{key}: README unset, code {v}")),
+                ("unset", Some(v)) => problems.push(format!("{key}: documented unset, code {v}")),
                 (cell, actual) => match (cell.strip_prefix('`').and_then(|c| c.strip_suffix('`')), actual) {
                     (Some(doc), Some(v)) if same_default(doc, v) => {}
-                    (Some(doc), v) => problems.push(format!("{key}: README {doc}, code {v:?}")),
+                    (Some(doc), v) => problems.push(format!("{key}: documented {doc}, code {v:?}")),
                     (None, _) => problems.push(format!(
                         "{key}: the default cell must be required, unset, one of three or one `value`, not {cell:?}"
                     )),
@@ -1947,7 +1945,7 @@ routes:
         }
         assert!(
             problems.is_empty(),
-            "README configuration table:\n{}",
+            "docs/configuration.md:\n{}",
             problems.join("\n")
         );
         assert!(rows.len() > 40, "only {} rows found", rows.len());

@@ -142,7 +142,7 @@ impl Wal {
                         Some((damaged, Some(at), false)) => {
                             return Err(Error::Open {
                                 path: damaged.clone(),
-                                reason: format!("damaged at byte {at}: {lost}, acknowledged, are in no later segment; see \"What a 200 means\" in README.md"),
+                                reason: format!("damaged at byte {at}: {lost}, acknowledged, are in no later segment; see \"A damaged state journal segment\" in docs/guarantees.md"),
                             });
                         }
                         Some((after, None, false)) => {
