@@ -586,7 +586,7 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
          node stopped at {killed_at:.1?} into the load (rabbitmqctl stop took {stop_took:.1?}); \
          publishing resumed on the other node {resumed:.1?} after the stop began; \
          requests {}, answered 200 {}, other answers {others:?}; answer time median {median:.1?}, slowest {slowest:.1?}; \
-         events spooled {spooled} ({failed} of them after a failed confirm, the rest for want of a connection or behind the spool); \
+         events spooled {spooled} ({failed} logged as a failed publish; a publish cut off with its connection, and an event accepted while none was up or behind the spool, is not logged apart); \
          messages received {}, distinct {}, duplicates {}, missing {}; test took {:.1?}",
         answers.len(),
         accepted.len(),
