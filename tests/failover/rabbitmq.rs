@@ -580,8 +580,11 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
         serde_json::from_str::<serde_json::Value>(l)
             .is_ok_and(|v| v["message"] == "broker connected" && v["node"] == 1)
     });
-    // The figures of the run, for the record (shown with --nocapture).
-    println!(
+    // The figures of the run, for the record: written to the process's stderr, which the
+    // test harness does not capture, so every run shows them.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
         "rabbitmq failover: cluster ready in {cluster_ready:.1?}; load {LOAD_PER_SECOND}/s, at most {LOAD_IN_FLIGHT} in flight, for {load_time:.1?}; \
          node stopped at {killed_at:.1?} into the load (rabbitmqctl stop took {stop_took:.1?}); \
          publishing resumed on the other node {resumed:.1?} after the stop began; \
