@@ -147,8 +147,7 @@ async fn connect_round(
     warned: &mut [bool],
     stop: &CancellationToken,
 ) -> Option<(usize, Attempt)> {
-    for step in 0..nodes.len() {
-        let node = (first + step) % nodes.len();
+    for node in round(first, nodes.len()) {
         let attempt = tokio::select! {
             _ = stop.cancelled() => return None,
             r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config, node, &nodes[node], stop)) => r,
@@ -163,6 +162,12 @@ async fn connect_round(
     }
     None
 }
+
+/// The nodes of one round, by position: all of them, from `first` on, wrapping around.
+fn round(first: usize, nodes: usize) -> impl Iterator<Item = usize> {
+    (0..nodes).map(move |step| (first + step) % nodes)
+}
+
 /// Watches `live` until it fails, is taken out of the slot, or `stop`; blocked and
 /// unblocked only pause publishing.
 async fn watch(
@@ -274,6 +279,13 @@ async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_tries_every_node_once_from_the_one_after_the_lost_one() {
+        assert_eq!(round(0, 1).collect::<Vec<_>>(), [0]);
+        assert_eq!(round(0, 3).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(round(2, 3).collect::<Vec<_>>(), [2, 0, 1]);
+    }
 
     #[test]
     fn heartbeat_is_added_only_when_missing() {
