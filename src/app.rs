@@ -40,10 +40,10 @@ pub enum AppError {
     Secret { route: String, source: SecretError },
     #[error("route {route}: {reason}")]
     Route { route: String, reason: String },
-    #[error("url_env: environment variable {0} is not set or empty")]
+    #[error("url_env/urls_env: environment variable {0} is not set or empty")]
     UrlEnv(String),
     #[error("{key}: {reason}")]
-    Url { key: &'static str, reason: String },
+    Url { key: String, reason: String },
     #[error("{0}")]
     Backend(String),
     #[error(transparent)]
@@ -128,8 +128,8 @@ pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
                 })?;
             }
             // A URL named by `url_env` is only known where the gateway runs.
-            if config.amqp.url_env.is_none() {
-                check_amqp_url(&config.amqp.url)?;
+            if config.amqp.url_env.is_none() && config.amqp.urls_env.is_none() {
+                check_amqp_urls(&config.amqp)?;
             }
             if config.redis.url_env.is_none() {
                 BackendChoice::from_config(&config).map_err(AppError::Backend)?;
@@ -175,10 +175,16 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
     if let Some(var) = &config.amqp.url_env {
         config.amqp.url = url_from_env(var)?;
     }
+    if let Some(var) = &config.amqp.urls_env {
+        config.amqp.urls = crate::config::split_urls(&url_from_env(var)?);
+        if config.amqp.urls.is_empty() {
+            return Err(AppError::UrlEnv(var.clone()));
+        }
+    }
     if let Some(var) = &config.redis.url_env {
         config.redis.url = url_from_env(var)?;
     }
-    check_amqp_url(&config.amqp.url)?;
+    check_amqp_urls(&config.amqp)?;
     let mut routes = Vec::with_capacity(config.routes.len());
     for route in &config.routes {
         let scheme = Scheme::for_route(route).map_err(|reason| AppError::Route {
@@ -245,11 +251,15 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
     })
 }
 
-fn check_amqp_url(url: &str) -> Result<(), AppError> {
-    crate::outbox::publish::check_url(url).map_err(|reason| AppError::Url {
-        key: "amqp.url",
-        reason,
-    })
+/// Every broker node's URL parses; the error names the node's key.
+fn check_amqp_urls(amqp: &crate::config::Amqp) -> Result<(), AppError> {
+    for (i, url) in amqp.nodes().iter().enumerate() {
+        crate::outbox::publish::check_url(url).map_err(|reason| AppError::Url {
+            key: amqp.node_key(i),
+            reason,
+        })?;
+    }
+    Ok(())
 }
 
 fn url_from_env(var: &str) -> Result<String, AppError> {

@@ -224,6 +224,10 @@ pub struct Metrics {
     pub broker_connected: Gauge,
     /// 1 while the broker blocks the connection (a memory or disk alarm): events spool.
     pub broker_blocked: Gauge,
+    /// Which broker node the connection is to: its position in `amqp.urls` (0 for
+    /// `amqp.url`), -1 while there is none. A number, not a label: the URL would carry a
+    /// host per node into every series.
+    pub broker_node: Gauge,
     /// Events waiting in the spool.
     pub spool_depth: Gauge,
     /// Bytes waiting in the spool.
@@ -320,6 +324,13 @@ impl Metrics {
             "broker_blocked",
             "1 while the broker blocks publishing (a memory or disk alarm); events are spooled",
             broker_blocked.clone(),
+        );
+        let broker_node = Gauge::default();
+        broker_node.set(-1);
+        registry.register(
+            "broker_node",
+            "Position in amqp.urls (0 for amqp.url) of the broker node connected to; -1 while none",
+            broker_node.clone(),
         );
         let spool_depth = Gauge::default();
         registry.register(
@@ -430,6 +441,7 @@ impl Metrics {
             publish_unpaired_returns,
             broker_connected,
             broker_blocked,
+            broker_node,
             spool_depth,
             spool_bytes,
             spool_held,

@@ -12,8 +12,11 @@ use std::time::Duration;
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize};
 
+mod amqp;
 pub mod profiles;
 pub mod reconcile;
+
+pub use amqp::split_urls;
 
 /// The longest AMQP short string, in bytes: the limit of exchange names, routing keys and
 /// `message_id`. Config checks the exchange against it; the outbox checks routing keys.
@@ -182,6 +185,13 @@ pub struct Amqp {
     /// overrides `url`, so a password can come from a Kubernetes Secret. Default unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub url_env: Option<String>,
+    /// The URLs of a cluster's nodes, tried in order; instead of `url`. Default empty.
+    /// Redacted when printed.
+    pub urls: Vec<String>,
+    /// Environment variable holding the nodes' URLs separated by commas; overrides `urls`.
+    /// Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub urls_env: Option<String>,
     /// Exchange accepted events are published to (type topic). Default `webhooks`.
     pub exchange: String,
     /// Routing key template; `{route}` and `{event}` are replaced. Default `{event}`.
@@ -200,6 +210,8 @@ impl Default for Amqp {
         Self {
             url: "amqp://guest:guest@127.0.0.1:5672/%2f".into(),
             url_env: None,
+            urls: Vec::new(),
+            urls_env: None,
             exchange: "webhooks".into(),
             routing_key: "{event}".into(),
             declare: true,
@@ -698,6 +710,7 @@ impl Config {
         // guard rules); the generic defaults below apply only where no profile has one.
         profiles::fill_route_defaults(&mut tree).map_err(parse_error)?;
         let deprecations = rename_deprecated(&mut tree);
+        amqp::check_written(&tree).map_err(parse_error)?;
         let written = duration::Written::from_tree(&tree);
         let mut config: Config = serde_path_to_error::deserialize(tree).map_err(|e| {
             let path = e.path().to_string();
@@ -869,9 +882,7 @@ impl Config {
         if self.listen.addr == self.admin.addr && self.listen.addr.port() != 0 {
             return invalid("admin.addr: must differ from listen.addr".into());
         }
-        if !(self.amqp.url.starts_with("amqp://") || self.amqp.url.starts_with("amqps://")) {
-            return invalid("amqp.url: must start with amqp:// or amqps://".into());
-        }
+        self.amqp.validate().map_err(ConfigError::Invalid)?;
         if self.dedup.backend == Backend::Redis
             && !(self.redis.url.starts_with("redis://") || self.redis.url.starts_with("rediss://"))
         {
@@ -923,7 +934,7 @@ impl Config {
     /// appear as the file wrote them, defaults as docs/configuration.md writes them.
     pub fn redacted_yaml(&self) -> String {
         let mut copy = self.clone();
-        copy.amqp.url = redact_url(&copy.amqp.url);
+        copy.amqp = copy.amqp.redacted();
         copy.redis.url = redact_url(&copy.redis.url);
         self.written
             .while_serializing(|| serde_saphyr::to_string(&copy))
@@ -1913,6 +1924,14 @@ routes:
             .expect("tree");
         let mut keys = Vec::new();
         keys_of(&every, "", &documented, &mut keys);
+        // Several broker nodes exclude one: their keys come from a config of their own.
+        let cluster = Config::parse(
+            "listen: {addr: 127.0.0.1:8443}\namqp: {urls_env: AMQP_URLS}\nroutes: [{name: r, path: /r, secrets: [{secret_env: A}]}]\n",
+        )
+        .expect("the cluster keys parse")
+        .to_tree()
+        .expect("tree");
+        keys_of(&cluster, "", &documented, &mut keys);
         keys.sort();
         keys.dedup();
         let mut problems = Vec::new();

@@ -1,5 +1,13 @@
-//! The connection task: connect, open the channels and start one owner per channel,
-//! watch the connection (blocked, lost), and reconnect with capped, jittered backoff.
+//! The connection task: connect to the first broker node that answers, open the channels
+//! and start one owner per channel, watch the connection (blocked, lost), and reconnect
+//! with capped, jittered backoff.
+//!
+//! With several nodes (`amqp.urls`) a round tries each once, in list order; a round in
+//! which none answered waits out the backoff before the next. The round after a lost
+//! connection starts with the node after the lost one, so a node that is gone does not
+//! cost a connect timeout before the others are tried. Publishes whose confirms were
+//! outstanding on the lost connection fail (their events are spooled, or answered 503):
+//! a confirm is never assumed, and a new connection cannot deliver an old one's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +38,8 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// One connection and the queue its owners take publishes from.
 pub(super) struct Live {
     connection: Connection,
+    /// The node's position in the list of nodes.
+    node: usize,
     jobs: mpsc::UnboundedSender<Job>,
     /// Cancelled when this connection is left: its owners end, and the publishes still
     /// queued are dropped (their callers see `NotConnected`).
@@ -56,6 +66,11 @@ impl Live {
         &self.gone
     }
 
+    /// The node's position in the list of nodes (`amqp.urls`; 0 for `amqp.url`).
+    pub(super) fn node(&self) -> usize {
+        self.node
+    }
+
     /// Ends the owners and closes the connection, waiting at most [`CLOSE_TIMEOUT`].
     pub(super) async fn close(&self, reason: ShortString) {
         self.gone.cancel();
@@ -65,54 +80,92 @@ impl Live {
 
 /// Keeps a connection up until `stop` is cancelled.
 pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
+    let nodes = inner.config.nodes().to_vec();
     let mut backoff = BACKOFF_MIN;
-    let mut warned = false;
-    let url = redact_url(&inner.config.url);
+    // Which nodes have had their warning in this outage.
+    let mut warned = vec![false; nodes.len()];
+    let mut first = 0;
     loop {
-        let attempt = tokio::select! {
-            _ = stop.cancelled() => return,
-            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config, &stop)) => r,
+        let Some((node, attempt)) = connect_round(&inner, &nodes, first, &mut warned, &stop).await
+        else {
+            if stop.is_cancelled() {
+                return;
+            }
+            let wait = jitter(backoff);
+            backoff = (backoff * 2).min(BACKOFF_MAX);
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(wait) => {}
+            }
+            continue;
         };
-        match attempt {
-            Ok(Ok((live, channels, jobs))) => {
-                let mut events = live.connection.events_listener();
-                let live = Arc::new(live);
-                let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
-                for channel in channels {
-                    tokio::spawn(owner::run(
-                        inner.clone(),
-                        live.clone(),
-                        jobs.clone(),
-                        channel,
-                    ));
-                }
-                drop(jobs);
-                inner.replace(Some(live.clone()));
-                inner.connected.notify_waiters();
-                tracing::info!(url = %url, "broker connected");
-                backoff = BACKOFF_MIN;
-                warned = false;
-                watch(&inner, &live, &mut events, &stop).await;
-                inner.clear_if(&live);
-                // Owners end and the queue goes; the close itself need not hold up a
-                // reconnect.
-                tokio::spawn(async move { live.close(short_constant("reconnecting")).await });
-                if stop.is_cancelled() {
-                    return;
-                }
-            }
-            Ok(Err(error)) => {
-                report_unreachable(&mut warned, &url, &error.to_string());
-            }
-            Err(_) => report_unreachable(&mut warned, &url, "connect timed out"),
+        let (live, channels, jobs) = attempt;
+        let mut events = live.connection.events_listener();
+        let live = Arc::new(live);
+        let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
+        for channel in channels {
+            tokio::spawn(owner::run(
+                inner.clone(),
+                live.clone(),
+                jobs.clone(),
+                channel,
+            ));
         }
-        let wait = jitter(backoff);
-        backoff = (backoff * 2).min(BACKOFF_MAX);
+        drop(jobs);
+        inner.replace(Some(live.clone()));
+        inner.connected.notify_waiters();
+        tracing::info!(url = %redact_url(&nodes[node]), node, nodes = nodes.len(), "broker connected");
+        backoff = BACKOFF_MIN;
+        warned.fill(false);
+        watch(&inner, &live, &mut events, &stop).await;
+        inner.clear_if(&live);
+        // Owners end and the queue goes; the close itself need not hold up a reconnect.
+        tokio::spawn(async move { live.close(short_constant("reconnecting")).await });
+        if stop.is_cancelled() {
+            return;
+        }
+        first = (node + 1) % nodes.len();
+        // A short pause even so: a node that drops every connection at once is not
+        // hammered.
+        let wait = jitter(BACKOFF_MIN);
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
     }
+}
+
+/// A connection's parts: the connection, its channels, and its queue of publishes.
+type Attempt = (Live, Vec<Channel>, mpsc::UnboundedReceiver<Job>);
+
+/// Tries each node once, in order from `first`: the first that answers, with its
+/// position, or `None` when none did (or `stop`).
+async fn connect_round(
+    inner: &Inner,
+    nodes: &[String],
+    first: usize,
+    warned: &mut [bool],
+    stop: &CancellationToken,
+) -> Option<(usize, Attempt)> {
+    for node in round(first, nodes.len()) {
+        let attempt = tokio::select! {
+            _ = stop.cancelled() => return None,
+            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config, node, &nodes[node], stop)) => r,
+        };
+        let error = match attempt {
+            Ok(Ok(parts)) => return Some((node, parts)),
+            Ok(Err(error)) => error.to_string(),
+            Err(_) => "connect timed out".to_owned(),
+        };
+        let url = redact_url(&nodes[node]);
+        report_unreachable(&mut warned[node], &url, node, nodes.len(), &error);
+    }
+    None
+}
+
+/// The nodes of one round, by position: all of them, from `first` on, wrapping around.
+fn round(first: usize, nodes: usize) -> impl Iterator<Item = usize> {
+    (0..nodes).map(move |step| (first + step) % nodes)
 }
 
 /// Watches `live` until it fails, is taken out of the slot, or `stop`; blocked and
@@ -157,15 +210,17 @@ async fn watch(
     }
 }
 
-fn report_unreachable(warned: &mut bool, url: &str, error: &str) {
-    // One warning per outage, not one per attempt: a laptop without a broker should not
-    // drown its terminal.
+fn report_unreachable(warned: &mut bool, url: &str, node: usize, nodes: usize, error: &str) {
+    // One warning per node and outage, not one per attempt: a laptop without a broker
+    // should not drown its terminal.
     if *warned {
-        tracing::debug!(%url, %error, "broker still unreachable");
+        tracing::debug!(%url, node, %error, "broker still unreachable");
+    } else if nodes > 1 {
+        tracing::warn!(%url, node, nodes, %error, "broker node unreachable; trying the next, and accepted events are spooled while none answers");
     } else {
         tracing::warn!(%url, %error, "broker unreachable; accepted events are spooled until it is back");
-        *warned = true;
     }
+    *warned = true;
 }
 
 fn jitter(base: Duration) -> Duration {
@@ -184,16 +239,20 @@ fn with_heartbeat(url: &str) -> String {
     format!("{url}{separator}heartbeat={DEFAULT_HEARTBEAT_SECS}")
 }
 
-/// A new connection with its channels (confirm mode) and the receiving end of its queue.
+/// A new connection to the node `url` (position `node`) with its channels (confirm mode)
+/// and the receiving end of its queue.
 async fn connect(
     config: &Amqp,
+    node: usize,
+    url: &str,
     stop: &CancellationToken,
-) -> Result<(Live, Vec<Channel>, mpsc::UnboundedReceiver<Job>), lapin::Error> {
+) -> Result<Attempt, lapin::Error> {
     let props = ConnectionProperties::default().with_connection_name(LongString::from("hookgate"));
-    let connection = Connection::connect(&with_heartbeat(&config.url), props).await?;
+    let connection = Connection::connect(&with_heartbeat(url), props).await?;
     let (jobs, queue) = mpsc::unbounded_channel();
     let live = Live {
         connection,
+        node,
         jobs,
         gone: stop.child_token(),
     };
@@ -220,6 +279,13 @@ async fn connect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_round_tries_every_node_once_from_the_one_after_the_lost_one() {
+        assert_eq!(round(0, 1).collect::<Vec<_>>(), [0]);
+        assert_eq!(round(0, 3).collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(round(2, 3).collect::<Vec<_>>(), [2, 0, 1]);
+    }
 
     #[test]
     fn heartbeat_is_added_only_when_missing() {

@@ -1,5 +1,6 @@
-//! The RabbitMQ side: one connection, confirm-mode channels each owned by one task, a
-//! confirm and a return paired with their own publish, reconnect with backoff.
+//! The RabbitMQ side: one connection (to the first of the broker nodes that answers),
+//! confirm-mode channels each owned by one task, a confirm and a return paired with their
+//! own publish, reconnect with backoff (to the next node of a cluster).
 //!
 //! A background task owns the connection ([`connection`]); per channel one owner task
 //! ([`owner`]) alone publishes, in batches, and answers each publish once the broker has
@@ -178,6 +179,9 @@ impl Inner {
     fn replace(&self, live: Option<Arc<Live>>) -> Option<Arc<Live>> {
         let mut slot = self.live.write().unwrap_or_else(PoisonError::into_inner);
         self.metrics.broker_connected.set(i64::from(live.is_some()));
+        self.metrics
+            .broker_node
+            .set(live.as_ref().map_or(-1, |l| node_gauge(l.node())));
         self.set_blocked(false);
         std::mem::replace(&mut *slot, live)
     }
@@ -189,6 +193,7 @@ impl Inner {
         if slot.as_ref().is_some_and(|l| Arc::ptr_eq(l, failed)) {
             *slot = None;
             self.metrics.broker_connected.set(0);
+            self.metrics.broker_node.set(-1);
             self.set_blocked(false);
         }
     }
@@ -209,6 +214,11 @@ impl Inner {
     fn holds(&self, live: &Arc<Live>) -> bool {
         self.current().is_some_and(|l| Arc::ptr_eq(&l, live))
     }
+}
+
+/// A node's position as a gauge value (a list of nodes is never that long).
+fn node_gauge(node: usize) -> i64 {
+    i64::try_from(node).unwrap_or(i64::MAX)
 }
 
 /// Reconnect backoff bounds.

@@ -24,6 +24,7 @@ pub struct GatewayConfig {
     pub dir: PathBuf,
     pub store: PathBuf,
     pub exchange: String,
+    /// `amqp.url`; left out of the YAML when empty (for `amqp.urls` in `amqp_extra`).
     pub amqp_url: String,
     /// `amqp.confirm_timeout` (default `3s`).
     pub confirm_timeout: String,
@@ -87,12 +88,16 @@ impl GatewayConfig {
             None => String::new(),
         };
         format!(
-            "listen:\n  addr: {listen}\n{tls}admin:\n  addr: 127.0.0.1:0\n{admin_extra}store:\n  path: {store}\n{store_extra}amqp:\n  url: {url}\n  exchange: {exchange}\n  confirm_timeout: {confirm_timeout}\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
+            "listen:\n  addr: {listen}\n{tls}admin:\n  addr: 127.0.0.1:0\n{admin_extra}store:\n  path: {store}\n{store_extra}amqp:\n{url}  exchange: {exchange}\n  confirm_timeout: {confirm_timeout}\n{amqp_extra}{extra}routes:\n  - name: botix\n    path: /webhooks/botix\n    secrets:\n{secrets}{route_extra}",
             listen = self.listen_addr,
             admin_extra = self.admin_extra,
             store = self.store.display(),
             store_extra = self.store_extra,
-            url = self.amqp_url,
+            url = if self.amqp_url.is_empty() {
+                String::new()
+            } else {
+                format!("  url: {}\n", self.amqp_url)
+            },
             exchange = self.exchange,
             confirm_timeout = self.confirm_timeout,
             amqp_extra = self.amqp_extra,

@@ -1,0 +1,614 @@
+//! A RabbitMQ cluster of the test's own: two nodes (`rabbitmq-server`) on free loopback
+//! ports, each with its own data, log and config folders in a temporary directory, joined
+//! with `rabbitmqctl join_cluster`. The machine's broker (5672), which other tests share,
+//! is never named. The packaged `rabbitmq-server` and `rabbitmqctl` switch to the
+//! `rabbitmq` user, so the nodes and the tool share that user's Erlang cookie.
+//!
+//! The real gateway publishes to the cluster with `amqp.urls` naming both nodes under a
+//! steady load; the node it is connected to is stopped; it must move to the other, and
+//! every event answered 200 must reach the consumer at least once.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::{Connection, ConnectionProperties, ExchangeKind};
+
+use crate::util::{self, event_body, scrape, unique, Gateway, GatewayConfig};
+
+/// How long a node may take to boot on a loaded machine.
+const BOOT_DEADLINE: Duration = Duration::from_secs(90);
+/// How long one `rabbitmqctl` command may take.
+const CTL_DEADLINE: Duration = Duration::from_secs(60);
+/// Requests started per second, and at most this many in flight: a steady, bounded load.
+const LOAD_PER_SECOND: u64 = 100;
+const LOAD_IN_FLIGHT: usize = 16;
+/// Load before the node is stopped, and after publishing has resumed on the other.
+const LOAD_BEFORE: Duration = Duration::from_secs(3);
+const LOAD_AFTER: Duration = Duration::from_secs(3);
+/// Upper bound for each wait on the gateway or the consumer.
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Ports the machine's RabbitMQ tools use: the shared broker and its distribution port,
+/// epmd, and the range `rabbitmqctl` takes for its own distribution.
+fn reserved(port: u16) -> bool {
+    matches!(port, 4369 | 5672 | 25672) || (35672..=35682).contains(&port)
+}
+
+/// `n` distinct free loopback ports, none of them reserved.
+fn free_ports(n: usize) -> Vec<u16> {
+    let mut held = Vec::new();
+    while held.len() < n {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+        let port = listener.local_addr().expect("local addr").port();
+        if !reserved(port) {
+            held.push(listener);
+        }
+    }
+    held.iter()
+        .map(|l| l.local_addr().expect("local addr").port())
+        .collect()
+}
+
+/// Runs `command`, killing it after `deadline`: Ok, or why not (its output).
+fn run(command: &mut Command, deadline: Duration) -> Result<(), String> {
+    let out = std::env::temp_dir().join(format!("{}.out", unique("hgtest-cmd")));
+    let file = std::fs::File::create(&out).map_err(|e| e.to_string())?;
+    let err = file.try_clone().map_err(|e| e.to_string())?;
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(file)
+        .stderr(err)
+        .spawn()
+        .map_err(|e| format!("{command:?}: {e}"))?;
+    let until = Instant::now() + deadline;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(50)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let output = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    match status {
+        Some(s) if s.success() => Ok(()),
+        Some(s) => Err(format!("{command:?} exited with {s}: {}", output.trim())),
+        None => Err(format!(
+            "{command:?} took over {deadline:?}: {}",
+            output.trim()
+        )),
+    }
+}
+
+/// `rabbitmqctl -n node args...`.
+fn ctl(node: &str, args: &[&str]) -> Result<(), String> {
+    run(
+        Command::new("rabbitmqctl")
+            .arg("-q")
+            .arg("-n")
+            .arg(node)
+            .args(args),
+        CTL_DEADLINE,
+    )
+}
+
+fn port_open(port: u16) -> bool {
+    std::net::TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(1))
+        .is_ok()
+}
+
+/// One node of the cluster.
+struct Node {
+    name: String,
+    amqp_port: u16,
+    dir: PathBuf,
+    /// The `rabbitmq-server` wrapper, which runs while the node does.
+    wrapper: Child,
+    stopped: bool,
+}
+
+impl Node {
+    /// Writes the node's folders and config and starts it; does not wait for it.
+    fn spawn(base: &Path, name: &str, ports: (u16, u16)) -> Result<Self, String> {
+        let dir = base.join(name);
+        for sub in ["mnesia", "log"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(|e| e.to_string())?;
+        }
+        // No management plugin; no disk alarm on a full developer disk.
+        std::fs::write(dir.join("enabled_plugins"), "[].\n").map_err(|e| e.to_string())?;
+        std::fs::write(
+            dir.join("rabbitmq.conf"),
+            "disk_free_limit.absolute = 1MB\nlog.console = false\n",
+        )
+        .map_err(|e| e.to_string())?;
+        run(
+            Command::new("chown")
+                .arg("-R")
+                .arg("rabbitmq:rabbitmq")
+                .arg(base),
+            CTL_DEADLINE,
+        )?;
+        let output =
+            std::fs::File::create(base.join(format!("{name}.out"))).map_err(|e| e.to_string())?;
+        let errors = output.try_clone().map_err(|e| e.to_string())?;
+        let wrapper = Command::new("rabbitmq-server")
+            .env("RABBITMQ_NODENAME", format!("{name}@localhost"))
+            .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
+            .env("RABBITMQ_NODE_PORT", ports.0.to_string())
+            .env("RABBITMQ_DIST_PORT", ports.1.to_string())
+            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", dir.join("log"))
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq.conf"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+            .env("RABBITMQ_PID_FILE", dir.join("node.pid"))
+            .stdin(Stdio::null())
+            .stdout(output)
+            .stderr(errors)
+            .spawn()
+            .map_err(|e| format!("rabbitmq-server: {e}"))?;
+        Ok(Self {
+            name: format!("{name}@localhost"),
+            amqp_port: ports.0,
+            dir,
+            wrapper,
+            stopped: false,
+        })
+    }
+
+    /// Waits until the node takes AMQP connections, or says why it will not.
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let until = Instant::now() + BOOT_DEADLINE;
+        while !port_open(self.amqp_port) {
+            if let Ok(Some(status)) = self.wrapper.try_wait() {
+                return Err(format!(
+                    "node {} exited with {status}: {}",
+                    self.name,
+                    self.log_tail()
+                ));
+            }
+            if Instant::now() >= until {
+                return Err(format!(
+                    "node {} did not open its port within {BOOT_DEADLINE:?}: {}",
+                    self.name,
+                    self.log_tail()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        Ok(())
+    }
+
+    /// The end of the node's output, to say why it failed.
+    fn log_tail(&self) -> String {
+        let out = self
+            .dir
+            .parent()
+            .map(|base| base.join(format!("{}.out", self.name.trim_end_matches("@localhost"))))
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .unwrap_or_default();
+        let tail: Vec<&str> = out.lines().rev().take(8).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    }
+
+    fn url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.amqp_port)
+    }
+
+    /// Stops the node (the whole Erlang VM).
+    fn stop(&mut self) -> Result<(), String> {
+        self.stopped = true;
+        ctl(&self.name, &["stop"])
+    }
+
+    /// Makes sure the node is gone: `rabbitmqctl stop`, then SIGKILL to the pid it wrote.
+    fn ensure_gone(&mut self) {
+        if !self.stopped {
+            let _ = self.stop();
+        }
+        let pid = std::fs::read_to_string(self.dir.join("node.pid"))
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+            .and_then(rustix::process::Pid::from_raw);
+        if let Some(pid) = pid {
+            // Gone already in the usual case: the error is expected then.
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while matches!(self.wrapper.try_wait(), Ok(None)) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.wrapper.kill();
+        let _ = self.wrapper.wait();
+    }
+}
+
+/// Two nodes joined in a cluster; both are stopped when it is dropped, also when the test
+/// fails.
+struct Cluster {
+    nodes: Vec<Node>,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Starts two nodes and joins the second to the first.
+    fn start() -> Result<Self, String> {
+        if let Err(e) = Command::new("rabbitmq-server")
+            .arg("--help")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .and_then(|mut c| c.wait())
+        {
+            return Err(format!("rabbitmq-server cannot be run: {e}"));
+        }
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let tag = unique("x");
+        let tag = &tag[2..10];
+        let ports = free_ports(4);
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            _dir: dir,
+        };
+        let base = cluster._dir.path().to_owned();
+        cluster.nodes.push(Node::spawn(
+            &base,
+            &format!("hgtest-a-{tag}"),
+            (ports[0], ports[1]),
+        )?);
+        cluster.nodes.push(Node::spawn(
+            &base,
+            &format!("hgtest-b-{tag}"),
+            (ports[2], ports[3]),
+        )?);
+        for node in &mut cluster.nodes {
+            node.wait_ready()?;
+        }
+        let first = cluster.nodes[0].name.clone();
+        let second = &mut cluster.nodes[1];
+        ctl(&second.name, &["stop_app"])?;
+        ctl(&second.name, &["join_cluster", &first])?;
+        ctl(&second.name, &["start_app"])?;
+        second.wait_ready()?;
+        Ok(cluster)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            node.ensure_gone();
+        }
+    }
+}
+
+/// A consumer on one node: every message id it has received, in order.
+struct Consumer {
+    _connection: Connection,
+    received: Arc<Mutex<Vec<String>>>,
+}
+
+impl Consumer {
+    /// Declares `exchange` and a quorum queue bound to all its keys on the node at `url`,
+    /// and consumes the queue.
+    ///
+    /// The queue has one member, on this node: a quorum queue needs a majority of its
+    /// members, and of two members that is both, so with two nodes only a queue that lives
+    /// on the surviving node stays writable when the other stops (a production cluster has
+    /// three nodes and three members).
+    async fn start(url: &str, exchange: &str) -> Self {
+        let connection = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .expect("consumer connection");
+        let channel = connection.create_channel().await.expect("channel");
+        channel
+            .exchange_declare(
+                ShortString::from(exchange),
+                ExchangeKind::Topic,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("exchange");
+        let queue = unique("failover-q");
+        let mut args = FieldTable::default();
+        args.insert(
+            ShortString::from("x-queue-type"),
+            AMQPValue::LongString(LongString::from("quorum")),
+        );
+        args.insert(
+            ShortString::from("x-quorum-initial-group-size"),
+            AMQPValue::LongInt(1),
+        );
+        channel
+            .queue_declare(
+                ShortString::from(queue.as_str()),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                args,
+            )
+            .await
+            .expect("quorum queue");
+        channel
+            .queue_bind(
+                ShortString::from(queue.as_str()),
+                ShortString::from(exchange),
+                ShortString::from("#"),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .expect("bind");
+        let mut deliveries = channel
+            .basic_consume(
+                ShortString::from(queue.as_str()),
+                ShortString::from("failover"),
+                BasicConsumeOptions {
+                    no_ack: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .expect("consume");
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let sink = received.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(delivery)) = deliveries.next().await {
+                let id = delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .map(|s| s.as_str().to_owned())
+                    .unwrap_or_default();
+                sink.lock().expect("received").push(id);
+            }
+        });
+        Self {
+            _connection: connection,
+            received,
+        }
+    }
+
+    fn received(&self) -> Vec<String> {
+        self.received.lock().expect("received").clone()
+    }
+}
+
+/// The gateway's `hookgate_broker_node`, or `None` when it cannot be read.
+async fn broker_node(client: &reqwest::Client, gw: &Gateway) -> Option<f64> {
+    scrape(client, gw).await.find("hookgate_broker_node", &[])
+}
+
+/// Polls `check` every 50 ms for up to [`WAIT`]; the time it took, or `None`.
+async fn within<F, Fut>(mut check: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    while start.elapsed() < WAIT {
+        if check().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// One request of the load.
+struct Sent {
+    id: String,
+    status: u16,
+    answer: serde_json::Value,
+    took: Duration,
+}
+
+/// Sends fresh events at [`LOAD_PER_SECOND`], at most [`LOAD_IN_FLIGHT`] at once, until
+/// `stop`.
+async fn load(gw: Arc<Gateway>, client: reqwest::Client, stop: Arc<AtomicBool>) -> Vec<Sent> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(LOAD_IN_FLIGHT));
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / LOAD_PER_SECOND));
+    let mut requests = Vec::new();
+    let mut n = 0u64;
+    while !stop.load(Ordering::SeqCst) {
+        tick.tick().await;
+        let permit = permits.clone().acquire_owned().await.expect("semaphore");
+        let (gw, client) = (gw.clone(), client.clone());
+        n += 1;
+        let id = format!("evt-failover-{n}");
+        requests.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let (status, answer) = gw
+                .deliver(&client, &event_body(&id), &format!("req-{id}"))
+                .await;
+            drop(permit);
+            Sent {
+                id,
+                status,
+                answer,
+                took: started.elapsed(),
+            }
+        }));
+    }
+    let mut answers = Vec::with_capacity(requests.len());
+    for r in requests {
+        answers.push(r.await.expect("request task"));
+    }
+    answers
+}
+
+/// How many log lines of the gateway have `message`.
+fn logged(gw: &Gateway, message: &str) -> usize {
+    gw.logs()
+        .iter()
+        .filter(|line| {
+            serde_json::from_str::<serde_json::Value>(line).is_ok_and(|v| v["message"] == message)
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted_event_arrives() {
+    let began = Instant::now();
+    let cluster = match tokio::task::spawn_blocking(Cluster::start)
+        .await
+        .expect("cluster start task")
+    {
+        Ok(cluster) => cluster,
+        Err(why) => {
+            util::skip_or_fail(&format!(
+                "a RabbitMQ cluster of the test's own cannot start: {why}"
+            ));
+            return;
+        }
+    };
+    let cluster_ready = began.elapsed();
+    let exchange = unique("failover");
+    let consumer = Consumer::start(&cluster.nodes[1].url(), &exchange).await;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), &exchange);
+    cfg.amqp_url = String::new();
+    cfg.amqp_extra = format!(
+        "  urls: ['{}', '{}']\n",
+        cluster.nodes[0].url(),
+        cluster.nodes[1].url()
+    );
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = util::client(None);
+    util::wait_broker_connected(&client, &gw).await;
+    assert_eq!(
+        broker_node(&client, &gw).await,
+        Some(0.0),
+        "the gateway starts on the first node of amqp.urls"
+    );
+
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load_started = Instant::now();
+    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone()));
+    tokio::time::sleep(LOAD_BEFORE).await;
+
+    // The node the gateway is connected to goes away mid-load.
+    let killed_at = load_started.elapsed();
+    let stopping = Instant::now();
+    let mut cluster = cluster;
+    let stopped = tokio::task::block_in_place(|| cluster.nodes[0].stop());
+    let stop_took = stopping.elapsed();
+    stopped.expect("rabbitmqctl stop of the first node");
+    let resumed = within(|| async { broker_node(&client, &gw).await == Some(1.0) })
+        .await
+        .map(|_| stopping.elapsed());
+    let Some(resumed) = resumed else {
+        panic!(
+            "the gateway never moved to the second node; logs:\n{}",
+            gw.logs().join("\n")
+        );
+    };
+    tokio::time::sleep(LOAD_AFTER).await;
+    stop_load.store(true, Ordering::SeqCst);
+    let answers = sender.await.expect("load");
+    let load_time = load_started.elapsed();
+
+    // Everything spooled meanwhile goes out, then a sentinel closes the stream: what was
+    // confirmed before it is in the queue before it.
+    let drained = within(|| async {
+        scrape(&client, &gw).await.find("hookgate_spool_depth", &[]) == Some(0.0)
+    })
+    .await;
+    assert!(drained.is_some(), "the spool never drained");
+    let sentinel = unique("evt-sentinel");
+    let (status, answer) = gw
+        .deliver(&client, &event_body(&sentinel), &unique("req"))
+        .await;
+    assert_eq!(status, 200, "sentinel: {answer}");
+    let arrived = within(|| {
+        let seen = consumer.received().contains(&sentinel);
+        async move { seen }
+    })
+    .await;
+    assert!(arrived.is_some(), "the sentinel never arrived");
+
+    let received: Vec<String> = consumer
+        .received()
+        .into_iter()
+        .filter(|id| *id != sentinel)
+        .collect();
+    let distinct: HashSet<&String> = received.iter().collect();
+    let accepted: Vec<&String> = answers
+        .iter()
+        .filter(|a| a.status == 200)
+        .map(|a| &a.id)
+        .collect();
+    // Answers other than 200, by status and body: the sender retries those.
+    let mut others: BTreeMap<String, usize> = BTreeMap::new();
+    for a in answers.iter().filter(|a| a.status != 200) {
+        *others
+            .entry(format!("{} {}", a.status, a.answer))
+            .or_insert(0) += 1;
+    }
+    let mut took: Vec<Duration> = answers.iter().map(|a| a.took).collect();
+    took.sort();
+    let median = took.get(took.len() / 2).copied().unwrap_or_default();
+    let slowest = took.last().copied().unwrap_or_default();
+    let missing: Vec<&&String> = accepted
+        .iter()
+        .filter(|id| !distinct.contains(**id))
+        .collect();
+    let spooled = logged(&gw, "event spooled");
+    let failed = logged(&gw, "publish failed; spooling");
+    let moved = gw.logs().iter().any(|l| {
+        serde_json::from_str::<serde_json::Value>(l)
+            .is_ok_and(|v| v["message"] == "broker connected" && v["node"] == 1)
+    });
+    // The figures of the run, for the record: written to the process's stderr, which the
+    // test harness does not capture, so every run shows them.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "rabbitmq failover: cluster ready in {cluster_ready:.1?}; load {LOAD_PER_SECOND}/s, at most {LOAD_IN_FLIGHT} in flight, for {load_time:.1?}; \
+         node stopped at {killed_at:.1?} into the load (rabbitmqctl stop took {stop_took:.1?}); \
+         publishing resumed on the other node {resumed:.1?} after the stop began; \
+         requests {}, answered 200 {}, other answers {others:?}; answer time median {median:.1?}, slowest {slowest:.1?}; \
+         events spooled {spooled} ({failed} logged as a failed publish; a publish cut off with its connection, and an event accepted while none was up or behind the spool, is not logged apart); \
+         messages received {}, distinct {}, duplicates {}, missing {}; test took {:.1?}",
+        answers.len(),
+        accepted.len(),
+        received.len(),
+        distinct.len(),
+        received.len() - distinct.len(),
+        missing.len(),
+        began.elapsed(),
+    );
+    assert!(moved, "no 'broker connected' log line names node 1");
+    assert!(
+        missing.is_empty(),
+        "{} events answered 200 never arrived, e.g. {:?}",
+        missing.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        accepted.len() > LOAD_PER_SECOND as usize,
+        "too few events accepted for a test: {}",
+        accepted.len()
+    );
+}
