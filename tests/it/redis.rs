@@ -32,7 +32,7 @@ pub(crate) fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> Gatew
 }
 
 /// A plain connection to the Redis at `url`, for the test itself.
-async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
+pub(crate) async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).expect("redis url");
     tokio::time::timeout(BROKER_TIMEOUT, client.get_multiplexed_async_connection())
         .await
@@ -316,7 +316,7 @@ async fn the_shared_guard_scenarios_pass_on_the_redis_backend() {
 
 /// A Redis of the test's own on a free port, plain or speaking only TLS (with a
 /// self-signed certificate); stopped when dropped.
-struct OwnRedis {
+pub(crate) struct OwnRedis {
     child: std::process::Child,
     port: u16,
     /// The server's certificate when it speaks TLS.
@@ -326,14 +326,16 @@ struct OwnRedis {
 
 impl OwnRedis {
     /// Starts `redis-server`; `None` when it cannot run here (see [`skip_or_fail`]).
-    async fn start(tls: bool) -> Option<Self> {
+    pub(crate) async fn start(tls: bool) -> Option<Self> {
         let dir = tempfile::tempdir().expect("dir");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let mut cmd = std::process::Command::new("redis-server");
+        // DEBUG SLEEP (from loopback) lets a test stall the server between two commands.
         cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
@@ -380,7 +382,7 @@ impl OwnRedis {
         Some(redis)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let scheme = if self.cert.is_some() {
             "rediss"
         } else {
@@ -550,7 +552,7 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
     // Instance A publishes through a proxy that will swallow its publish; B directly.
     let proxy = Proxy::to_rabbitmq().await;
     let shared = format!(
-        "dedup:\n  backend: redis\n  in_flight_lease: 8s\n  in_flight_wait: 1s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
+        "dedup:\n  backend: redis\n  in_flight_lease: 16s\n  in_flight_wait: 1s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
     );
     let mut cfg_a = GatewayConfig::new(dirs[0].path(), &broker.exchange);
     cfg_a.amqp_url = proxy.amqp_url("");
