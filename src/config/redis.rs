@@ -142,8 +142,12 @@ impl Redis {
                 "redis.key_prefix: must not hold { or } with cluster_nodes (hookgate's hash tags place the keys)".into(),
             );
         }
-        if self.wait_replicas > 0 && self.wait_timeout.is_zero() {
-            return invalid("redis.wait_timeout: must be positive with wait_replicas".into());
+        if self.wait_replicas > 0
+            && (self.wait_timeout.is_zero() || self.wait_timeout >= REDIS_OP_TIMEOUT)
+        {
+            return invalid(format!(
+                "redis.wait_timeout: must be positive and shorter than {REDIS_OP_TIMEOUT:?} (a Redis call's deadline) with wait_replicas"
+            ));
         }
         // Every lease in Redis (the dedup claim, the guard-key lock) ends by itself; one that
         // ends while its holder still works lets another replica decide on stale state. The
@@ -200,6 +204,14 @@ mod tests {
         r.wait_timeout = Duration::from_secs(1);
         let e = lease_ok(&r, 24).expect_err("WAIT counts").to_string();
         assert!(e.contains("25s") && e.contains("wait_timeout"), "{e}");
+        r.wait_timeout = Duration::from_secs(2);
+        let e = lease_ok(&r, 60)
+            .expect_err("WAIT within a call")
+            .to_string();
+        assert!(
+            e.contains("redis.wait_timeout: must be positive and shorter"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -327,14 +327,15 @@ impl StateStore {
 
     /// Waits until the current records of `keys` are durable: for an answer that rests on
     /// these keys alone (a duplicate), which are on disk already unless a concurrent request
-    /// wrote one moments ago. sled: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`].
+    /// wrote one moments ago. sled: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`],
+    /// and with `redis.wait_replicas` until that many replicas have the marks.
     pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         match self {
             StateStore::Sled(s) => {
                 let point = s.journal.point_of(keys);
                 s.journal.durable(point, DURABLE_WAIT).await
             }
-            StateStore::Redis { .. } => Ok(()),
+            StateStore::Redis { redis, .. } => redis.replicated(keys).await,
         }
     }
 

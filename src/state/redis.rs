@@ -455,6 +455,24 @@ impl RedisState {
         .map(|_| ())
     }
 
+    /// With `WAIT` configured: waits until the configured replicas have every write made
+    /// so far on the nodes holding `keys` (a duplicate's 200 rests on a mark that a
+    /// concurrent request, or an attempt whose own `WAIT` failed, may have written).
+    pub async fn replicated(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
+        if self.wait.is_none() {
+            return Ok(());
+        }
+        let nodes: Vec<&StoreKey> = if self.link.is_cluster() {
+            keys.to_vec()
+        } else {
+            keys.iter().take(1).copied().collect()
+        };
+        for key in nodes {
+            self.replicate(self.key(key, RedisSpace::Marks)).await?;
+        }
+        Ok(())
+    }
+
     /// `WAIT` for the configured replicas after a write on the node holding `key`: fewer
     /// acknowledgements within the timeout is a failure (503), since a failover could then
     /// lose the write.

@@ -657,3 +657,77 @@ async fn contacts_and_channels_that_join_to_the_same_redis_key_keep_their_own_op
     );
     broker.delete().await;
 }
+
+#[tokio::test]
+async fn with_wait_replicas_a_write_no_replica_acknowledged_is_a_503_and_one_it_did_a_200() {
+    require_broker!();
+    let Some(master) = OwnRedis::start(false).await else {
+        return;
+    };
+    let broker = Broker::new().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut cfg = on_redis(
+        GatewayConfig::new(dir.path(), &broker.exchange),
+        &master.url(),
+        "hg-wait:",
+    );
+    cfg.extra
+        .push_str("  wait_replicas: 1\n  wait_timeout: 200ms\n");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    // No replica: WAIT 1 counts none, so no 200 may stand for the marks.
+    let (s, r) = gw
+        .deliver(&client, &event_body("evt_wait_1"), "req_wait_1")
+        .await;
+    assert_eq!(s, 503, "a 200 without a replica's acknowledgement: {r}");
+
+    // A replica of the test's own joins; the sender's retry gets its 200.
+    let replica_dir = tempfile::tempdir().expect("dir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut replica = std::process::Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--port",
+        ])
+        .arg(port.to_string())
+        .arg("--dir")
+        .arg(replica_dir.path())
+        .args(["--replicaof", "127.0.0.1"])
+        .arg(master.port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server replica");
+    let deadline = tokio::time::Instant::now() + POLL_DEADLINE;
+    let mut answers = Vec::new();
+    loop {
+        let (s, r) = gw
+            .deliver(&client, &event_body("evt_wait_1"), "req_wait_1b")
+            .await;
+        answers.push((s, outcome(&r)));
+        if s == 200 || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The first attempt was published before its WAIT failed, so the retry is a duplicate,
+    // answered once a replica has the mark.
+    assert_eq!(
+        answers.last(),
+        Some(&(200, "duplicate".to_owned())),
+        "{answers:?}"
+    );
+    let published = ids_before_sentinel(&client, &gw, &broker).await;
+    let _ = replica.kill();
+    let _ = replica.wait();
+    assert_eq!(published, ["evt_wait_1"]);
+    broker.delete().await;
+}
