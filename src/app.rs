@@ -131,7 +131,12 @@ pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
             if config.amqp.url_env.is_none() && config.amqp.urls_env.is_none() {
                 check_amqp_urls(&config.amqp)?;
             }
-            if config.redis.url_env.is_none() {
+            // So are a URL from the environment and the sentinels' password.
+            let redis = &config.redis;
+            if redis.url_env.is_none()
+                && redis.sentinel_password_env.is_none()
+                && redis.sentinel_password_file.is_none()
+            {
                 BackendChoice::from_config(&config).map_err(AppError::Backend)?;
             }
             Ok(config)

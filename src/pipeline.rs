@@ -428,13 +428,28 @@ impl Pipeline {
                 // A drop is final too: the sender got its 200, and a retry must not be judged
                 // against state that has moved on since.
                 self.state
-                    .mark_done(&keys, self.now_ms(), event.timestamp_ms, self.settings.ttl)
+                    .mark_done(
+                        &keys,
+                        token,
+                        self.now_ms(),
+                        event.timestamp_ms,
+                        self.settings.ttl,
+                    )
                     .await?;
                 // The guard state and the marks are on disk before the 200 (contract §4). If
                 // they cannot be, the answer is 503 and the retry finds the marks in memory.
                 self.state.sync().await?;
             }
-            _ => self.state.release(&ev_key, token).await?,
+            _ => {
+                // Both claims are released even when one release fails; the first failure
+                // is the answer.
+                let mut released = Ok(());
+                for key in &keys {
+                    let r = self.state.release(key, token).await;
+                    released = released.and(r);
+                }
+                released?;
+            }
         }
         result
     }

@@ -63,6 +63,11 @@ pub enum StoreError {
     /// Another request held the key for the whole wait: contention, not a failure.
     #[error("{0}")]
     Busy(&'static str),
+    /// A lease (a claim or a guard-key lock) ended while its holder still worked, and
+    /// another request took it: the holder's write was refused, its answer is 503, and the
+    /// sender's retry is decided on the newer state.
+    #[error("{0}")]
+    LeaseLost(&'static str),
     /// Stored bytes could not be written or read in their format.
     #[error("stored data unreadable: {0}")]
     Corrupt(#[source] Cause),
@@ -77,7 +82,10 @@ impl StoreError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            StoreError::NotDurable(_) | StoreError::Unreachable(_) | StoreError::Busy(_)
+            StoreError::NotDurable(_)
+                | StoreError::Unreachable(_)
+                | StoreError::Busy(_)
+                | StoreError::LeaseLost(_)
         )
     }
 
@@ -101,6 +109,7 @@ impl StoreError {
             StoreError::Unwritable(_) => "unwritable",
             StoreError::Unreachable(_) => "unreachable",
             StoreError::Busy(_) => "busy",
+            StoreError::LeaseLost(_) => "lease_lost",
             StoreError::Corrupt(_) => "corrupt",
             StoreError::Stopped(_) => "stopped",
         }

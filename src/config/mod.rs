@@ -15,6 +15,9 @@ use serde::{Deserialize, Serialize};
 mod amqp;
 pub mod profiles;
 pub mod reconcile;
+pub mod redis;
+
+pub use self::redis::Redis;
 
 pub use amqp::split_urls;
 
@@ -257,30 +260,6 @@ impl Default for Dedup {
             ttl: Duration::from_secs(72 * 3600),
             in_flight_wait: Duration::from_secs(5),
             in_flight_lease: Duration::from_secs(30),
-        }
-    }
-}
-
-/// The Redis connection.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Redis {
-    /// `redis://` or `rediss://` URL. Default `redis://127.0.0.1:6379/0`. Redacted when printed.
-    pub url: String,
-    /// Environment variable holding the whole URL (password included); overrides `url`.
-    /// Default unset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub url_env: Option<String>,
-    /// Prefix of every key, so several gateways can share one Redis. Default `hookgate:`.
-    pub key_prefix: String,
-}
-
-impl Default for Redis {
-    fn default() -> Self {
-        Self {
-            url: "redis://127.0.0.1:6379/0".into(),
-            url_env: None,
-            key_prefix: "hookgate:".into(),
         }
     }
 }
@@ -883,10 +862,12 @@ impl Config {
             return invalid("admin.addr: must differ from listen.addr".into());
         }
         self.amqp.validate().map_err(ConfigError::Invalid)?;
-        if self.dedup.backend == Backend::Redis
-            && !(self.redis.url.starts_with("redis://") || self.redis.url.starts_with("rediss://"))
-        {
-            return invalid("redis.url: must start with redis:// or rediss://".into());
+        if self.dedup.backend == Backend::Redis {
+            self.redis.validate(
+                self.dedup.in_flight_lease,
+                self.dedup.in_flight_wait,
+                self.amqp.confirm_timeout,
+            )?;
         }
         Ok(())
     }
@@ -1794,7 +1775,7 @@ listen:
   tls: {cert: /tls/crt, key: /tls/key}
 amqp: {url_env: AMQP_URL, dropped_routing_key: 'dropped.{event}'}
 limits: {peer_address_header: x-forwarded-for}
-redis: {url_env: REDIS_URL}
+redis: {url_env: REDIS_URL, sentinels: [s1.example:26379], master_name: main, sentinel_password_env: SENTINEL_PASSWORD, sentinel_password_file: /run/sentinel, cluster_nodes: [c1.example:7000]}
 routes:
   - name: r
     path: /r

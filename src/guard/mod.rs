@@ -181,14 +181,17 @@ impl GuardState {
 
     /// Stores the new state of an accepted event and releases its key.
     pub async fn commit(&self, held: Held, now_ms: i64) -> Result<(), StoreError> {
-        let result = match &held.update {
+        match held.update {
             Some((value, expires_ms)) => {
-                self.store.put(&held.key, value, now_ms, *expires_ms).await
+                self.store
+                    .commit_locked(held.lock, &held.key, &value, now_ms, expires_ms)
+                    .await
             }
-            None => Ok(()),
-        };
-        self.store.unlock(held.lock).await;
-        result
+            None => {
+                self.store.unlock(held.lock).await;
+                Ok(())
+            }
+        }
     }
 
     /// Releases the key of an event that was not accepted; its state stays as it was.

@@ -67,6 +67,18 @@ impl StoreKey {
         out.extend(self.bytes.iter().map(|b| if *b == 0 { b':' } else { *b }));
         out
     }
+
+    /// The Redis Cluster form: `prefix`, a hash tag of the key's digest, then the rest of
+    /// [`StoreKey::redis_form`]. A cluster places a key by its hash tag alone, so a guard
+    /// key's lock and state (one store key in two spaces) share a slot, and a script may
+    /// read the one and write the other. The tag is hex, so no `{` or `}` in the key itself
+    /// can move it.
+    pub fn redis_cluster_form(&self, prefix: &str, space: RedisSpace) -> Vec<u8> {
+        let tag = hex::encode(&self.digest.0[..8]);
+        let mut out = format!("{prefix}{{{tag}}}{}", space.prefix()).into_bytes();
+        out.extend(self.bytes.iter().map(|b| if *b == 0 { b':' } else { *b }));
+        out
+    }
 }
 
 /// A guard key as text: the key its state is stored under and the order key its spooled
@@ -148,6 +160,30 @@ mod tests {
         );
         let key = StoreKey::event("botix", "evt_1");
         assert_eq!(key.digest(), Digest::of(key.as_bytes()));
+        let tag = hex::encode(&key.digest().0[..8]);
+        assert_eq!(
+            key.redis_cluster_form("hg:", RedisSpace::Marks),
+            format!("hg:{{{tag}}}botix:event:evt_1").into_bytes()
+        );
+    }
+
+    #[test]
+    fn a_guard_keys_lock_and_state_share_a_hash_tag_in_a_cluster() {
+        let tag = |k: &[u8]| {
+            let open = k.iter().position(|b| *b == b'{').expect("{");
+            let close = open + k[open..].iter().position(|b| *b == b'}').expect("}");
+            k[open + 1..close].to_vec()
+        };
+        let key = StoreKey::guard("botix", "keyword", &["{a}", "b}"]);
+        let lock = key.redis_cluster_form("hg:", RedisSpace::Locks);
+        let state = key.redis_cluster_form("hg:", RedisSpace::Guard);
+        assert_eq!(tag(&lock), tag(&state));
+        assert_eq!(tag(&lock).len(), 16);
+        let other = StoreKey::guard("botix", "keyword", &["c", "d"]);
+        assert_ne!(
+            tag(&other.redis_cluster_form("hg:", RedisSpace::Guard)),
+            tag(&state)
+        );
     }
 
     #[test]

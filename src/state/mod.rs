@@ -11,6 +11,7 @@ pub mod marks;
 #[cfg(test)]
 mod model;
 pub mod redis;
+pub mod redis_link;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -112,11 +113,37 @@ impl BackendChoice {
         match config.dedup.backend {
             Backend::Local => Ok(BackendChoice::Local),
             Backend::Redis => Ok(BackendChoice::Redis(Box::new(RedisTarget::new(
-                &config.redis.url,
-                &config.redis.key_prefix,
+                &config.redis,
+                sentinel_password(&config.redis)?,
             )?))),
         }
     }
+}
+
+/// The sentinels' password from its source (`redis.sentinel_password_env` or `_file`),
+/// trailing line breaks of a file removed.
+fn sentinel_password(config: &crate::config::Redis) -> Result<Option<String>, String> {
+    let password = if let Some(var) = &config.sentinel_password_env {
+        std::env::var(var).map_err(|_| {
+            format!("redis.sentinel_password_env: environment variable {var} is not set")
+        })?
+    } else if let Some(path) = &config.sentinel_password_file {
+        std::fs::read_to_string(path)
+            .map_err(|e| {
+                format!(
+                    "redis.sentinel_password_file: cannot read {}: {e}",
+                    path.display()
+                )
+            })?
+            .trim_end_matches(['\r', '\n'])
+            .to_owned()
+    } else {
+        return Ok(None);
+    };
+    if password.is_empty() {
+        return Err("redis: the sentinel password is empty".into());
+    }
+    Ok(Some(password))
 }
 
 impl StateStore {
@@ -228,12 +255,29 @@ impl StateStore {
         let mut backoff = Backoff::default();
         loop {
             let now = now_ms();
+            // The request id is claimed like the event: of two concurrent retries under one
+            // request id, whatever their bodies, one goes on and the other waits for it.
             if let Some(request) = request {
+                // A read first: the common retry (the request id done) is answered without
+                // a write, also by a Redis that refuses writes.
                 if self.mark_state(request, now).await? == KeyState::Done {
                     return Ok(Claimed::Duplicate);
                 }
+                match self.try_claim(request, token, now, lease).await? {
+                    Claim::Claimed => {}
+                    Claim::Done => return Ok(Claimed::Duplicate),
+                    Claim::InFlight if Instant::now() >= deadline => return Ok(Claimed::Busy),
+                    Claim::InFlight => {
+                        backoff.pause().await;
+                        continue;
+                    }
+                }
             }
-            match self.try_claim(event, token, now, lease).await? {
+            let claim = self.try_claim(event, token, now, lease).await;
+            if let (Some(request), Ok(Claim::Done | Claim::InFlight) | Err(_)) = (request, &claim) {
+                self.release(request, token).await?;
+            }
+            match claim? {
                 Claim::Claimed => return Ok(Claimed::Owned),
                 Claim::Done => return Ok(Claimed::Duplicate),
                 Claim::InFlight if Instant::now() >= deadline => return Ok(Claimed::Busy),
@@ -247,6 +291,7 @@ impl StateStore {
     pub async fn mark_done(
         &self,
         keys: &[&StoreKey],
+        token: u64,
         now_ms: i64,
         event_ms: Option<i64>,
         ttl: Duration,
@@ -261,7 +306,7 @@ impl StateStore {
             StateStore::Redis { redis, .. } => {
                 let lifetime =
                     Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
-                redis.mark_done(keys, lifetime).await
+                redis.mark_done(keys, token, lifetime).await
             }
         }
     }
@@ -282,7 +327,8 @@ impl StateStore {
 
     /// Waits until the current records of `keys` are durable: for an answer that rests on
     /// these keys alone (a duplicate), which are on disk already unless a concurrent request
-    /// wrote one moments ago. Local: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`].
+    /// wrote one moments ago. Local: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`],
+    /// and with `redis.wait_replicas` until that many replicas have the marks.
     pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         match self {
             StateStore::Local(s) => {
@@ -290,7 +336,7 @@ impl StateStore {
                 let point = s.journal.point_of(&digests.iter().collect::<Vec<_>>());
                 Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
-            StateStore::Redis { .. } => Ok(()),
+            StateStore::Redis { redis, .. } => redis.replicated(keys).await,
         }
     }
 
@@ -360,6 +406,31 @@ impl StateStore {
         match self {
             StateStore::Local(_) => Ok(()),
             StateStore::Redis { redis, .. } => redis.end_lease(key, token).await,
+        }
+    }
+
+    /// Writes the guard state of a key whose lock this request holds, and releases the
+    /// lock. Redis: only while the lock is still this request's ([`StoreError::LeaseLost`]
+    /// otherwise; see [`RedisState::commit_locked`]).
+    pub async fn commit_locked(
+        &self,
+        lock: KeyLock,
+        key: &StoreKey,
+        value: &[u8],
+        now_ms: i64,
+        expires_ms: Option<i64>,
+    ) -> Result<(), StoreError> {
+        match (self, lock) {
+            (StateStore::Redis { redis, .. }, KeyLock::Redis { key: locked, token }) => {
+                debug_assert_eq!(&locked, key);
+                let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
+                redis.commit_locked(key, token, value, ttl).await
+            }
+            (_, lock) => {
+                let result = self.put(key, value, now_ms, expires_ms).await;
+                self.unlock(lock).await;
+                result
+            }
         }
     }
 

@@ -1,24 +1,29 @@
 //! Dedup marks, guard state and guard-key locks in a shared Redis, for several replicas.
-//! The only module that imports the redis crate.
+//! With [`redis_link`](crate::state::redis_link), the only modules that import the redis crate.
 //!
 //! Every operation has a deadline; a slow or unreachable Redis is a [`StoreError`], which
 //! the pipeline answers with 503 so the sender retries. Nothing is answered 200 unless its
 //! mark was written.
+//!
+//! Claims and locks are leases that end by themselves, so a replica paused past its lease
+//! (a frozen container) may wake up to find another replica holding the key. Every write
+//! made under a lease is therefore fenced: a script writes it only if the writer's token
+//! still holds the lease, in the same step, so a late writer cannot overwrite a newer
+//! decision.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
+use crate::config::Redis as RedisConfig;
 use crate::state::backoff::Backoff;
 use crate::state::keys::{RedisSpace, StoreKey};
 use crate::state::marks::{Claim, KeyState};
+use crate::state::redis_link::{Conn, Link, Topology, OP_TIMEOUT};
 use crate::store::StoreError;
 
-/// A Redis call slower than this counts as a failure (the request answers 503).
-const OP_TIMEOUT: Duration = Duration::from_secs(2);
 /// Value of a done mark.
 const DONE: &str = "d";
 
@@ -46,20 +51,57 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return 1
 "#;
 
-/// A checked Redis URL, parsed before any port is bound.
+/// The guard commit: writes the state `KEYS[2]` (`ARGV[2]`, expiring after `ARGV[3]` ms,
+/// never when 0) and releases the lock `KEYS[1]`, only while token `ARGV[1]` holds that
+/// lock; 0 otherwise. A lock that expired and was never taken again is lost too: another
+/// request may have taken it, decided and released it in between.
+const FENCED_COMMIT: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+if ARGV[3] == '0' then
+  redis.call('SET', KEYS[2], ARGV[2])
+else
+  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+end
+redis.call('DEL', KEYS[1])
+return 1
+"#;
+
+/// Marks every key done (`ARGV[3]`) for `ARGV[2]` ms, all or none, unless one of them is
+/// claimed by another token than `ARGV[1]`: then 0. A key that is free (its claim expired
+/// and nobody took it) or done already is marked: the event was handled, and a done mark
+/// only ever keeps a duplicate out.
+const FENCED_DONE: &str = r#"
+for _, key in ipairs(KEYS) do
+  local held = redis.call('GET', key)
+  if held and held ~= ARGV[1] and held ~= ARGV[3] then
+    return 0
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[3], 'PX', ARGV[2])
+end
+return 1
+"#;
+
+/// A checked Redis configuration, parsed before any port is bound.
 #[derive(Clone)]
 pub struct RedisTarget {
-    client: redis::Client,
+    topology: Topology,
     prefix: String,
+    /// `WAIT` for this many replicas, this long, after writes a 200 rests on.
+    wait: Option<(u32, Duration)>,
 }
 
 impl RedisTarget {
-    /// Parses the URL (`redis://`, `rediss://`, with password and database).
-    pub fn new(url: &str, prefix: &str) -> Result<Self, String> {
-        let client = redis::Client::open(url).map_err(|e| format!("redis.url: {e}"))?;
+    /// Checks the `redis:` section (its URL: `redis://`, `rediss://`, with password and
+    /// database); `sentinel_password` was read from its source.
+    pub fn new(config: &RedisConfig, sentinel_password: Option<String>) -> Result<Self, String> {
         Ok(Self {
-            client,
-            prefix: prefix.to_owned(),
+            topology: Topology::new(config, sentinel_password)?,
+            prefix: config.key_prefix.clone(),
+            wait: (config.wait_replicas > 0).then_some((config.wait_replicas, config.wait_timeout)),
         })
     }
 }
@@ -77,29 +119,28 @@ const PROBE_TTL: Duration = Duration::from_secs(10);
 /// The shared state store.
 #[derive(Clone)]
 pub struct RedisState {
-    conn: ConnectionManager,
+    link: Arc<Link>,
     prefix: String,
+    wait: Option<(u32, Duration)>,
     release: Arc<redis::Script>,
     lease: Arc<redis::Script>,
+    commit: Arc<redis::Script>,
+    done: Arc<redis::Script>,
     healthy: Arc<AtomicBool>,
 }
 
 impl RedisState {
-    /// Creates the connection manager; it connects lazily and reconnects by itself, so a
-    /// Redis that is down at start is not fatal.
+    /// Prepares the connection; it is made at the first call and again whenever one
+    /// fails, so a Redis that is down at start is not fatal.
     pub fn connect(target: &RedisTarget) -> Result<Self, StoreError> {
-        let config = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(OP_TIMEOUT))
-            .set_response_timeout(Some(OP_TIMEOUT))
-            .set_max_delay(Duration::from_secs(2))
-            .set_number_of_retries(1);
-        let conn = ConnectionManager::new_lazy_with_config(target.client.clone(), config)
-            .map_err(|e| StoreError::Unreachable(e.into()))?;
         Ok(Self {
-            conn,
+            link: Arc::new(Link::new(target.topology.clone())),
             prefix: target.prefix.clone(),
+            wait: target.wait,
             release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
             lease: Arc::new(redis::Script::new(TAKE_OR_EXTEND)),
+            commit: Arc::new(redis::Script::new(FENCED_COMMIT)),
+            done: Arc::new(redis::Script::new(FENCED_DONE)),
             healthy: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -114,8 +155,7 @@ impl RedisState {
     /// and GET, but refuses every claim, so only a write tells.
     pub async fn ping(&self) -> Result<(), StoreError> {
         let k = self.key(&StoreKey::raw(b"readiness-probe"), RedisSpace::Marks);
-        let mut c = self.conn.clone();
-        self.run(Access::Write, async move {
+        self.run(Access::Write, move |mut c| async move {
             c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
         })
         .await
@@ -124,9 +164,8 @@ impl RedisState {
     /// The state of a dedup key.
     pub async fn state(&self, key: &StoreKey) -> Result<KeyState, StoreError> {
         let k = self.key(key, RedisSpace::Marks);
-        let mut c = self.conn.clone();
         let v: Option<String> = self
-            .run(Access::Read, async move { c.get(k).await })
+            .run(Access::Read, move |mut c| async move { c.get(k).await })
             .await?;
         Ok(match v.as_deref() {
             None => KeyState::Free,
@@ -145,7 +184,7 @@ impl RedisState {
     ) -> Result<Claim, StoreError> {
         let k = self.key(key, RedisSpace::Marks);
         loop {
-            if self.set_nx(k.clone(), &token.to_string(), lease).await? {
+            if self.set_nx(k.clone(), token, lease).await? {
                 return Ok(Claim::Claimed);
             }
             match self.state(key).await? {
@@ -157,27 +196,55 @@ impl RedisState {
         }
     }
 
-    /// Marks keys done for `ttl`.
-    pub async fn mark_done(&self, keys: &[&StoreKey], ttl: Duration) -> Result<(), StoreError> {
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.set_options(
-                self.key(key, RedisSpace::Marks),
-                DONE,
-                redis::SetOptions::default().with_expiration(redis::SetExpiry::PX(millis(ttl))),
-            )
-            .ignore();
+    /// Marks keys done for `ttl`, fenced by the claim `token` took: all of them in one
+    /// script (in a cluster, one script per hash slot, the event's key first), then
+    /// `WAIT` when configured.
+    pub async fn mark_done(
+        &self,
+        keys: &[&StoreKey],
+        token: u64,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let keys: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|k| self.key(k, RedisSpace::Marks))
+            .collect();
+        // Each key is its own slot in a cluster (a request id and an event id share
+        // nothing to tag them with); elsewhere one script writes them all.
+        let groups: Vec<Vec<Vec<u8>>> = if self.link.is_cluster() {
+            keys.into_iter().map(|k| vec![k]).collect()
+        } else {
+            vec![keys]
+        };
+        for group in groups {
+            let first = group.first().cloned().unwrap_or_default();
+            let script = self.done.clone();
+            let written = self
+                .run(Access::Write, move |mut c| async move {
+                    let mut call = script.prepare_invoke();
+                    for key in &group {
+                        call.key(key);
+                    }
+                    call.arg(token.to_string())
+                        .arg(millis(ttl))
+                        .arg(DONE)
+                        .invoke_async::<i64>(&mut c)
+                        .await
+                })
+                .await?;
+            if written != 1 {
+                return Err(StoreError::LeaseLost(
+                    "the event's claim was taken over by another request while this one held it (paused past its lease?)",
+                ));
+            }
+            self.replicate(first).await?;
         }
-        let mut c = self.conn.clone();
-        self.run(Access::Write, async move {
-            pipe.query_async::<()>(&mut c).await
-        })
-        .await
+        Ok(())
     }
 
     /// Releases a claim if `token` still holds it.
     pub async fn release(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
-        self.compare_and_delete(self.key(key, RedisSpace::Marks), token.to_string())
+        self.release_or_later(self.key(key, RedisSpace::Marks), token)
             .await
     }
 
@@ -194,10 +261,7 @@ impl RedisState {
         let deadline = tokio::time::Instant::now() + wait;
         let mut backoff = Backoff::default();
         loop {
-            if self
-                .set_nx(lock_key.clone(), &token.to_string(), lease)
-                .await?
-            {
+            if self.set_nx(lock_key.clone(), token, lease).await? {
                 return Ok(());
             }
             if tokio::time::Instant::now() >= deadline {
@@ -212,7 +276,62 @@ impl RedisState {
     /// Releases a guard-key lock taken with `token`.
     pub async fn unlock(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         let lock_key = self.key(key, RedisSpace::Locks);
-        self.compare_and_delete(lock_key, token.to_string()).await
+        self.release_or_later(lock_key, token).await
+    }
+
+    /// Releases `key` if `token` holds it; when Redis does not answer, keeps trying in the
+    /// background, so the key is free as soon as Redis answers again rather than after its
+    /// lease.
+    async fn release_or_later(&self, key: Vec<u8>, token: u64) -> Result<(), StoreError> {
+        let result = self.compare_and_delete(key.clone(), token).await;
+        if result.is_err() {
+            self.release_later(key, token);
+        }
+        result
+    }
+
+    /// Writes the guard state of `key` (forgotten after `ttl` when given) and releases its
+    /// lock, in one script that does both only while `token` holds the lock; then `WAIT`
+    /// when configured. A lock lost meanwhile is [`StoreError::LeaseLost`]: the state
+    /// stays as the lock's later holder left it.
+    pub async fn commit_locked(
+        &self,
+        key: &StoreKey,
+        token: u64,
+        value: &[u8],
+        ttl: Option<Duration>,
+    ) -> Result<(), StoreError> {
+        let lock_key = self.key(key, RedisSpace::Locks);
+        let state_key = self.key(key, RedisSpace::Guard);
+        let script = self.commit.clone();
+        let value = value.to_vec();
+        let ttl_ms = ttl.map_or(0, millis);
+        let first = state_key.clone();
+        let written = self
+            .run(Access::Write, move |mut c| async move {
+                script
+                    .key(lock_key)
+                    .key(state_key)
+                    .arg(token.to_string())
+                    .arg(value)
+                    .arg(ttl_ms)
+                    .invoke_async::<i64>(&mut c)
+                    .await
+            })
+            .await;
+        match written {
+            Ok(1) => self.replicate(first).await,
+            Ok(_) => Err(StoreError::LeaseLost(
+                "the guard key's lock was taken over by another request while this one held it (paused past its lease?); its state was left as that request wrote it",
+            )),
+            Err(e) => {
+                // The script may still run when Redis answers again: it then finds the lock
+                // released (and writes nothing) or still ours (and commits). Either is
+                // consistent; releasing now only keeps the key from blocking for a lease.
+                self.release_later(self.key(key, RedisSpace::Locks), token);
+                Err(e)
+            }
+        }
     }
 
     /// Takes, or extends while `token` holds it, the lease of `key` for `ttl`: one holder
@@ -224,9 +343,8 @@ impl RedisState {
         ttl: Duration,
     ) -> Result<bool, StoreError> {
         let k = self.key(key, RedisSpace::Locks);
-        let mut c = self.conn.clone();
         let script = self.lease.clone();
-        self.run(Access::Write, async move {
+        self.run(Access::Write, move |mut c| async move {
             script
                 .key(k)
                 .arg(token.to_string())
@@ -240,18 +358,19 @@ impl RedisState {
 
     /// Ends a lease `token` holds.
     pub async fn end_lease(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
-        self.compare_and_delete(self.key(key, RedisSpace::Locks), token.to_string())
+        self.compare_and_delete(self.key(key, RedisSpace::Locks), token)
             .await
     }
 
     /// Reads guard state.
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         let k = self.key(key, RedisSpace::Guard);
-        let mut c = self.conn.clone();
-        self.run(Access::Read, async move { c.get(k).await }).await
+        self.run(Access::Read, move |mut c| async move { c.get(k).await })
+            .await
     }
 
-    /// Writes guard state, forgotten after `ttl` when given.
+    /// Writes guard state, forgotten after `ttl` when given (state no lock guards: a
+    /// reconciler's position, under its own lease).
     pub async fn put(
         &self,
         key: &StoreKey,
@@ -259,64 +378,168 @@ impl RedisState {
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
         let k = self.key(key, RedisSpace::Guard);
-        let mut c = self.conn.clone();
         let value = value.to_vec();
         match ttl {
             Some(ttl) => {
-                self.run(Access::Write, async move {
+                self.run(Access::Write, move |mut c| async move {
                     c.pset_ex::<_, _, ()>(k, value, millis(ttl)).await
                 })
                 .await
             }
             None => {
-                self.run(
-                    Access::Write,
-                    async move { c.set::<_, _, ()>(k, value).await },
-                )
+                self.run(Access::Write, move |mut c| async move {
+                    c.set::<_, _, ()>(k, value).await
+                })
                 .await
             }
         }
     }
 
-    async fn set_nx(&self, k: Vec<u8>, value: &str, ttl: Duration) -> Result<bool, StoreError> {
-        let mut c = self.conn.clone();
-        let value = value.to_owned();
+    /// `SET NX PX`. When the reply does not come, the SET may still be applied once Redis
+    /// answers again, and would then hold the key for a whole lease with nobody to finish
+    /// it; so it is released by token in the background.
+    async fn set_nx(&self, k: Vec<u8>, token: u64, ttl: Duration) -> Result<bool, StoreError> {
         let opts = redis::SetOptions::default()
             .conditional_set(redis::ExistenceCheck::NX)
             .with_expiration(redis::SetExpiry::PX(millis(ttl)));
-        let reply: Option<String> = self
-            .run(
-                Access::Write,
-                async move { c.set_options(k, value, opts).await },
-            )
-            .await?;
-        Ok(reply.is_some())
+        let key = k.clone();
+        let reply: Result<Option<String>, StoreError> = self
+            .run(Access::Write, move |mut c| async move {
+                c.set_options(key, token.to_string(), opts).await
+            })
+            .await;
+        match reply {
+            Ok(reply) => Ok(reply.is_some()),
+            Err(e) => {
+                self.release_later_within(k, token, ttl);
+                Err(e)
+            }
+        }
     }
 
-    async fn compare_and_delete(&self, key: Vec<u8>, value: String) -> Result<(), StoreError> {
-        let mut c = self.conn.clone();
+    /// Releases `key` if `token` holds it, retrying in the background for a lock lease.
+    fn release_later(&self, key: Vec<u8>, token: u64) {
+        self.release_later_within(key, token, OP_TIMEOUT * 15);
+    }
+
+    /// Releases `key` if `token` holds it, retrying in the background until it is done or
+    /// `within` has passed (after which the lease has freed the key anyway).
+    fn release_later_within(&self, key: Vec<u8>, token: u64, within: Duration) {
+        let this = self.clone();
+        tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + within;
+            let mut backoff = Backoff::default();
+            loop {
+                match this.compare_and_delete(key.clone(), token).await {
+                    Ok(()) => return,
+                    Err(_) if tokio::time::Instant::now() < deadline => backoff.pause().await,
+                    Err(error) => {
+                        tracing::warn!(%error, "a lease whose reply was lost was not released; it ends by itself");
+                        return;
+                    }
+                }
+            }
+        });
+    }
+
+    async fn compare_and_delete(&self, key: Vec<u8>, token: u64) -> Result<(), StoreError> {
         let script = self.release.clone();
-        self.run(Access::Write, async move {
-            script.key(key).arg(value).invoke_async::<i64>(&mut c).await
+        self.run(Access::Write, move |mut c| async move {
+            script
+                .key(key)
+                .arg(token.to_string())
+                .invoke_async::<i64>(&mut c)
+                .await
         })
         .await
         .map(|_| ())
     }
 
-    /// Runs a call under the deadline and records the store's health: any failure makes it
-    /// unhealthy, and only a write that succeeds makes it healthy again (a Redis that
-    /// refuses writes still serves reads).
-    async fn run<T>(
-        &self,
-        access: Access,
-        op: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, StoreError> {
-        let result = match tokio::time::timeout(OP_TIMEOUT, op).await {
+    /// With `WAIT` configured: waits until the configured replicas have every write made
+    /// so far on the nodes holding `keys` (a duplicate's 200 rests on a mark that a
+    /// concurrent request, or an attempt whose own `WAIT` failed, may have written).
+    pub async fn replicated(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
+        if self.wait.is_none() {
+            return Ok(());
+        }
+        let nodes: Vec<&StoreKey> = if self.link.is_cluster() {
+            keys.to_vec()
+        } else {
+            keys.iter().take(1).copied().collect()
+        };
+        for key in nodes {
+            self.replicate(self.key(key, RedisSpace::Marks)).await?;
+        }
+        Ok(())
+    }
+
+    /// `WAIT` for the configured replicas after a write on the node holding `key`: fewer
+    /// acknowledgements within the timeout is a failure (503), since a failover could then
+    /// lose the write.
+    async fn replicate(&self, key: Vec<u8>) -> Result<(), StoreError> {
+        let Some((replicas, timeout)) = self.wait else {
+            return Ok(());
+        };
+        let acked: i64 = self
+            .run(Access::Write, move |c| async move {
+                let mut cmd = redis::cmd("WAIT");
+                cmd.arg(replicas).arg(millis(timeout));
+                match c {
+                    Conn::Node(mut c) => cmd.query_async(&mut c).await,
+                    Conn::Cluster(mut c) => {
+                        use redis::cluster_routing::{
+                            Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
+                        };
+                        let at = Route::with_key(&key, SlotAddr::Master);
+                        let routing =
+                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(at));
+                        let value = c.route_command(cmd, routing).await?;
+                        redis::from_redis_value(value).map_err(redis::RedisError::from)
+                    }
+                }
+            })
+            .await?;
+        if acked < i64::from(replicas) {
+            self.healthy.store(false, Ordering::Relaxed);
+            return Err(StoreError::Unreachable(
+                format!("WAIT: {acked} of {replicas} replicas acknowledged the write in time")
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Runs a call on the current connection under the deadline (connecting first if
+    /// there is none) and records the store's health: any failure makes it unhealthy, and
+    /// only a write that succeeds makes it healthy again (a Redis that refuses writes still
+    /// serves reads). A connection that failed in a way a new one may cure is dropped.
+    async fn run<T, F, Fut>(&self, access: Access, op: F) -> Result<T, StoreError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let mut used = None;
+        let attempt = async {
+            let (generation, conn) = self.link.get().await?;
+            used = Some(generation);
+            op(conn).await
+        };
+        let result = match tokio::time::timeout(OP_TIMEOUT, attempt).await {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(StoreError::Unreachable(e.into())),
-            Err(_) => Err(StoreError::Unreachable(
-                "no answer within the deadline".into(),
-            )),
+            Ok(Err(e)) => {
+                if let Some(generation) = used {
+                    self.link.failed(generation, Some(&e));
+                }
+                Err(StoreError::Unreachable(e.into()))
+            }
+            Err(_) => {
+                if let Some(generation) = used {
+                    self.link.failed(generation, None);
+                }
+                Err(StoreError::Unreachable(
+                    "no answer within the deadline".into(),
+                ))
+            }
         };
         match (&result, access) {
             (Err(_), _) => self.healthy.store(false, Ordering::Relaxed),
@@ -326,9 +549,13 @@ impl RedisState {
         result
     }
 
-    /// The Redis key of a store key in `space`.
+    /// The Redis key of a store key in `space` (hash-tagged in a cluster).
     fn key(&self, key: &StoreKey, space: RedisSpace) -> Vec<u8> {
-        key.redis_form(&self.prefix, space)
+        if self.link.is_cluster() {
+            key.redis_cluster_form(&self.prefix, space)
+        } else {
+            key.redis_form(&self.prefix, space)
+        }
     }
 }
 

@@ -1,8 +1,14 @@
-//! Failover tests: servers of the tests' own on loopback, stopped under load.
+//! Failover tests: hookgate under load while servers of the tests' own on loopback (a Redis
+//! Sentinel group, a Redis Cluster, a two-node RabbitMQ cluster) fail over. Heavier than
+//! `tests/it`: every test starts its servers on loopback ports of its own.
 
-// The integration tests' harness (the real binary, signing, metrics); not all of it is used.
-#[allow(unused_imports)]
+// The integration tests' harness (gateway, broker, signatures); this binary uses a part.
 #[path = "../it/util/mod.rs"]
+#[allow(unused_imports)]
 mod util;
 
+mod redis_servers;
+
+mod cluster;
 mod rabbitmq;
+mod sentinel;

@@ -9,6 +9,7 @@ mod client_errors;
 mod dedup;
 mod docs;
 mod durability;
+mod fencing;
 mod fuzz;
 mod guard;
 mod hardening;

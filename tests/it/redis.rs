@@ -32,7 +32,7 @@ pub(crate) fn on_redis(mut cfg: GatewayConfig, url: &str, prefix: &str) -> Gatew
 }
 
 /// A plain connection to the Redis at `url`, for the test itself.
-async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
+pub(crate) async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(url).expect("redis url");
     tokio::time::timeout(BROKER_TIMEOUT, client.get_multiplexed_async_connection())
         .await
@@ -316,7 +316,7 @@ async fn the_shared_guard_scenarios_pass_on_the_redis_backend() {
 
 /// A Redis of the test's own on a free port, plain or speaking only TLS (with a
 /// self-signed certificate); stopped when dropped.
-struct OwnRedis {
+pub(crate) struct OwnRedis {
     child: std::process::Child,
     port: u16,
     /// The server's certificate when it speaks TLS.
@@ -326,14 +326,16 @@ struct OwnRedis {
 
 impl OwnRedis {
     /// Starts `redis-server`; `None` when it cannot run here (see [`skip_or_fail`]).
-    async fn start(tls: bool) -> Option<Self> {
+    pub(crate) async fn start(tls: bool) -> Option<Self> {
         let dir = tempfile::tempdir().expect("dir");
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("free port")
             .port();
         let mut cmd = std::process::Command::new("redis-server");
+        // DEBUG SLEEP (from loopback) lets a test stall the server between two commands.
         cmd.args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--enable-debug-command", "local"])
             .arg("--dir")
             .arg(dir.path())
             .stdout(std::process::Stdio::null())
@@ -380,7 +382,7 @@ impl OwnRedis {
         Some(redis)
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let scheme = if self.cert.is_some() {
             "rediss"
         } else {
@@ -550,7 +552,7 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
     // Instance A publishes through a proxy that will swallow its publish; B directly.
     let proxy = Proxy::to_rabbitmq().await;
     let shared = format!(
-        "dedup:\n  backend: redis\n  in_flight_lease: 8s\n  in_flight_wait: 1s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
+        "dedup:\n  backend: redis\n  in_flight_lease: 16s\n  in_flight_wait: 1s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
     );
     let mut cfg_a = GatewayConfig::new(dirs[0].path(), &broker.exchange);
     cfg_a.amqp_url = proxy.amqp_url("");
@@ -653,5 +655,79 @@ async fn contacts_and_channels_that_join_to_the_same_redis_key_keep_their_own_op
         ids_before_sentinel(&client, &a, &broker).await,
         vec!["kw_colon_0", "kw_colon_1"]
     );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn with_wait_replicas_a_write_no_replica_acknowledged_is_a_503_and_one_it_did_a_200() {
+    require_broker!();
+    let Some(master) = OwnRedis::start(false).await else {
+        return;
+    };
+    let broker = Broker::new().await;
+    let dir = tempfile::tempdir().expect("dir");
+    let mut cfg = on_redis(
+        GatewayConfig::new(dir.path(), &broker.exchange),
+        &master.url(),
+        "hg-wait:",
+    );
+    cfg.extra
+        .push_str("  wait_replicas: 1\n  wait_timeout: 200ms\n");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    // No replica: WAIT 1 counts none, so no 200 may stand for the marks.
+    let (s, r) = gw
+        .deliver(&client, &event_body("evt_wait_1"), "req_wait_1")
+        .await;
+    assert_eq!(s, 503, "a 200 without a replica's acknowledgement: {r}");
+
+    // A replica of the test's own joins; the sender's retry gets its 200.
+    let replica_dir = tempfile::tempdir().expect("dir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let mut replica = std::process::Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--port",
+        ])
+        .arg(port.to_string())
+        .arg("--dir")
+        .arg(replica_dir.path())
+        .args(["--replicaof", "127.0.0.1"])
+        .arg(master.port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server replica");
+    let deadline = tokio::time::Instant::now() + POLL_DEADLINE;
+    let mut answers = Vec::new();
+    loop {
+        let (s, r) = gw
+            .deliver(&client, &event_body("evt_wait_1"), "req_wait_1b")
+            .await;
+        answers.push((s, outcome(&r)));
+        if s == 200 || tokio::time::Instant::now() >= deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The first attempt was published before its WAIT failed, so the retry is a duplicate,
+    // answered once a replica has the mark.
+    assert_eq!(
+        answers.last(),
+        Some(&(200, "duplicate".to_owned())),
+        "{answers:?}"
+    );
+    let published = ids_before_sentinel(&client, &gw, &broker).await;
+    let _ = replica.kill();
+    let _ = replica.wait();
+    assert_eq!(published, ["evt_wait_1"]);
     broker.delete().await;
 }

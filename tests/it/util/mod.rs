@@ -99,6 +99,8 @@ pub fn send_signal(pid: u32, name: &str) {
         "INT" => Signal::INT,
         "HUP" => Signal::HUP,
         "KILL" => Signal::KILL,
+        "STOP" => Signal::STOP,
+        "CONT" => Signal::CONT,
         other => panic!("no signal named {other}"),
     };
     let pid = i32::try_from(pid)

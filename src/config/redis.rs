@@ -1,0 +1,264 @@
+//! The `redis:` section: one server, a Sentinel-watched master, or a Redis Cluster, and the
+//! checks that make leases in Redis safe (every lease outlasts what its holder does).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{duration, ConfigError, SPOOL_FLUSH_WAIT};
+
+/// A Redis call slower than this counts as a failure (the request answers 503). Part of
+/// every lease bound below: a request may spend it on each call it makes while holding one.
+pub const REDIS_OP_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The Redis connection.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Redis {
+    /// `redis://` or `rediss://` URL. Default `redis://127.0.0.1:6379/0`. Redacted when printed.
+    /// With `sentinels` or `cluster_nodes`, only its scheme (TLS or not), user, password and
+    /// database are used, for every data node.
+    pub url: String,
+    /// Environment variable holding the whole URL (password included); overrides `url`.
+    /// Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url_env: Option<String>,
+    /// Prefix of every key, so several gateways can share one Redis. Default `hookgate:`.
+    pub key_prefix: String,
+    /// Sentinels (`host:port`) that watch the master named `master_name`; hookgate asks them
+    /// for the master and asks again after a failover. Default empty (no Sentinel).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sentinels: Vec<String>,
+    /// The master's name in the sentinels' configuration. Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub master_name: Option<String>,
+    /// Environment variable holding the sentinels' password (separate from the data
+    /// password, which `url` carries). Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinel_password_env: Option<String>,
+    /// File holding the sentinels' password (a mounted Kubernetes Secret). Default unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentinel_password_file: Option<PathBuf>,
+    /// Seed nodes (`host:port`) of a Redis Cluster; the rest is discovered. Default empty
+    /// (no cluster).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cluster_nodes: Vec<String>,
+    /// Replicas that must acknowledge a request's writes (`WAIT`) before its 200; 0 turns
+    /// it off. Default 0.
+    pub wait_replicas: u32,
+    /// How long `WAIT` waits for them before the answer is 503. Default 500ms.
+    #[serde(with = "duration")]
+    pub wait_timeout: Duration,
+}
+
+impl Default for Redis {
+    fn default() -> Self {
+        Self {
+            url: "redis://127.0.0.1:6379/0".into(),
+            url_env: None,
+            key_prefix: "hookgate:".into(),
+            sentinels: Vec::new(),
+            master_name: None,
+            sentinel_password_env: None,
+            sentinel_password_file: None,
+            cluster_nodes: Vec::new(),
+            wait_replicas: 0,
+            wait_timeout: Duration::from_millis(500),
+        }
+    }
+}
+
+impl Redis {
+    /// The longest a request may hold its dedup claim while its lock wait is
+    /// `in_flight_wait` and a publish takes at most `confirm_timeout`: the wait for the
+    /// guard-key lock (its last attempt included), the guard state's read, the publish,
+    /// the spool's fsync when the publish fails, the guard commit and the done marks (each
+    /// with its `WAIT`). The guard-key lock is held for a part of that.
+    pub fn longest_hold(&self, in_flight_wait: Duration, confirm_timeout: Duration) -> Duration {
+        let wait = if self.wait_replicas > 0 {
+            self.wait_timeout
+        } else {
+            Duration::ZERO
+        };
+        in_flight_wait
+            + REDIS_OP_TIMEOUT // the lock's last attempt
+            + REDIS_OP_TIMEOUT // the guard state's read
+            + confirm_timeout
+            + SPOOL_FLUSH_WAIT
+            + (REDIS_OP_TIMEOUT + wait) // the guard commit
+            + (REDIS_OP_TIMEOUT + wait) // the done marks
+    }
+
+    /// Checks the section for the Redis backend; `lease` is `dedup.in_flight_lease`.
+    pub fn validate(
+        &self,
+        lease: Duration,
+        in_flight_wait: Duration,
+        confirm_timeout: Duration,
+    ) -> Result<(), ConfigError> {
+        let invalid = |m: String| Err(ConfigError::Invalid(m));
+        if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
+            return invalid("redis.url: must start with redis:// or rediss://".into());
+        }
+        if !self.sentinels.is_empty() && !self.cluster_nodes.is_empty() {
+            return invalid(
+                "redis: sentinels and cluster_nodes exclude each other (a Redis Cluster fails over by itself)".into(),
+            );
+        }
+        for (at, list) in [
+            ("redis.sentinels", &self.sentinels),
+            ("redis.cluster_nodes", &self.cluster_nodes),
+        ] {
+            for node in list {
+                if host_port(node).is_none() {
+                    return invalid(format!("{at}: {node:?} is not host:port"));
+                }
+            }
+        }
+        let master = self.master_name.as_deref().unwrap_or("");
+        if !self.sentinels.is_empty() && master.is_empty() {
+            return invalid(
+                "redis.master_name: required with redis.sentinels (the name the sentinels monitor)"
+                    .into(),
+            );
+        }
+        if self.sentinels.is_empty()
+            && (self.master_name.is_some()
+                || self.sentinel_password_env.is_some()
+                || self.sentinel_password_file.is_some())
+        {
+            return invalid(
+                "redis.sentinels: master_name and the sentinel password need the sentinels' addresses".into(),
+            );
+        }
+        if self.sentinel_password_env.is_some() && self.sentinel_password_file.is_some() {
+            return invalid(
+                "redis: sentinel_password_env and sentinel_password_file exclude each other".into(),
+            );
+        }
+        if !self.cluster_nodes.is_empty() && self.key_prefix.contains(['{', '}']) {
+            return invalid(
+                "redis.key_prefix: must not hold { or } with cluster_nodes (hookgate's hash tags place the keys)".into(),
+            );
+        }
+        if self.wait_replicas > 0
+            && (self.wait_timeout.is_zero() || self.wait_timeout >= REDIS_OP_TIMEOUT)
+        {
+            return invalid(format!(
+                "redis.wait_timeout: must be positive and shorter than {REDIS_OP_TIMEOUT:?} (a Redis call's deadline) with wait_replicas"
+            ));
+        }
+        // Every lease in Redis (the dedup claim, the guard-key lock) ends by itself; one that
+        // ends while its holder still works lets another replica decide on stale state. The
+        // writes under a lease are fenced either way, but a lease too short for the bounds
+        // below would turn ordinary slow requests into 503s and duplicate publishes.
+        let held = self.longest_hold(in_flight_wait, confirm_timeout);
+        if lease <= held {
+            return invalid(format!(
+                "dedup.in_flight_lease: must be longer than {held:?} with the Redis backend: dedup.in_flight_wait + amqp.confirm_timeout + {SPOOL_FLUSH_WAIT:?} for the spool's fsync + {REDIS_OP_TIMEOUT:?} for each of the lock, the read, the guard commit and the done marks{}, the longest a request holds its claim",
+                if self.wait_replicas > 0 { " + redis.wait_timeout twice" } else { "" }
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `host:port` split, when it is one.
+pub fn host_port(node: &str) -> Option<(String, u16)> {
+    let (host, port) = node.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() || host.contains(['/', '@', ' ']) {
+        return None;
+    }
+    Some((host.to_owned(), port.parse().ok().filter(|p| *p > 0)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease_ok(r: &Redis, lease: u64) -> Result<(), ConfigError> {
+        r.validate(
+            Duration::from_secs(lease),
+            Duration::from_secs(5),
+            Duration::from_secs(5),
+        )
+    }
+
+    #[test]
+    fn the_lease_must_outlast_everything_a_request_does_while_holding_it() {
+        let mut r = Redis::default();
+        // 5 s wait + 2 s lock + 2 s read + 5 s publish + 5 s fsync + 2 s commit + 2 s marks.
+        assert_eq!(
+            r.longest_hold(Duration::from_secs(5), Duration::from_secs(5)),
+            Duration::from_secs(23)
+        );
+        assert!(lease_ok(&r, 24).is_ok());
+        let e = lease_ok(&r, 23).expect_err("too short").to_string();
+        assert!(
+            e.contains("in_flight_lease: must be longer than 23s"),
+            "{e}"
+        );
+        r.wait_replicas = 1;
+        r.wait_timeout = Duration::from_secs(1);
+        let e = lease_ok(&r, 24).expect_err("WAIT counts").to_string();
+        assert!(e.contains("25s") && e.contains("wait_timeout"), "{e}");
+        r.wait_timeout = Duration::from_secs(2);
+        let e = lease_ok(&r, 60)
+            .expect_err("WAIT within a call")
+            .to_string();
+        assert!(
+            e.contains("redis.wait_timeout: must be positive and shorter"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn sentinel_and_cluster_settings_are_checked() {
+        let base = Redis::default();
+        let check = |f: &dyn Fn(&mut Redis)| {
+            let mut r = base.clone();
+            f(&mut r);
+            lease_ok(&r, 30).err().map(|e| e.to_string())
+        };
+        assert_eq!(check(&|_| {}), None);
+        type Change<'a> = &'a dyn Fn(&mut Redis);
+        let cases: [(Change, &str); 6] = [
+            (
+                &|r| r.sentinels = vec!["s1:26379".into()],
+                "redis.master_name",
+            ),
+            (
+                &|r| r.sentinels = vec!["s1".into()],
+                "redis.sentinels: \"s1\" is not host:port",
+            ),
+            (
+                &|r| {
+                    r.sentinels = vec!["s1:1".into()];
+                    r.cluster_nodes = vec!["c1:1".into()];
+                },
+                "exclude each other",
+            ),
+            (&|r| r.master_name = Some("m".into()), "redis.sentinels"),
+            (
+                &|r| {
+                    r.cluster_nodes = vec!["c1:7000".into()];
+                    r.key_prefix = "{hg}:".into();
+                },
+                "redis.key_prefix",
+            ),
+            (&|r| r.url = "http://x".into(), "redis.url"),
+        ];
+        for (change, needle) in cases {
+            let e = check(change).expect("invalid");
+            assert!(e.contains(needle), "{e} lacks {needle}");
+        }
+        let ok = check(&|r| {
+            r.sentinels = vec!["s1:26379".into(), "[::1]:26380".into()];
+            r.master_name = Some("main".into());
+            r.sentinel_password_env = Some("SENTINEL_PASSWORD".into());
+        });
+        assert_eq!(ok, None);
+    }
+}
