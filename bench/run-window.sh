@@ -73,11 +73,12 @@ if [[ -n ${MEMORY_LIMIT:-} ]]; then
         echo 0 >"$CGROUP/memory.swappiness" 2>/dev/null || true
     fi
 fi
+# Replaces the calling shell: call it in a subshell, `(in_cgroup cmd) &` leaves its pid in $!.
 in_cgroup() {
     if [[ -z $CGROUP ]]; then
-        "$@"
+        exec "$@"
     else
-        sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CGROUP" "$@"
+        exec sh -c 'echo $$ >"$1/cgroup.procs" && shift && exec "$@"' sh "$CGROUP" "$@"
     fi
 }
 cgroup_report() { # what
@@ -109,7 +110,7 @@ for count in $COUNTS; do
     echo "== $count marks" | tee -a "$log"
     if [[ -z ${REUSE:-} ]]; then
         rm -rf "$store"
-        in_cgroup "$WINDOW" "$count" "$store" 2>&1 | tee -a "$log"
+        (in_cgroup "$WINDOW" "$count" "$store") 2>&1 | tee -a "$log"
         cgroup_report "loading $count marks" | tee -a "$log"
     fi
     du -sh "$store" | sed 's/^/disk, whole store: /' | tee -a "$log"
@@ -136,8 +137,8 @@ routes:
         events: [message.received]
 EOF
     start=$(now_ms)
-    BENCH_SECRET=$SECRET in_cgroup "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \
-        >"$TMP/hookgate-$count.log" 2>&1 &
+    (BENCH_SECRET=$SECRET in_cgroup "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \
+        >"$TMP/hookgate-$count.log" 2>&1) &
     PID=$!
     until curl -sf "http://127.0.0.1:$((PORT + 1))/readyz" >/dev/null 2>&1; do
         kill -0 "$PID" 2>/dev/null || { cat "$TMP/hookgate-$count.log"; exit 1; }
