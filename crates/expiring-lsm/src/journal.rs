@@ -1690,26 +1690,30 @@ pub(crate) mod tests {
         assert!(decode_batch(&full[..full.len() - 1]).is_none());
     }
 
+    /// Settings of a journal on the simulated `disk`, whose threads' work the test does.
+    fn on_sim(disk: &disk_seam::sim::SimDisk, segment_bytes: u64) -> Settings {
+        Settings {
+            disk: disk.handle(),
+            background: false,
+            segment_bytes,
+            ..settings(usize::MAX, &Arc::new(AtomicI64::new(0)))
+        }
+    }
+
     #[test]
     fn a_store_made_on_a_fresh_disk_keeps_its_runs_after_a_power_cut() {
         use disk_seam::sim::SimDisk;
         let (_dir, store) = temp_store();
         let disk = SimDisk::new(1);
-        let now = Arc::new(AtomicI64::new(0));
-        let on = |disk: &SimDisk| Settings {
-            disk: disk.handle(),
-            background: false,
-            ..settings(usize::MAX, &now)
-        };
         let dir = Path::new("/var/lib/hookgate");
-        let j = open_with(&store, dir, 0, on(&disk));
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
         put(&j, b"stop", b"forever", i64::MAX, 0);
         // In a run, and out of the journal: the run is all that holds it.
         j.flush_to_run().expect("flush");
         assert_eq!((j.runs(), j.hot_len()), (1, 0));
         let disk = disk.crash();
         drop(j);
-        let j = open_with(&store, dir, 0, on(&disk));
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
         assert_eq!(
             get(&j, b"stop").as_deref(),
             Some(&b"forever"[..]),
@@ -1722,15 +1726,8 @@ pub(crate) mod tests {
         use disk_seam::sim::{Fault, OpKind, SimDisk};
         let (_dir, store) = temp_store();
         let disk = SimDisk::new(2);
-        let now = Arc::new(AtomicI64::new(0));
-        let on = |disk: &SimDisk| Settings {
-            disk: disk.handle(),
-            background: false,
-            segment_bytes: 4096,
-            ..settings(usize::MAX, &now)
-        };
         let dir = Path::new("/var/lib/hookgate");
-        let j = open_with(&store, dir, 0, on(&disk));
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
         put(&j, b"stop", b"forever", i64::MAX, 0);
         j.write_now().expect("commit");
         // The run is renamed into place, then its folder's sync fails: the flush fails and
@@ -1743,11 +1740,11 @@ pub(crate) mod tests {
         assert!(j.flush_to_run().is_err());
         drop(j);
         // A clean restart finds the run and deletes the journal segments it holds.
-        let j = open_with(&store, dir, 0, on(&disk));
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
         assert_eq!(get(&j, b"stop").as_deref(), Some(&b"forever"[..]));
         let disk = disk.crash();
         drop(j);
-        let j = open_with(&store, dir, 0, on(&disk));
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
         assert_eq!(
             get(&j, b"stop").as_deref(),
             Some(&b"forever"[..]),
@@ -1760,15 +1757,8 @@ pub(crate) mod tests {
         use disk_seam::sim::{Fault, OpKind, SimDisk};
         let (_dir, store) = temp_store();
         let disk = SimDisk::new(3);
-        let now = Arc::new(AtomicI64::new(0));
-        let on = |disk: &SimDisk| Settings {
-            disk: disk.handle(),
-            background: false,
-            segment_bytes: 4096,
-            ..settings(usize::MAX, &now)
-        };
         let dir = Path::new("/var/lib/hookgate");
-        let j = open_with(&store, dir, 0, on(&disk));
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
         put(&j, b"first", b"kept", i64::MAX, 0);
         j.write_now().expect("commit");
         put(&j, b"stop", b"forever", i64::MAX, 0);
@@ -1779,14 +1769,19 @@ pub(crate) mod tests {
         disk.fail_next(OpKind::Sync, Fault::Io);
         drop(j);
         // A clean restart reads it back, and from then on answers from it.
-        let j = open_with(&store, dir, 0, on(&disk));
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
         assert_eq!(get(&j, b"stop").as_deref(), Some(&b"forever"[..]));
         put(&j, b"later", b"value", i64::MAX, 0);
         j.write_now().expect("commit");
         let disk = disk.crash();
         drop(j);
-        let j = Journal::open(store.tree("state").expect("tree"), dir, 0, on(&disk))
-            .expect("the store opens after the power cut");
+        let j = Journal::open(
+            store.tree("state").expect("tree"),
+            dir,
+            0,
+            on_sim(&disk, 4096),
+        )
+        .expect("the store opens after the power cut");
         assert_eq!(
             get(&j, b"stop").as_deref(),
             Some(&b"forever"[..]),
