@@ -21,6 +21,7 @@
 #   ROUNDS [3: runs per target, alternated; the summary reports medians]
 #   OPEN_RATE [empty; a rate: only open-loop runs, at that rate instead of the half rate]
 #   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
+#   NO_BUILD [empty; 1 = use the release binaries already built]
 #   CLIENT [the load tool just built; another build of it, to compare two clients]
 #   BASELINE [empty; the path of another hookgate build: it runs beside the first, as target
 #            "baseline", with the same config on ports of its own, so two builds are
@@ -54,7 +55,7 @@ ROUNDS=${ROUNDS:-3}
 OPEN_RATE=${OPEN_RATE:-}
 SECRET=bench-secret-$RANDOM$RANDOM
 
-cargo build --release --bin hookgate --example load
+[ -n "${NO_BUILD:-}" ] || cargo build --release --bin hookgate --example load
 HOOKGATE=${HOOKGATE:-$PWD/target/release/hookgate}
 LOAD=$PWD/target/release/examples/load
 CLIENT=${CLIENT:-$LOAD}

@@ -1,6 +1,6 @@
-//! Measures the spool (figures in BENCHMARKS.md, "The spool"): the latency of a 200 while
-//! the broker is away (each one waits for the spool's fsync), and how long a backlog of
-//! spooled events takes to drain once the broker is back.
+//! Measures the spool: the latency of a 200 while the broker is away (each one waits for
+//! the spool's fsync), and how long a backlog of spooled events takes to drain once the
+//! broker is back.
 //!
 //! The gateway is hookgate's app served in this process, on a store in a temporary
 //! directory. It first points at a port where no broker listens: `--sequential` deliveries
