@@ -4,41 +4,23 @@
 
 use std::time::Duration;
 
-const FIRST: Duration = Duration::from_millis(2);
-const MAX: Duration = Duration::from_millis(50);
+use backoff::Doubling;
 
 /// Pauses of 2, 4, 8 … ms, at most 50 ms each.
-pub struct Backoff {
-    next: Duration,
-}
+pub struct Backoff(Doubling);
 
 impl Default for Backoff {
     fn default() -> Self {
-        Self { next: FIRST }
+        Self(Doubling::new(
+            Duration::from_millis(2),
+            Duration::from_millis(50),
+        ))
     }
 }
 
 impl Backoff {
     /// Sleeps for the next pause.
     pub async fn pause(&mut self) {
-        tokio::time::sleep(self.next_pause()).await;
-    }
-
-    fn next_pause(&mut self) -> Duration {
-        let pause = self.next;
-        self.next = (self.next * 2).min(MAX);
-        pause
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pauses_double_up_to_the_cap() {
-        let mut backoff = Backoff::default();
-        let pauses: Vec<u128> = (0..7).map(|_| backoff.next_pause().as_millis()).collect();
-        assert_eq!(pauses, [2, 4, 8, 16, 32, 50, 50]);
+        tokio::time::sleep(self.0.next_pause()).await;
     }
 }
