@@ -58,6 +58,11 @@ struct Cli {
     /// Target URL (http:// or https://).
     #[arg(long, default_value = "https://127.0.0.1:8443/webhooks/botix")]
     url: String,
+    /// More targets (repeatable), e.g. the other replicas of one deployment behind no load
+    /// balancer: connection i goes to the i-th of `--url` and these, round robin, so the
+    /// pool of deliveries (its duplicates included) is spread over all of them.
+    #[arg(long)]
+    also_url: Vec<String>,
     /// Route secret used to sign the deliveries.
     #[arg(long, env = "LOAD_SECRET", default_value = "bench-secret")]
     secret: String,
@@ -370,8 +375,8 @@ struct Target {
 }
 
 impl Target {
-    fn new(cli: &Cli) -> Result<Self> {
-        let uri: Uri = cli.url.parse().context("--url")?;
+    fn new(cli: &Cli, url: &str) -> Result<Self> {
+        let uri: Uri = url.parse().context("--url")?;
         let authority = uri.authority().context("--url needs host:port")?.clone();
         let https = match uri.scheme_str() {
             Some("https") => true,
@@ -784,7 +789,10 @@ async fn run_load(cli: &Cli) -> Result<()> {
     if cli.rate.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
         bail!("--rate must be a positive number of requests per second");
     }
-    let target = Arc::new(Target::new(cli)?);
+    let targets = std::iter::once(&cli.url)
+        .chain(&cli.also_url)
+        .map(|url| Target::new(cli, url).map(Arc::new))
+        .collect::<Result<Vec<_>>>()?;
     let duration: Duration = cli.duration.into();
     let warmup: Duration = cli.warmup.into();
     let total = warmup + duration;
@@ -808,7 +816,8 @@ async fn run_load(cli: &Cli) -> Result<()> {
     } else {
         cli.connections
     };
-    for _ in 0..conns {
+    for c in 0..conns {
+        let target = &targets[c % targets.len()];
         senders.push(Some(target.connect().await.context("connect")?));
     }
     let start = Instant::now();
@@ -828,12 +837,16 @@ async fn run_load(cli: &Cli) -> Result<()> {
         .map(|rate| tokio::spawn(pace(plan.clone(), rate, cli.connections)));
     let mut tasks = Vec::new();
     for w in 0..cli.connections {
-        let sender = if cli.http2 {
-            senders[w % conns].as_ref().and_then(Sender::share)
+        let (conn, sender) = if cli.http2 {
+            (
+                w % conns,
+                senders[w % conns].as_ref().and_then(Sender::share),
+            )
         } else {
-            senders[w].take()
+            (w, senders[w].take())
         };
-        tasks.push(tokio::spawn(worker(plan.clone(), target.clone(), sender)));
+        let target = targets[conn % targets.len()].clone();
+        tasks.push(tokio::spawn(worker(plan.clone(), target, sender)));
     }
     let window_start = tokio::spawn(async move {
         tokio::time::sleep_until(measure_from.into()).await;
@@ -928,9 +941,13 @@ fn report(
     };
     let errors: u64 = t.errors.values().sum();
     println!(
-        "{} {} ({}, {}), {}s measured",
+        "{} {}{} ({}, {}), {}s measured",
         cli.label,
         cli.url,
+        cli.also_url
+            .iter()
+            .map(|u| format!(" + {u}"))
+            .collect::<String>(),
         mode,
         if cli.http2 { "HTTP/2" } else { "HTTP/1.1" },
         secs
@@ -981,6 +998,7 @@ fn report(
         let v = serde_json::json!({
             "label": cli.label,
             "url": cli.url,
+            "also_url": cli.also_url,
             "http2": cli.http2,
             "connections": cli.connections,
             "rate": cli.rate,
