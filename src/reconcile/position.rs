@@ -111,8 +111,9 @@ pub const LEASE_TTL: Duration = Duration::from_secs(30);
 /// One route's position and lease in the state store.
 pub struct Positions {
     state: Arc<StateStore>,
+    /// The position's key, and its lease's: one key in two spaces, so a write can check the
+    /// lease in the same step (a Redis Cluster keeps both in one slot).
     key: StoreKey,
-    lease_key: StoreKey,
     /// This process's lease token.
     token: u64,
 }
@@ -123,7 +124,6 @@ impl Positions {
         Self {
             state,
             key: StoreKey::guard(route, "reconcile", &["position"]),
-            lease_key: StoreKey::guard(route, "reconcile", &["lease"]),
             token: rand::random(),
         }
     }
@@ -141,24 +141,24 @@ impl Positions {
         }
     }
 
-    /// Stores `position` and waits until it is durable.
+    /// Stores `position` and waits until it is durable; only while this process holds the
+    /// lease ([`StoreError::LeaseLost`] otherwise), so a walker paused past its lease cannot
+    /// move back the position its successor saved.
     pub async fn save(&self, position: &Position, now_ms: i64) -> Result<(), StoreError> {
         self.state
-            .put(&self.key, &encode(position), now_ms, None)
+            .put_leased(&self.key, self.token, &encode(position), now_ms)
             .await?;
         self.state.sync().await
     }
 
     /// Takes or renews this process's lease of the route's walk.
     pub async fn lease(&self) -> Result<bool, StoreError> {
-        self.state
-            .lease(&self.lease_key, self.token, LEASE_TTL)
-            .await
+        self.state.lease(&self.key, self.token, LEASE_TTL).await
     }
 
     /// Ends this process's lease.
     pub async fn end_lease(&self) {
-        if let Err(error) = self.state.end_lease(&self.lease_key, self.token).await {
+        if let Err(error) = self.state.end_lease(&self.key, self.token).await {
             tracing::warn!(%error, "reconciliation lease not ended; it expires by itself");
         }
     }

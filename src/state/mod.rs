@@ -63,6 +63,20 @@ impl LocalState {
             call()
         }
     }
+
+    /// Writes guard state that may be forgotten at `expires_ms` (never when `None`).
+    fn put(
+        &self,
+        key: &StoreKey,
+        value: &[u8],
+        now_ms: i64,
+        expires_ms: Option<i64>,
+    ) -> Result<(), StoreError> {
+        self.off_worker(&[key], || {
+            let expires_ms = expires_ms.unwrap_or(i64::MAX);
+            Ok(self.journal.put(&key.digest(), value, expires_ms, now_ms)?)
+        })
+    }
 }
 
 /// The chosen backend.
@@ -426,10 +440,16 @@ impl StateStore {
                 let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
                 redis.commit_locked(key, token, value, ttl).await
             }
-            (_, lock) => {
-                let result = self.put(key, value, now_ms, expires_ms).await;
+            (StateStore::Local(s), lock) => {
+                let result = s.put(key, value, now_ms, expires_ms);
                 self.unlock(lock).await;
                 result
+            }
+            (StateStore::Redis { .. }, lock) => {
+                self.unlock(lock).await;
+                Err(StoreError::LeaseLost(
+                    "the guard key's lock is not a Redis lock; nothing was written",
+                ))
             }
         }
     }
@@ -442,23 +462,19 @@ impl StateStore {
         }
     }
 
-    /// Writes guard state that may be forgotten at `expires_ms` (never when `None`).
-    pub async fn put(
+    /// Writes state a lease covers ([`Self::lease`] of the same key), never forgotten, only
+    /// while `token` holds that lease; [`StoreError::LeaseLost`] otherwise. The local store
+    /// serves one process, which holds every lease.
+    pub async fn put_leased(
         &self,
         key: &StoreKey,
+        token: u64,
         value: &[u8],
         now_ms: i64,
-        expires_ms: Option<i64>,
     ) -> Result<(), StoreError> {
         match self {
-            StateStore::Local(s) => s.off_worker(&[key], || {
-                let expires_ms = expires_ms.unwrap_or(i64::MAX);
-                Ok(s.journal.put(&key.digest(), value, expires_ms, now_ms)?)
-            }),
-            StateStore::Redis { redis, .. } => {
-                let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
-                redis.put(key, value, ttl).await
-            }
+            StateStore::Local(s) => s.put(key, value, now_ms, None),
+            StateStore::Redis { redis, .. } => redis.put_leased(key, token, value).await,
         }
     }
 
@@ -558,7 +574,10 @@ mod tests {
             panic!("local backend");
         };
         let key = StoreKey::raw(b"guard");
-        state.put(&key, b"opted out", 0, None).await.expect("put");
+        state
+            .put_leased(&key, 0, b"opted out", 0)
+            .await
+            .expect("put");
         local.journal.flush_to_run().expect("flush");
         assert!(
             local.journal.may_read_disk(&key.digest()),
@@ -568,7 +587,10 @@ mod tests {
             state.get(&key).await.expect("get").as_deref(),
             Some(&b"opted out"[..])
         );
-        state.put(&key, b"opted in", 0, None).await.expect("put");
+        state
+            .put_leased(&key, 0, b"opted in", 0)
+            .await
+            .expect("put");
         assert_eq!(
             state.get(&key).await.expect("get").as_deref(),
             Some(&b"opted in"[..])

@@ -68,6 +68,16 @@ redis.call('DEL', KEYS[1])
 return 1
 "#;
 
+/// Writes `KEYS[2]` (`ARGV[2]`, never expiring) only while token `ARGV[1]` holds the lease
+/// `KEYS[1]`; 0 otherwise. The lease stays: its holder renews and ends it.
+const FENCED_PUT: &str = r#"
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[2])
+return 1
+"#;
+
 /// Marks every key done (`ARGV[3]`) for `ARGV[2]` ms, all or none, unless one of them is
 /// claimed by another token than `ARGV[1]`: then 0. A key that is free (its claim expired
 /// and nobody took it) or done already is marked: the event was handled, and a done mark
@@ -125,6 +135,7 @@ pub struct RedisState {
     release: Arc<redis::Script>,
     lease: Arc<redis::Script>,
     commit: Arc<redis::Script>,
+    put_leased: Arc<redis::Script>,
     done: Arc<redis::Script>,
     healthy: Arc<AtomicBool>,
 }
@@ -140,6 +151,7 @@ impl RedisState {
             release: Arc::new(redis::Script::new(COMPARE_AND_DELETE)),
             lease: Arc::new(redis::Script::new(TAKE_OR_EXTEND)),
             commit: Arc::new(redis::Script::new(FENCED_COMMIT)),
+            put_leased: Arc::new(redis::Script::new(FENCED_PUT)),
             done: Arc::new(redis::Script::new(FENCED_DONE)),
             healthy: Arc::new(AtomicBool::new(false)),
         })
@@ -369,29 +381,37 @@ impl RedisState {
             .await
     }
 
-    /// Writes guard state, forgotten after `ttl` when given (state no lock guards: a
-    /// reconciler's position, under its own lease).
-    pub async fn put(
+    /// Writes state that no guard lock covers but a lease does (a reconciler's position),
+    /// never forgotten, only while `token` holds the lease of the same key ([`Self::lease`]):
+    /// a replica paused past its lease cannot overwrite what the lease's next holder wrote.
+    pub async fn put_leased(
         &self,
         key: &StoreKey,
+        token: u64,
         value: &[u8],
-        ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let k = self.key(key, RedisSpace::Guard);
+        let lease_key = self.key(key, RedisSpace::Locks);
+        let state_key = self.key(key, RedisSpace::Guard);
+        let script = self.put_leased.clone();
         let value = value.to_vec();
-        match ttl {
-            Some(ttl) => {
-                self.run(Access::Write, move |mut c| async move {
-                    c.pset_ex::<_, _, ()>(k, value, millis(ttl)).await
-                })
-                .await
-            }
-            None => {
-                self.run(Access::Write, move |mut c| async move {
-                    c.set::<_, _, ()>(k, value).await
-                })
-                .await
-            }
+        let first = state_key.clone();
+        let written = self
+            .run(Access::Write, move |mut c| async move {
+                script
+                    .key(lease_key)
+                    .key(state_key)
+                    .arg(token.to_string())
+                    .arg(value)
+                    .invoke_async::<i64>(&mut c)
+                    .await
+            })
+            .await?;
+        if written == 1 {
+            self.replicate(first).await
+        } else {
+            Err(StoreError::LeaseLost(
+                "the lease was taken over by another replica while this one held it (paused past its lease?); what it wrote stays",
+            ))
         }
     }
 

@@ -283,3 +283,70 @@ async fn a_lock_whose_reply_was_lost_in_a_stalled_redis_does_not_block_its_key_f
     );
     broker.delete().await;
 }
+
+/// A reconciler paused past its lease (its lease key expired, deleted here as Redis would
+/// at its expiry; 30 s of a real pause) cannot move back the position the lease's next
+/// holder saved: the position is written only under the writer's lease.
+#[tokio::test]
+async fn a_walker_paused_past_its_lease_cannot_overwrite_the_position_its_successor_saved() {
+    use hookgate::reconcile::position::{Position, Positions, Walk};
+    use hookgate::state::{BackendChoice, StateStore};
+    use hookgate::store::StoreError;
+    use redis::AsyncCommands;
+    use std::sync::Arc;
+
+    if !redis_available() {
+        return;
+    }
+    let prefix = KeyPrefix::new();
+    let dir = tempfile::tempdir().expect("dir");
+    let config = hookgate::config::Config::parse(&format!(
+        "listen:\n  addr: 127.0.0.1:0\ndedup:\n  backend: redis\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\nroutes:\n  - name: botix\n    path: /b\n    secrets:\n      - secret_env: S\n"
+    ))
+    .expect("config");
+    let store = hookgate::store::Store::open(dir.path()).expect("store");
+    let choice = BackendChoice::from_config(&config).expect("backend");
+    let replica = || {
+        let state = StateStore::open(
+            &choice,
+            &config,
+            &store,
+            Arc::new(|| 0),
+            &hookgate::liveness::Liveness::new(),
+        )
+        .expect("state");
+        Positions::new(Arc::new(state), "botix")
+    };
+    let (a, b) = (replica(), replica());
+    let reached = |page: i64| Position {
+        walk: Some(Walk {
+            since_ms: 1_000,
+            cursor: Some(format!("page-{page}")),
+            started_ms: 2_000,
+        }),
+        last_try_start_ms: Some(2_000),
+        ..Position::default()
+    };
+
+    assert!(a.lease().await.expect("lease"), "a free lease is taken");
+    a.save(&reached(1), 1).await.expect("the holder saves");
+    assert!(!b.lease().await.expect("lease"), "one holder at a time");
+
+    let mut redis = redis_connection(REDIS_URL).await;
+    let lease_key = format!("{prefix}lock:botix:reconcile:position");
+    let expired: i64 = redis.del(&lease_key).await.expect("del");
+    assert_eq!(expired, 1, "the lease is {lease_key}");
+    assert!(b.lease().await.expect("lease"), "the next holder takes it");
+    b.save(&reached(5), 5).await.expect("the next holder saves");
+
+    let late = a.save(&reached(2), 6).await;
+    assert!(
+        matches!(late, Err(StoreError::LeaseLost(_))),
+        "the paused walker's save: {late:?}"
+    );
+    assert_eq!(b.load("botix").await.expect("load"), reached(5));
+    assert!(
+        !a.lease().await.expect("lease"),
+        "its lease is not given back"
+    );
+}

@@ -671,10 +671,11 @@ async fn with_wait_replicas_a_write_no_replica_acknowledged_is_a_503_and_one_it_
         &master.url(),
         "hg-wait:",
     );
-    // Long enough that an attached replica acknowledges even on a loaded machine; with no
-    // replica WAIT counts none however long it waits.
+    // Long enough that an attached replica acknowledges even on a loaded machine (the
+    // setting must stay under a Redis call's 2 s deadline); with no replica WAIT counts none
+    // however long it waits.
     cfg.extra
-        .push_str("  wait_replicas: 1\n  wait_timeout: 3s\n");
+        .push_str("  wait_replicas: 1\n  wait_timeout: 1500ms\n");
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     // No replica: WAIT 1 counts none, so no 200 may stand for the marks.
