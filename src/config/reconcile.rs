@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::duration;
+use super::units::duration;
 
 /// Most items the Botix list API gives in one page (`cursor_limit`).
 pub const MAX_PAGE_SIZE: u16 = 200;

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{duration, ConfigError, SPOOL_FLUSH_WAIT};
+use super::units::duration;
+use super::{ConfigError, SPOOL_FLUSH_WAIT};
 
 /// A Redis call slower than this counts as a failure (the request answers 503). Part of
 /// every lease bound below: a request may spend it on each call it makes while holding one.
@@ -97,10 +98,28 @@ impl Redis {
         in_flight_wait: Duration,
         confirm_timeout: Duration,
     ) -> Result<(), ConfigError> {
-        let invalid = |m: String| Err(ConfigError::Invalid(m));
         if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
             return invalid("redis.url: must start with redis:// or rediss://".into());
         }
+        self.validate_nodes()?;
+        self.validate_sentinel_keys()?;
+        if !self.cluster_nodes.is_empty() && self.key_prefix.contains(['{', '}']) {
+            return invalid(
+                "redis.key_prefix: must not hold { or } with cluster_nodes (hookgate's hash tags place the keys)".into(),
+            );
+        }
+        if self.wait_replicas > 0
+            && (self.wait_timeout.is_zero() || self.wait_timeout >= REDIS_OP_TIMEOUT)
+        {
+            return invalid(format!(
+                "redis.wait_timeout: must be positive and shorter than {REDIS_OP_TIMEOUT:?} (a Redis call's deadline) with wait_replicas"
+            ));
+        }
+        self.validate_lease(lease, in_flight_wait, confirm_timeout)
+    }
+
+    /// Sentinels or cluster nodes, not both, each `host:port`.
+    fn validate_nodes(&self) -> Result<(), ConfigError> {
         if !self.sentinels.is_empty() && !self.cluster_nodes.is_empty() {
             return invalid(
                 "redis: sentinels and cluster_nodes exclude each other (a Redis Cluster fails over by itself)".into(),
@@ -116,6 +135,11 @@ impl Redis {
                 }
             }
         }
+        Ok(())
+    }
+
+    /// `master_name` with the sentinels, and the keys only sentinels use only with them.
+    fn validate_sentinel_keys(&self) -> Result<(), ConfigError> {
         let master = self.master_name.as_deref().unwrap_or("");
         if !self.sentinels.is_empty() && master.is_empty() {
             return invalid(
@@ -137,22 +161,20 @@ impl Redis {
                 "redis: sentinel_password_env and sentinel_password_file exclude each other".into(),
             );
         }
-        if !self.cluster_nodes.is_empty() && self.key_prefix.contains(['{', '}']) {
-            return invalid(
-                "redis.key_prefix: must not hold { or } with cluster_nodes (hookgate's hash tags place the keys)".into(),
-            );
-        }
-        if self.wait_replicas > 0
-            && (self.wait_timeout.is_zero() || self.wait_timeout >= REDIS_OP_TIMEOUT)
-        {
-            return invalid(format!(
-                "redis.wait_timeout: must be positive and shorter than {REDIS_OP_TIMEOUT:?} (a Redis call's deadline) with wait_replicas"
-            ));
-        }
-        // Every lease in Redis (the dedup claim, the guard-key lock) ends by itself; one that
-        // ends while its holder still works lets another replica decide on stale state. The
-        // writes under a lease are fenced either way, but a lease too short for the bounds
-        // below would turn ordinary slow requests into 503s and duplicate publishes.
+        Ok(())
+    }
+
+    /// Every lease in Redis (the dedup claim, the guard-key lock) ends by itself; one that
+    /// ends while its holder still works lets another replica decide on stale state. The
+    /// writes under a lease are fenced either way, but a lease too short for
+    /// [`Redis::longest_hold`] would turn ordinary slow requests into 503s and duplicate
+    /// publishes.
+    fn validate_lease(
+        &self,
+        lease: Duration,
+        in_flight_wait: Duration,
+        confirm_timeout: Duration,
+    ) -> Result<(), ConfigError> {
         let held = self.longest_hold(in_flight_wait, confirm_timeout);
         if lease <= held {
             return invalid(format!(
@@ -162,6 +184,10 @@ impl Redis {
         }
         Ok(())
     }
+}
+
+fn invalid(message: String) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid(message))
 }
 
 /// `host:port` split, when it is one.

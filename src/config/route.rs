@@ -1,0 +1,235 @@
+//! One webhook route: its signature profile, secrets, field pointers, rate limit, guard
+//! rules and reconciliation, with the defaults of the keys it may leave out.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::schema::default_clock_skew;
+use super::units::{duration, opt_duration};
+use super::{profiles, reconcile, SecretSource};
+
+/// Signature scheme of a route.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Profile {
+    /// `X-Botix-Signature: sha256=<hex>` (or bare hex) over the raw body.
+    #[default]
+    Botix,
+    /// Standard Webhooks: `webhook-signature: v1,<base64>` over `id.timestamp.body`.
+    StandardWebhooks,
+    /// Twilio: `X-Twilio-Signature`, HMAC-SHA1 over `public_url` and the form parameters.
+    Twilio,
+    /// Telnyx: `telnyx-signature-ed25519` over `timestamp|body`, checked with a public key.
+    Telnyx,
+    /// Spelled out in `signature`.
+    Custom,
+}
+
+/// How a custom signature is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encoding {
+    /// Lowercase or uppercase hex.
+    Hex,
+    /// Standard base64 with padding.
+    Base64,
+}
+
+/// The scheme of a `custom` profile: HMAC-SHA256 over the raw body.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CustomSignature {
+    /// Header carrying the signature.
+    pub header: String,
+    /// Optional prefix before the encoded MAC, e.g. `sha256=`.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// `hex` or `base64`.
+    pub encoding: Encoding,
+}
+
+/// A token bucket per route.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimit {
+    /// Sustained requests per second.
+    pub per_second: u32,
+    /// Bucket size: requests allowed in a burst.
+    pub burst: u32,
+}
+
+/// JSON Pointers (RFC 6901) to the fields hookgate reads from a body.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Fields {
+    /// Event id, stable across retries. Default `/id`.
+    pub event_id: String,
+    /// Event type. Default `/event`.
+    pub event_type: String,
+    /// Event time (RFC 3339, Unix seconds or milliseconds). Default `/timestamp`.
+    pub timestamp: String,
+    /// When the body has no id or type: read the id from `X-Event-Id` and the type from
+    /// `X-Botix-Event` or `X-Event-Type`. Off by default: the signature covers the body, not
+    /// these headers, so anyone replaying a signed body could choose them.
+    pub unsigned_header_fallbacks: bool,
+    /// The message an inbound event is about. With a `reconcile:` block, an inbound
+    /// message is deduplicated by it, so the webhook's event and the one reconciliation
+    /// makes of the same message are one. Default `/data/message_id`.
+    pub message_id: String,
+}
+
+impl Default for Fields {
+    fn default() -> Self {
+        Self {
+            event_id: "/id".into(),
+            event_type: "/event".into(),
+            timestamp: "/timestamp".into(),
+            unsigned_header_fallbacks: false,
+            message_id: "/data/message_id".into(),
+        }
+    }
+}
+
+/// The out-of-order guard of one route (contract §4).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GuardConfig {
+    /// Delivery-status ordering.
+    pub status: Option<StatusGuard>,
+    /// STOP / START / HELP keywords.
+    pub keywords: Option<KeywordGuard>,
+}
+
+/// Status-event ordering rules.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatusGuard {
+    /// Event types judged by these rules.
+    pub events: Vec<String>,
+    /// Pointer to the message id (the guard key). Default `/data/message_id`.
+    #[serde(default = "default_message_id_ptr")]
+    pub message_id: String,
+    /// Pointer to the status; if absent, the event type's last segment is used. Default `/data/status`.
+    #[serde(default = "default_status_ptr")]
+    pub status: String,
+    /// Status → rank. Default queued 0 … read 4 (contract §4).
+    #[serde(default = "default_ranks")]
+    pub ranks: BTreeMap<String, u32>,
+    /// How long per-message state is kept. Default 7d.
+    #[serde(default = "default_status_retention", with = "duration")]
+    pub retention: Duration,
+}
+
+/// Keyword rules.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeywordGuard {
+    /// Event types judged by these rules.
+    pub events: Vec<String>,
+    /// Pointer to the message text. Default `/data/text`.
+    #[serde(default = "default_text_ptr")]
+    pub text: String,
+    /// Pointer to the contact (sender's number). Default `/data/from`.
+    #[serde(default = "default_contact_ptr")]
+    pub contact: String,
+    /// Pointer to the channel (our number). Default `/data/to`.
+    #[serde(default = "default_channel_ptr")]
+    pub channel: String,
+    /// Opt-out keywords.
+    #[serde(default = "default_stop_words")]
+    pub stop: Vec<String>,
+    /// Opt-in keywords.
+    #[serde(default = "default_start_words")]
+    pub start: Vec<String>,
+    /// Help keywords.
+    #[serde(default = "default_help_words")]
+    pub help: Vec<String>,
+    /// A second HELP within this window is dropped. Default 60s.
+    #[serde(default = "default_help_window", with = "duration")]
+    pub help_window: Duration,
+    /// How long opt-in/opt-out state is kept; forever when unset.
+    #[serde(default, with = "opt_duration")]
+    pub retention: Option<Duration>,
+}
+
+/// One webhook route.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// Name: used in keys, metrics, the `x-route` header and `{route}`.
+    pub name: String,
+    /// Exact request path, e.g. `/webhooks/botix`.
+    pub path: String,
+    /// `botix` (default), `standard-webhooks`, `twilio`, `telnyx` or `custom`.
+    #[serde(default)]
+    pub profile: Profile,
+    /// The scheme of a `custom` profile.
+    #[serde(default)]
+    pub signature: Option<CustomSignature>,
+    /// `twilio` only, and required there: the URL the sender requests and signs (scheme,
+    /// host, optional port, path; no query). Behind a proxy it is not the URL hookgate sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_url: Option<String>,
+    /// Accepted age of a `standard-webhooks` or `telnyx` timestamp. Default 5m.
+    #[serde(default = "default_clock_skew", with = "duration")]
+    pub timestamp_tolerance: Duration,
+    /// Optional token bucket; over it → 429 with Retry-After.
+    #[serde(default)]
+    pub rate_limit: Option<RateLimit>,
+    /// Active secrets; a delivery signed with any of them is accepted (rotation).
+    pub secrets: Vec<SecretSource>,
+    /// Where the event id, type and timestamp are in the body. Filled in when parsing for
+    /// every profile but `twilio`, which reads its own fields and has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fields: Option<Fields>,
+    /// Out-of-order guard rules.
+    #[serde(default)]
+    pub guard: GuardConfig,
+    /// Reconciliation with the sender's list API (contract §10); off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reconcile: Option<reconcile::Reconcile>,
+}
+
+// The keys of `Route`, `StatusGuard` and `KeywordGuard` that have defaults are given them per
+// key: a section-wide `#[serde(default)]` would fill the required keys too.
+fn default_message_id_ptr() -> String {
+    "/data/message_id".into()
+}
+fn default_status_ptr() -> String {
+    "/data/status".into()
+}
+fn default_ranks() -> BTreeMap<String, u32> {
+    profiles::DEFAULT_RANKS
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect()
+}
+fn default_status_retention() -> Duration {
+    Duration::from_secs(7 * 24 * 3600)
+}
+fn default_text_ptr() -> String {
+    "/data/text".into()
+}
+fn default_contact_ptr() -> String {
+    "/data/from".into()
+}
+fn default_channel_ptr() -> String {
+    "/data/to".into()
+}
+fn words(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| (*s).to_owned()).collect()
+}
+fn default_stop_words() -> Vec<String> {
+    words(&profiles::DEFAULT_STOP)
+}
+fn default_start_words() -> Vec<String> {
+    words(&profiles::DEFAULT_START)
+}
+fn default_help_words() -> Vec<String> {
+    words(&profiles::DEFAULT_HELP)
+}
+fn default_help_window() -> Duration {
+    Duration::from_secs(60)
+}
