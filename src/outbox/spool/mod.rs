@@ -264,7 +264,7 @@ impl Spool {
 
     /// Whether entries wait behind one the store will not delete: new events queue behind
     /// them, so none can be taken even while the broker is connected.
-    pub fn is_stuck(&self) -> bool {
+    pub fn waits_on_store(&self) -> bool {
         self.ledger.store_failing.load(Ordering::SeqCst) && !self.is_empty()
     }
 
