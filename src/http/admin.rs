@@ -229,7 +229,7 @@ impl Admin {
             return (false, "not ready: state store unreachable");
         }
         let spool = &self.health.spool;
-        if spool.is_stuck() {
+        if spool.waits_on_store() {
             return (false, "not ready: the spool cannot be written");
         }
         if spool.is_stalled() {

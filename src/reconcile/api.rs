@@ -1,5 +1,5 @@
 //! The sender's list API: one page request, and the pure reading of its answer (status,
-//! `X-RateLimit-*` and `Retry-After` headers, the page body) into an [`Answer`].
+//! `X-RateLimit-*` and `Retry-After` headers, the page body) into a [`ListAnswer`].
 
 use std::time::Duration;
 
@@ -108,9 +108,9 @@ pub enum BodyError {
     NoNextCursor,
 }
 
-/// One answer of the API, read.
+/// What one answer of the list API said, read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Answer {
+pub enum ListAnswer {
     /// 200 with a page.
     Page(Page),
     /// 200 whose body is not the documented shape.
@@ -131,7 +131,7 @@ pub enum Answer {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     /// What it said.
-    pub answer: Answer,
+    pub answer: ListAnswer,
     /// Its `X-RateLimit-*` headers.
     pub rate: RateLimit,
 }
@@ -145,14 +145,14 @@ pub fn read_answer<'h>(
     let rate = read_rate(headers.clone());
     let answer = match status {
         200 => match read_page(body) {
-            Ok(page) => Answer::Page(page),
-            Err(e) => Answer::BadBody(e),
+            Ok(page) => ListAnswer::Page(page),
+            Err(e) => ListAnswer::BadBody(e),
         },
-        429 => Answer::TooMany(read_retry_after(headers)),
-        401 | 403 => Answer::KeyRefused(status),
-        422 => Answer::CursorInvalid,
-        500..=599 => Answer::Transient(format!("status {status}")),
-        other => Answer::Refused(other),
+        429 => ListAnswer::TooMany(read_retry_after(headers)),
+        401 | 403 => ListAnswer::KeyRefused(status),
+        422 => ListAnswer::CursorInvalid,
+        500..=599 => ListAnswer::Transient(format!("status {status}")),
+        other => ListAnswer::Refused(other),
     };
     Reply { answer, rate }
 }
@@ -301,7 +301,7 @@ impl Client {
             Ok(r) => r,
             Err(e) => {
                 return Reply {
-                    answer: Answer::Transient(transport_reason(e)),
+                    answer: ListAnswer::Transient(transport_reason(e)),
                     rate: RateLimit::default(),
                 }
             }
@@ -316,7 +316,7 @@ impl Client {
             Ok(b) => b,
             Err(reason) => {
                 return Reply {
-                    answer: Answer::Transient(reason),
+                    answer: ListAnswer::Transient(reason),
                     rate: read_rate(headers.iter().map(|(n, v)| (n.as_str(), v.as_str()))),
                 }
             }
@@ -384,7 +384,7 @@ mod tests {
                 reset_secs: Some(1_795_946_460)
             }
         );
-        let Answer::Page(page) = r.answer else {
+        let ListAnswer::Page(page) = r.answer else {
             panic!("{:?}", r.answer)
         };
         assert_eq!(page.items.len(), 2);
@@ -396,7 +396,7 @@ mod tests {
 
     #[test]
     fn items_without_an_id_or_direction_are_left_out_not_the_page() {
-        let Answer::Page(page) = answer(
+        let ListAnswer::Page(page) = answer(
             200,
             &[],
             r#"{"data":[{"direction":"inbound"},7,{"id":"m","direction":"sideways"},{"id":3,"direction":"inbound"}],"meta":{"next_cursor":null,"has_more":false}}"#,
@@ -429,7 +429,7 @@ mod tests {
             ),
         ] {
             match answer(200, &[], body).answer {
-                Answer::BadBody(e) => assert!(e.to_string().contains(want), "{body}: {e}"),
+                ListAnswer::BadBody(e) => assert!(e.to_string().contains(want), "{body}: {e}"),
                 other => panic!("{body}: {other:?}"),
             }
         }
@@ -439,24 +439,27 @@ mod tests {
     fn statuses_are_classified_by_the_senders_rules() {
         assert_eq!(
             answer(429, &[("Retry-After", "7")], "").answer,
-            Answer::TooMany(RetryAfter::Secs(7))
+            ListAnswer::TooMany(RetryAfter::Secs(7))
         );
         assert_eq!(
             answer(429, &[("retry-after", "Wed, 21 Oct 2026 07:28:00 GMT")], "").answer,
-            Answer::TooMany(RetryAfter::NotANumber(
+            ListAnswer::TooMany(RetryAfter::NotANumber(
                 "Wed, 21 Oct 2026 07:28:00 GMT".into()
             ))
         );
         assert_eq!(
             answer(429, &[], "").answer,
-            Answer::TooMany(RetryAfter::Missing)
+            ListAnswer::TooMany(RetryAfter::Missing)
         );
-        assert_eq!(answer(401, &[], "").answer, Answer::KeyRefused(401));
-        assert_eq!(answer(403, &[], "").answer, Answer::KeyRefused(403));
-        assert_eq!(answer(422, &[], "").answer, Answer::CursorInvalid);
-        assert!(matches!(answer(503, &[], "").answer, Answer::Transient(_)));
-        assert_eq!(answer(404, &[], "").answer, Answer::Refused(404));
-        assert_eq!(answer(400, &[], "").answer, Answer::Refused(400));
+        assert_eq!(answer(401, &[], "").answer, ListAnswer::KeyRefused(401));
+        assert_eq!(answer(403, &[], "").answer, ListAnswer::KeyRefused(403));
+        assert_eq!(answer(422, &[], "").answer, ListAnswer::CursorInvalid);
+        assert!(matches!(
+            answer(503, &[], "").answer,
+            ListAnswer::Transient(_)
+        ));
+        assert_eq!(answer(404, &[], "").answer, ListAnswer::Refused(404));
+        assert_eq!(answer(400, &[], "").answer, ListAnswer::Refused(400));
     }
 
     #[test]

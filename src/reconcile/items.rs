@@ -70,47 +70,15 @@ impl Layout {
 
 /// The event `item` stands for, laid out by `layout`.
 pub fn make(item: &Listed, layout: &Layout) -> Result<Made, Skip> {
-    let (event_type, id, timestamp) = match item.direction {
-        Direction::Outbound => {
-            let status = item.status.as_deref().ok_or(Skip::NoStatus)?;
-            (
-                STATUS_EVENT,
-                format!("{ID_PREFIX}{}:{status}", item.id),
-                item.updated_at.as_ref().or(item.created_at.as_ref()),
-            )
-        }
-        Direction::Inbound => (
-            RECEIVED_EVENT,
-            format!("{ID_PREFIX}{}:received", item.id),
-            item.created_at.as_ref().or(item.updated_at.as_ref()),
-        ),
-    };
-    let mut data = Map::new();
-    data.insert("message_id".into(), Value::from(item.id.as_str()));
-    let direction = match item.direction {
-        Direction::Inbound => "inbound",
-        Direction::Outbound => "outbound",
-    };
-    data.insert("direction".into(), Value::from(direction));
-    for (name, value) in [
-        ("status", &item.status),
-        ("from", &item.from),
-        ("to", &item.to),
-        ("text", &item.text),
-        ("created_at", &item.created_at),
-        ("updated_at", &item.updated_at),
-    ] {
-        if let Some(v) = value {
-            data.insert(name.into(), Value::from(v.as_str()));
-        }
-    }
+    let (event_type, id, timestamp) = kind_of(item)?;
+    let data = data_of(item);
     let mut body = Value::Object(Map::new());
     // `data` first: a route may read its id or type from inside it.
     set(&mut body, "/data", Value::Object(data));
     set(&mut body, &layout.event_id, Value::from(id.as_str()));
     set(&mut body, &layout.event_type, Value::from(event_type));
     if let Some(ts) = timestamp {
-        set(&mut body, &layout.timestamp, Value::from(ts.as_str()));
+        set(&mut body, &layout.timestamp, Value::from(ts));
     }
     // A route that reads these elsewhere finds them where it looks.
     for ptr in &layout.message_id {
@@ -131,6 +99,49 @@ pub fn make(item: &Listed, layout: &Layout) -> Result<Made, Skip> {
         event_type,
         body: Bytes::from(body.to_string()),
     })
+}
+
+/// The event type of `item`, its event id, and the time it happened at.
+fn kind_of(item: &Listed) -> Result<(&'static str, String, Option<&str>), Skip> {
+    Ok(match item.direction {
+        Direction::Outbound => {
+            let status = item.status.as_deref().ok_or(Skip::NoStatus)?;
+            (
+                STATUS_EVENT,
+                format!("{ID_PREFIX}{}:{status}", item.id),
+                item.updated_at.as_deref().or(item.created_at.as_deref()),
+            )
+        }
+        Direction::Inbound => (
+            RECEIVED_EVENT,
+            format!("{ID_PREFIX}{}:received", item.id),
+            item.created_at.as_deref().or(item.updated_at.as_deref()),
+        ),
+    })
+}
+
+/// The event's `data`: the listed message's fields, those it has.
+fn data_of(item: &Listed) -> Map<String, Value> {
+    let mut data = Map::new();
+    data.insert("message_id".into(), Value::from(item.id.as_str()));
+    let direction = match item.direction {
+        Direction::Inbound => "inbound",
+        Direction::Outbound => "outbound",
+    };
+    data.insert("direction".into(), Value::from(direction));
+    for (name, value) in [
+        ("status", &item.status),
+        ("from", &item.from),
+        ("to", &item.to),
+        ("text", &item.text),
+        ("created_at", &item.created_at),
+        ("updated_at", &item.updated_at),
+    ] {
+        if let Some(v) = value {
+            data.insert(name.into(), Value::from(v.as_str()));
+        }
+    }
+    data
 }
 
 /// Writes `value` at JSON Pointer `ptr`, making the objects on the way; a member on the

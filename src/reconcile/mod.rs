@@ -264,103 +264,162 @@ async fn keep_lease(positions: Arc<Positions>, walk: CancellationToken, route: S
 }
 
 /// One route's reconciler: waits for its lease and its due time, walks, and reports.
-async fn run(mut walker: Walker, control: Arc<Control>, stop: CancellationToken) {
-    let name = walker.route.config.name.clone();
-    let source = KeySource::of(&walker.settings);
-    let mut key_error_logged = false;
-    loop {
-        if stop.is_cancelled() {
+async fn run(walker: Walker, control: Arc<Control>, stop: CancellationToken) {
+    let mut reconciler = Reconciler {
+        name: walker.route.config.name.clone(),
+        source: KeySource::of(&walker.settings),
+        walker,
+        control,
+        stop,
+        key_error_logged: false,
+    };
+    while !reconciler.stop.is_cancelled() {
+        if let Err(Next::Stop) = reconciler.turn().await {
             break;
         }
-        let key = match source.read() {
-            Ok(key) => {
-                key_error_logged = false;
-                key
-            }
-            Err(error) => {
-                if !key_error_logged {
-                    tracing::error!(route = %name, %error, "reconciliation API key unreadable; the reconciler waits for it");
-                    key_error_logged = true;
-                }
-                control.update(|s| s.last_error = Some(error.to_string()));
-                if !wait(KEY_POLL, &control, &stop).await {
-                    break;
-                }
-                continue;
-            }
-        };
-        match walker.positions.lease().await {
-            Ok(true) => control.update(|s| s.leader = true),
-            Ok(false) => {
-                control.update(|s| s.leader = false);
-                if !wait(LEASE_POLL, &control, &stop).await {
-                    break;
-                }
-                continue;
-            }
-            Err(error) => {
-                tracing::warn!(route = %name, %error, "reconciliation lease unavailable");
-                if !wait(STORE_PAUSE, &control, &stop).await {
-                    break;
-                }
-                continue;
-            }
-        }
-        let mut position = match walker.positions.load(&name).await {
-            Ok(p) => p,
-            Err(error) => {
-                tracing::warn!(route = %name, %error, "reconciliation position unreadable now");
-                if !wait(STORE_PAUSE, &control, &stop).await {
-                    break;
-                }
-                continue;
-            }
-        };
-        show(&control, &position);
-        // A restarted replica reports the stored last walk, not none.
-        if let Some(end) = position.last_complete_end_ms {
-            walker.metrics.last_complete.set(end / 1000);
-        }
-        let requested = control.take_request();
+    }
+    reconciler.walker.positions.end_lease().await;
+    reconciler.control.update(|s| {
+        s.leader = false;
+        s.walking = false;
+    });
+}
+
+/// One route's reconciler and what its turns carry.
+struct Reconciler {
+    walker: Walker,
+    control: Arc<Control>,
+    stop: CancellationToken,
+    /// The route's name.
+    name: String,
+    /// Where the API key is read.
+    source: KeySource,
+    /// Whether the key's being unreadable is logged since it was last read.
+    key_error_logged: bool,
+}
+
+/// What follows a turn that did not walk.
+enum Next {
+    /// Another turn.
+    Again,
+    /// Nothing: the reconciler stops.
+    Stop,
+}
+
+impl Reconciler {
+    /// One turn: reads the key, takes the lease, loads the position and, when a walk is
+    /// due or asked for, walks.
+    async fn turn(&mut self) -> Result<(), Next> {
+        let key = self.read_key().await?;
+        self.take_lease().await?;
+        let mut position = self.load_position().await?;
+        let requested = self.control.take_request();
         let due = pacing::until_due(
-            (walker.clock)(),
-            walker.settings.interval,
+            (self.walker.clock)(),
+            self.walker.settings.interval,
             position.last_try_start_ms,
             position.walk.is_some(),
         );
         if requested.is_none() && !due.is_zero() {
             // The lease is renewed at least every LEASE_POLL while waiting.
-            if !wait(due.min(LEASE_POLL), &control, &stop).await {
-                break;
-            }
-            continue;
+            return Err(self.wait(due.min(LEASE_POLL)).await);
         }
-        control.update(|s| s.walking = true);
-        let walk_stop = stop.child_token();
-        let keeper = tokio::spawn(keep_lease(
-            walker.positions.clone(),
-            walk_stop.clone(),
-            name.clone(),
-        ));
-        let end = walker
-            .walk(&key, &mut position, requested.flatten(), &walk_stop)
-            .await;
-        walk_stop.cancel();
-        keeper.abort();
-        show(&control, &position);
-        control.update(|s| s.walking = false);
-        let refused = report(&walker, &control, &name, end);
-        if let Some(status) = refused {
-            if !wait_for_new_key(&walker, &control, &source, &key, &stop, &name, status).await {
-                break;
+        self.walk(&key, &mut position, requested.flatten()).await
+    }
+
+    /// Sleeps `pause`, or less if a manual walk is asked for.
+    async fn wait(&self, pause: Duration) -> Next {
+        if wait(pause, &self.control, &self.stop).await {
+            Next::Again
+        } else {
+            Next::Stop
+        }
+    }
+
+    /// The API key; while it cannot be read, the error is logged once and shown.
+    async fn read_key(&mut self) -> Result<ApiKey, Next> {
+        match self.source.read() {
+            Ok(key) => {
+                self.key_error_logged = false;
+                Ok(key)
+            }
+            Err(error) => {
+                if !self.key_error_logged {
+                    tracing::error!(route = %self.name, %error, "reconciliation API key unreadable; the reconciler waits for it");
+                    self.key_error_logged = true;
+                }
+                self.control
+                    .update(|s| s.last_error = Some(error.to_string()));
+                Err(self.wait(KEY_POLL).await)
             }
         }
     }
-    walker.positions.end_lease().await;
-    control.update(|s| {
-        s.leader = false;
-        s.walking = false;
-    });
+
+    /// Takes or renews the route's lease; without it, waits.
+    async fn take_lease(&self) -> Result<(), Next> {
+        match self.walker.positions.lease().await {
+            Ok(true) => {
+                self.control.update(|s| s.leader = true);
+                Ok(())
+            }
+            Ok(false) => {
+                self.control.update(|s| s.leader = false);
+                Err(self.wait(LEASE_POLL).await)
+            }
+            Err(error) => {
+                tracing::warn!(route = %self.name, %error, "reconciliation lease unavailable");
+                Err(self.wait(STORE_PAUSE).await)
+            }
+        }
+    }
+
+    /// The stored position, shown in the status.
+    async fn load_position(&self) -> Result<Position, Next> {
+        let position = match self.walker.positions.load(&self.name).await {
+            Ok(p) => p,
+            Err(error) => {
+                tracing::warn!(route = %self.name, %error, "reconciliation position unreadable now");
+                return Err(self.wait(STORE_PAUSE).await);
+            }
+        };
+        show(&self.control, &position);
+        // A restarted replica reports the stored last walk, not none.
+        if let Some(end) = position.last_complete_end_ms {
+            self.walker.metrics.last_complete.set(end / 1000);
+        }
+        Ok(position)
+    }
+
+    /// Walks while the lease is kept, reports how the walk ended, and after a refused key
+    /// waits for another.
+    async fn walk(
+        &mut self,
+        key: &ApiKey,
+        position: &mut Position,
+        requested: Option<Duration>,
+    ) -> Result<(), Next> {
+        self.control.update(|s| s.walking = true);
+        let walk_stop = self.stop.child_token();
+        let keeper = tokio::spawn(keep_lease(
+            self.walker.positions.clone(),
+            walk_stop.clone(),
+            self.name.clone(),
+        ));
+        let end = self.walker.walk(key, position, requested, &walk_stop).await;
+        walk_stop.cancel();
+        keeper.abort();
+        show(&self.control, position);
+        self.control.update(|s| s.walking = false);
+        let refused = report(&self.walker, &self.control, &self.name, end);
+        if let Some(status) = refused {
+            let (walker, control, source) = (&self.walker, &self.control, &self.source);
+            if !wait_for_new_key(walker, control, source, key, &self.stop, &self.name, status).await
+            {
+                return Err(Next::Stop);
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Counts and logs how a walk ended; the status of a refused key, if it was.

@@ -3,6 +3,7 @@
 //! stored once a page's events are answered for.
 
 use std::collections::HashSet;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use crate::config::reconcile::Reconcile;
 use crate::ingress::event;
 use crate::outbox::message::RECONCILE_REQUEST_PREFIX;
 use crate::pipeline::{rfc3339, Outcome, Pipeline, RouteRuntime};
-use crate::reconcile::api::{Answer, Client, Page, RateLimit, RetryAfter};
+use crate::reconcile::api::{Client, ListAnswer, Page, RateLimit, RetryAfter};
 use crate::reconcile::items::{self, Layout};
 use crate::reconcile::key::ApiKey;
 use crate::reconcile::metrics::RouteMetrics;
@@ -45,6 +46,36 @@ enum Fetched {
     KeyRefused(u16),
     GiveUp(String),
     Cancelled,
+}
+
+/// Where a walk stands in the list.
+struct Cursors {
+    /// The cursor of the next page; `None` for the first.
+    next: Option<String>,
+    /// Every cursor this walk has met, so a page that repeats one ends it.
+    seen: HashSet<String>,
+    /// How often the API refused a cursor in this walk.
+    restarts: u32,
+}
+
+impl Cursors {
+    /// At `cursor`, where an unfinished walk stopped, or at the first page.
+    fn resume(cursor: Option<String>) -> Self {
+        Self {
+            seen: cursor.iter().cloned().collect(),
+            next: cursor,
+            restarts: 0,
+        }
+    }
+}
+
+/// Failed tries of one request in a row, by kind.
+#[derive(Default)]
+struct Tries {
+    /// 429 answers.
+    too_many: u32,
+    /// 5xx answers, timeouts and connection failures.
+    transient: u32,
 }
 
 /// Everything one route's walks use.
@@ -107,6 +138,50 @@ impl Walker {
         stop: &CancellationToken,
         published: &mut u64,
     ) -> Result<WalkEnd, StoreError> {
+        let Some(walk) = self.begin(position, requested).await? else {
+            return Ok(WalkEnd::Complete);
+        };
+        let since = rfc3339(walk.since_ms);
+        let request_id = format!(
+            "{RECONCILE_REQUEST_PREFIX}{}:{}",
+            self.name(),
+            walk.started_ms
+        );
+        let mut cursors = Cursors::resume(walk.cursor.clone());
+        loop {
+            let page = match self.fetch(key, cursors.next.as_deref(), &since, stop).await {
+                Fetched::Page(page) => page,
+                Fetched::CursorInvalid => match self.walk_again(position, &mut cursors).await? {
+                    Some(end) => return Ok(end),
+                    None => continue,
+                },
+                Fetched::KeyRefused(status) => return Ok(WalkEnd::KeyRefused(status)),
+                Fetched::GiveUp(reason) => return Ok(WalkEnd::GaveUp(reason)),
+                Fetched::Cancelled => return Ok(WalkEnd::Cancelled),
+            };
+            self.count_page(&page);
+            if let Some(end) = self.answer_page(&page, &request_id, stop, published).await {
+                return Ok(end);
+            }
+            if !page.has_more {
+                return self.complete(position, &walk).await;
+            }
+            let next = match self.next_cursor(page.next_cursor, &mut cursors) {
+                Ok(next) => next,
+                Err(end) => return Ok(end),
+            };
+            self.save_cursor(position, Some(next.clone())).await?;
+            cursors.next = Some(next);
+        }
+    }
+
+    /// Starts a new walk in `position` (from `requested` back if given), or resumes its
+    /// unfinished one; notes the try and stores the position. The walk to go on with.
+    async fn begin(
+        &self,
+        position: &mut Position,
+        requested: Option<Duration>,
+    ) -> Result<Option<Walk>, StoreError> {
         let now = (self.clock)();
         if position.walk.is_none() || requested.is_some() {
             position.walk = Some(Walk {
@@ -122,80 +197,93 @@ impl Walker {
         }
         position.last_try_start_ms = Some(now);
         self.positions.save(position, now).await?;
-        let Some(walk) = position.walk.clone() else {
-            return Ok(WalkEnd::Complete);
-        };
-        let since = rfc3339(walk.since_ms);
-        let request_id = format!(
-            "{RECONCILE_REQUEST_PREFIX}{}:{}",
-            self.name(),
-            walk.started_ms
-        );
-        let mut cursor = walk.cursor.clone();
-        let mut seen: HashSet<String> = cursor.iter().cloned().collect();
-        let mut restarts = 0;
-        loop {
-            let page = match self.fetch(key, cursor.as_deref(), &since, stop).await {
-                Fetched::Page(page) => page,
-                Fetched::CursorInvalid => {
-                    restarts += 1;
-                    self.metrics.bad("cursor_invalid");
-                    if restarts > MAX_CURSOR_RESTARTS {
-                        return Ok(WalkEnd::GaveUp(format!(
-                            "cursor refused (422) {restarts} times in one walk"
-                        )));
-                    }
-                    tracing::warn!(
-                        route = self.name(),
-                        "cursor no longer valid (422); walking again from since"
-                    );
-                    cursor = None;
-                    seen.clear();
-                    self.save_cursor(position, None).await?;
-                    continue;
-                }
-                Fetched::KeyRefused(status) => return Ok(WalkEnd::KeyRefused(status)),
-                Fetched::GiveUp(reason) => return Ok(WalkEnd::GaveUp(reason)),
-                Fetched::Cancelled => return Ok(WalkEnd::Cancelled),
-            };
-            self.metrics.pages.inc();
-            self.metrics
-                .items
-                .inc_by((page.items.len() + page.bad_items.len()) as u64);
-            for error in &page.bad_items {
-                self.metrics.bad("bad_item");
-                tracing::warn!(route = self.name(), %error, "listed item left out");
-            }
-            for item in &page.items {
-                if stop.is_cancelled() {
-                    // The page is not answered for: the position stays before it.
-                    return Ok(WalkEnd::Cancelled);
-                }
-                if let Some(end) = self.answer_for(item, &request_id, published).await {
-                    return Ok(end);
-                }
-            }
-            if !page.has_more {
-                let end = (self.clock)();
-                position.walk = None;
-                position.last_complete_start_ms = Some(walk.started_ms);
-                position.last_complete_end_ms = Some(end);
-                self.positions.save(position, end).await?;
-                self.metrics.last_complete.set(end / 1000);
-                return Ok(WalkEnd::Complete);
-            }
-            let Some(next) = page.next_cursor else {
-                // read_page refuses has_more without a cursor; kept total all the same.
-                return Ok(WalkEnd::GaveUp("has_more without next_cursor".into()));
-            };
-            if !seen.insert(next.clone()) {
-                self.metrics.bad("repeated_cursor");
-                tracing::warn!(route = self.name(), "page repeats a cursor of this walk; giving the walk up until the next interval");
-                return Ok(WalkEnd::GaveUp("the API repeated a cursor".into()));
-            }
-            self.save_cursor(position, Some(next.clone())).await?;
-            cursor = Some(next);
+        Ok(position.walk.clone())
+    }
+
+    /// The API refused the cursor (422): the walk starts again from its `since`, or, after
+    /// [`MAX_CURSOR_RESTARTS`] times, ends.
+    async fn walk_again(
+        &self,
+        position: &mut Position,
+        cursors: &mut Cursors,
+    ) -> Result<Option<WalkEnd>, StoreError> {
+        cursors.restarts += 1;
+        self.metrics.bad("cursor_invalid");
+        if cursors.restarts > MAX_CURSOR_RESTARTS {
+            return Ok(Some(WalkEnd::GaveUp(format!(
+                "cursor refused (422) {} times in one walk",
+                cursors.restarts
+            ))));
         }
+        tracing::warn!(
+            route = self.name(),
+            "cursor no longer valid (422); walking again from since"
+        );
+        cursors.next = None;
+        cursors.seen.clear();
+        self.save_cursor(position, None).await?;
+        Ok(None)
+    }
+
+    /// Counts a page and its items, and logs the items left out.
+    fn count_page(&self, page: &Page) {
+        self.metrics.pages.inc();
+        self.metrics
+            .items
+            .inc_by((page.items.len() + page.bad_items.len()) as u64);
+        for error in &page.bad_items {
+            self.metrics.bad("bad_item");
+            tracing::warn!(route = self.name(), %error, "listed item left out");
+        }
+    }
+
+    /// Hands each item of `page` to the pipeline. `Some` ends the walk, with the page not
+    /// answered for: the position stays before it.
+    async fn answer_page(
+        &self,
+        page: &Page,
+        request_id: &str,
+        stop: &CancellationToken,
+        published: &mut u64,
+    ) -> Option<WalkEnd> {
+        for item in &page.items {
+            if stop.is_cancelled() {
+                return Some(WalkEnd::Cancelled);
+            }
+            if let Some(end) = self.answer_for(item, request_id, published).await {
+                return Some(end);
+            }
+        }
+        None
+    }
+
+    /// The last page is answered for: the walk is complete.
+    async fn complete(&self, position: &mut Position, walk: &Walk) -> Result<WalkEnd, StoreError> {
+        let end = (self.clock)();
+        position.walk = None;
+        position.last_complete_start_ms = Some(walk.started_ms);
+        position.last_complete_end_ms = Some(end);
+        self.positions.save(position, end).await?;
+        self.metrics.last_complete.set(end / 1000);
+        Ok(WalkEnd::Complete)
+    }
+
+    /// The cursor of the next page; the walk ends instead when there is none, or when the
+    /// API gave one this walk has met before (it would go round for ever).
+    fn next_cursor(&self, next: Option<String>, cursors: &mut Cursors) -> Result<String, WalkEnd> {
+        let Some(next) = next else {
+            // read_page refuses has_more without a cursor; kept total all the same.
+            return Err(WalkEnd::GaveUp("has_more without next_cursor".into()));
+        };
+        if !cursors.seen.insert(next.clone()) {
+            self.metrics.bad("repeated_cursor");
+            tracing::warn!(
+                route = self.name(),
+                "page repeats a cursor of this walk; giving the walk up until the next interval"
+            );
+            return Err(WalkEnd::GaveUp("the API repeated a cursor".into()));
+        }
+        Ok(next)
     }
 
     /// Hands one listed item to the pipeline. `Some` ends the walk: an event that could
@@ -264,114 +352,150 @@ impl Walker {
         since: &str,
         stop: &CancellationToken,
     ) -> Fetched {
-        let mut too_many = 0;
-        let mut transient = 0;
+        let mut tries = Tries::default();
         loop {
-            let before =
-                pacing::before_request(&self.rate, self.settings.min_remaining, (self.clock)());
-            match before {
-                BeforeRequest::Go => {}
-                BeforeRequest::UntilReset(wait) if wait > self.settings.interval => {
-                    self.metrics.bad("reset_too_far");
-                    return Fetched::GiveUp(format!(
-                        "rate limit resets in {}, after the next walk is due",
-                        humantime::format_duration(wait)
-                    ));
-                }
-                BeforeRequest::UntilReset(_) => {
-                    tracing::debug!(
-                        route = self.name(),
-                        wait_ms = before.wait().as_millis() as u64,
-                        "waiting for the rate limit to reset"
-                    );
-                }
-                BeforeRequest::NoReset => {
-                    self.metrics.bad("no_reset");
-                    tracing::warn!(
-                        route = self.name(),
-                        "rate limit low and no X-RateLimit-Reset; pausing 1 s"
-                    );
-                }
-                BeforeRequest::ResetInPast => {
-                    self.metrics.bad("reset_in_past");
-                    tracing::warn!(route = self.name(), reset = ?self.rate.reset_secs, "rate limit low and X-RateLimit-Reset already past; pausing 1 s");
-                }
-            }
-            if !self.pause(before.wait(), stop, true).await {
-                return Fetched::Cancelled;
+            if let Some(end) = self.wait_for_rate_limit(stop).await {
+                return end;
             }
             let reply = self.client.list(key, cursor, since).await;
             self.rate = reply.rate;
-            let retry = match reply.answer {
-                Answer::Page(page) => return Fetched::Page(page),
-                Answer::CursorInvalid => return Fetched::CursorInvalid,
-                Answer::KeyRefused(status) => return Fetched::KeyRefused(status),
-                Answer::BadBody(error) => {
-                    self.metrics.bad("bad_body");
-                    tracing::warn!(route = self.name(), %error, "list answer not as documented; giving the walk up until the next interval");
-                    return Fetched::GiveUp(format!("bad answer: {error}"));
-                }
-                Answer::Refused(status) => {
-                    self.metrics.bad("refused");
-                    tracing::warn!(
-                        route = self.name(),
-                        status,
-                        "list request refused; not retried"
-                    );
-                    return Fetched::GiveUp(format!("status {status}"));
-                }
-                Answer::TooMany(retry_after) => {
-                    self.metrics.rate_limited.inc();
-                    too_many += 1;
-                    let base = match retry_after {
-                        RetryAfter::Secs(secs) => Duration::from_secs(secs),
-                        RetryAfter::Missing => {
-                            self.metrics.bad("no_retry_after");
-                            tracing::warn!(
-                                route = self.name(),
-                                "429 without Retry-After; waiting 5 s doubled"
-                            );
-                            pacing::FALLBACK_RETRY_AFTER
-                        }
-                        RetryAfter::NotANumber(text) => {
-                            self.metrics.bad("bad_retry_after");
-                            tracing::warn!(route = self.name(), retry_after = %text, "429 with a Retry-After that is not a number; waiting 5 s doubled");
-                            pacing::FALLBACK_RETRY_AFTER
-                        }
-                    };
-                    match pacing::after_too_many(
-                        base,
-                        too_many,
-                        self.settings.max_retries,
-                        self.settings.max_backoff,
-                        rand::random::<f64>(),
-                    ) {
-                        Retry::After(wait) => (wait, true),
-                        Retry::GiveUp => {
-                            return Fetched::GiveUp(format!("429 on {too_many} tries"))
-                        }
-                    }
-                }
-                Answer::Transient(reason) => {
-                    transient += 1;
-                    tracing::debug!(route = self.name(), %reason, tries = transient, "list request failed; trying again");
-                    match pacing::after_transient(
-                        transient,
-                        self.settings.max_retries,
-                        self.settings.max_backoff,
-                        rand::random::<f64>(),
-                    ) {
-                        Retry::After(wait) => (wait, false),
-                        Retry::GiveUp => {
-                            return Fetched::GiveUp(format!("{reason} on {transient} tries"))
-                        }
-                    }
-                }
+            let (wait, rate_limited) = match self.judge(reply.answer, &mut tries) {
+                ControlFlow::Continue(retry) => retry,
+                ControlFlow::Break(fetched) => return fetched,
             };
-            let (wait, rate_limited) = retry;
             if !self.pause(wait, stop, rate_limited).await {
                 return Fetched::Cancelled;
             }
+        }
+    }
+
+    /// Waits before a request as the last answer's rate limit says; `Some` when the walk
+    /// ends instead (shutdown, or a reset after the next walk is due).
+    async fn wait_for_rate_limit(&self, stop: &CancellationToken) -> Option<Fetched> {
+        let before =
+            pacing::before_request(&self.rate, self.settings.min_remaining, (self.clock)());
+        match before {
+            BeforeRequest::Go => {}
+            BeforeRequest::UntilReset(wait) if wait > self.settings.interval => {
+                self.metrics.bad("reset_too_far");
+                return Some(Fetched::GiveUp(format!(
+                    "rate limit resets in {}, after the next walk is due",
+                    humantime::format_duration(wait)
+                )));
+            }
+            BeforeRequest::UntilReset(_) => {
+                tracing::debug!(
+                    route = self.name(),
+                    wait_ms = before.wait().as_millis() as u64,
+                    "waiting for the rate limit to reset"
+                );
+            }
+            BeforeRequest::NoReset => {
+                self.metrics.bad("no_reset");
+                tracing::warn!(
+                    route = self.name(),
+                    "rate limit low and no X-RateLimit-Reset; pausing 1 s"
+                );
+            }
+            BeforeRequest::ResetInPast => {
+                self.metrics.bad("reset_in_past");
+                tracing::warn!(route = self.name(), reset = ?self.rate.reset_secs, "rate limit low and X-RateLimit-Reset already past; pausing 1 s");
+            }
+        }
+        if !self.pause(before.wait(), stop, true).await {
+            return Some(Fetched::Cancelled);
+        }
+        None
+    }
+
+    /// What an answer comes to: what the request fetched (`Break`), or the wait before it
+    /// is tried again and whether that wait is the rate limit's (`Continue`).
+    fn judge(
+        &self,
+        answer: ListAnswer,
+        tries: &mut Tries,
+    ) -> ControlFlow<Fetched, (Duration, bool)> {
+        match answer {
+            ListAnswer::Page(page) => ControlFlow::Break(Fetched::Page(page)),
+            ListAnswer::CursorInvalid => ControlFlow::Break(Fetched::CursorInvalid),
+            ListAnswer::KeyRefused(status) => ControlFlow::Break(Fetched::KeyRefused(status)),
+            ListAnswer::BadBody(error) => {
+                self.metrics.bad("bad_body");
+                tracing::warn!(route = self.name(), %error, "list answer not as documented; giving the walk up until the next interval");
+                ControlFlow::Break(Fetched::GiveUp(format!("bad answer: {error}")))
+            }
+            ListAnswer::Refused(status) => {
+                self.metrics.bad("refused");
+                tracing::warn!(
+                    route = self.name(),
+                    status,
+                    "list request refused; not retried"
+                );
+                ControlFlow::Break(Fetched::GiveUp(format!("status {status}")))
+            }
+            ListAnswer::TooMany(retry_after) => {
+                self.metrics.rate_limited.inc();
+                tries.too_many += 1;
+                let base = self.retry_after(retry_after);
+                match pacing::after_too_many(
+                    base,
+                    tries.too_many,
+                    self.settings.max_retries,
+                    self.settings.max_backoff,
+                    rand::random::<f64>(),
+                ) {
+                    Retry::After(wait) => ControlFlow::Continue((wait, true)),
+                    Retry::GiveUp => ControlFlow::Break(Fetched::GiveUp(format!(
+                        "429 on {} tries",
+                        tries.too_many
+                    ))),
+                }
+            }
+            ListAnswer::Transient(reason) => self.after_transient(reason, tries),
+        }
+    }
+
+    /// The wait a 429 asks for; a missing or unreadable `Retry-After` is counted and logged,
+    /// and waits [`pacing::FALLBACK_RETRY_AFTER`].
+    fn retry_after(&self, retry_after: RetryAfter) -> Duration {
+        match retry_after {
+            RetryAfter::Secs(secs) => Duration::from_secs(secs),
+            RetryAfter::Missing => {
+                self.metrics.bad("no_retry_after");
+                tracing::warn!(
+                    route = self.name(),
+                    "429 without Retry-After; waiting 5 s doubled"
+                );
+                pacing::FALLBACK_RETRY_AFTER
+            }
+            RetryAfter::NotANumber(text) => {
+                self.metrics.bad("bad_retry_after");
+                tracing::warn!(route = self.name(), retry_after = %text, "429 with a Retry-After that is not a number; waiting 5 s doubled");
+                pacing::FALLBACK_RETRY_AFTER
+            }
+        }
+    }
+
+    /// The wait after a 5xx, a timeout or a connection failure, or the end of the walk
+    /// after `max_retries` of them.
+    fn after_transient(
+        &self,
+        reason: String,
+        tries: &mut Tries,
+    ) -> ControlFlow<Fetched, (Duration, bool)> {
+        tries.transient += 1;
+        tracing::debug!(route = self.name(), %reason, tries = tries.transient, "list request failed; trying again");
+        match pacing::after_transient(
+            tries.transient,
+            self.settings.max_retries,
+            self.settings.max_backoff,
+            rand::random::<f64>(),
+        ) {
+            Retry::After(wait) => ControlFlow::Continue((wait, false)),
+            Retry::GiveUp => ControlFlow::Break(Fetched::GiveUp(format!(
+                "{reason} on {} tries",
+                tries.transient
+            ))),
         }
     }
 

@@ -12,6 +12,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backoff::Doubling;
 use futures_util::StreamExt;
 use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::{FieldTable, LongString, ShortString};
@@ -81,7 +82,7 @@ impl Live {
 /// Keeps a connection up until `stop` is cancelled.
 pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
     let nodes = inner.config.nodes().to_vec();
-    let mut backoff = BACKOFF_MIN;
+    let mut backoff = Doubling::new(BACKOFF_MIN, BACKOFF_MAX);
     // Which nodes have had their warning in this outage.
     let mut warned = vec![false; nodes.len()];
     let mut first = 0;
@@ -91,8 +92,7 @@ pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
             if stop.is_cancelled() {
                 return;
             }
-            let wait = jitter(backoff);
-            backoff = (backoff * 2).min(BACKOFF_MAX);
+            let wait = jitter(backoff.next_pause());
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tokio::time::sleep(wait) => {}
@@ -115,7 +115,7 @@ pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
         inner.replace(Some(live.clone()));
         inner.connected.notify_waiters();
         tracing::info!(url = %redact_url(&nodes[node]), node, nodes = nodes.len(), "broker connected");
-        backoff = BACKOFF_MIN;
+        backoff.reset();
         warned.fill(false);
         watch(&inner, &live, &mut events, &stop).await;
         inner.clear_if(&live);

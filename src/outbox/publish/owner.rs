@@ -15,6 +15,7 @@
 //! replaced: a confirm left pending there would take a later batch's return.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use bytes::Bytes;
 use lapin::options::BasicPublishOptions;
 use lapin::types::ShortString;
 use lapin::{BasicProperties, Channel, Confirmation};
+use tokio::sync::futures::Notified;
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio::time::Instant;
 
@@ -123,10 +125,47 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
     let blocked = inner.became_blocked.notified();
     tokio::pin!(blocked);
     blocked.as_mut().enable();
+    let Outgoing {
+        sent,
+        heads,
+        bodies,
+    } = outgoing(inner, batch);
+    if sent.is_empty() {
+        return Health::Healthy;
+    }
+    match confirm_all(inner, live, channel, heads, &bodies, blocked).await {
+        Ok(confirmations) => answer_all(inner, sent, confirmations),
+        Err(error) => {
+            fail_all(sent, error);
+            Health::Replace
+        }
+    }
+}
+
+/// What a publish goes out with, but its body.
+type Head = (
+    ShortString,
+    ShortString,
+    BasicPublishOptions,
+    BasicProperties,
+);
+
+/// The publishes of a batch to send, in order: who waits for each, and its frames.
+struct Outgoing {
+    sent: Vec<Sent>,
+    heads: Vec<Head>,
+    bodies: Vec<Bytes>,
+}
+
+/// The jobs of `batch` to send. A job whose caller is gone is dropped; one the broker's
+/// block or its deadline refuses is answered so at once.
+fn outgoing(inner: &Inner, batch: Vec<Job>) -> Outgoing {
     let now = Instant::now();
-    let mut sent = Vec::with_capacity(batch.len());
-    let mut heads = Vec::with_capacity(batch.len());
-    let mut bodies = Vec::with_capacity(batch.len());
+    let mut out = Outgoing {
+        sent: Vec::with_capacity(batch.len()),
+        heads: Vec::with_capacity(batch.len()),
+        bodies: Vec::with_capacity(batch.len()),
+    };
     for job in batch {
         let Job {
             id,
@@ -157,17 +196,28 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
             mandatory,
             ..Default::default()
         };
-        sent.push(Sent {
+        out.sent.push(Sent {
             id,
             routing_key: routing_key.clone(),
             answer,
         });
-        heads.push((exchange, routing_key, options, properties));
-        bodies.push(body);
+        out.heads.push((exchange, routing_key, options, properties));
+        out.bodies.push(body);
     }
-    if sent.is_empty() {
-        return Health::Healthy;
-    }
+    out
+}
+
+/// Sends the publishes on `channel` and waits for every confirm, in send order; an error
+/// when not all were decided within the confirm timeout, or the broker blocked the
+/// connection, or it was left.
+async fn confirm_all(
+    inner: &Inner,
+    live: &Live,
+    channel: &Channel,
+    heads: Vec<Head>,
+    bodies: &[Bytes],
+    blocked: Pin<&mut Notified<'_>>,
+) -> Result<Vec<Result<Confirmation, lapin::Error>>, PublishError> {
     let decided = async {
         // All sent at once, so lapin writes them in a few socket writes. The first poll of
         // each publish takes its delivery tag and queues its frames in one step, and no
@@ -175,7 +225,7 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
         // order the publishes are polled in.
         let sends = heads
             .into_iter()
-            .zip(&bodies)
+            .zip(bodies)
             .map(|((e, r, o, p), b)| channel.basic_publish(e, r, o, b, p));
         let confirms = futures_util::future::join_all(sends).await;
         let waits = confirms.into_iter().map(|confirm| async move {
@@ -187,28 +237,34 @@ async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec
         futures_util::future::join_all(waits).await
     };
     let timeout = inner.config.confirm_timeout;
-    let confirmed = tokio::select! {
+    tokio::select! {
         all = tokio::time::timeout(timeout, decided) => all.map_err(|_| PublishError::Timeout),
-        () = &mut blocked => Err(PublishError::Blocked),
+        () = blocked => Err(PublishError::Blocked),
         () = live.gone().cancelled() => Err(PublishError::NotConnected),
-    };
-    let confirmations = match confirmed {
-        Ok(all) => all,
-        Err(error) => {
-            // Not all decided: none of the batch may be answered as published, and the
-            // channel keeps pending confirms that would take later returns.
-            if matches!(error, PublishError::Timeout) {
-                tracing::warn!(
-                    publishes = sent.len(),
-                    "confirms timed out; replacing the channel"
-                );
-            }
-            for s in sent {
-                let _ = s.answer.send(Err(error.clone()));
-            }
-            return Health::Replace;
-        }
-    };
+    }
+}
+
+/// Not all of the batch was decided: none of it may be answered as published, and the
+/// channel keeps pending confirms that would take later returns.
+fn fail_all(sent: Vec<Sent>, error: PublishError) {
+    if matches!(error, PublishError::Timeout) {
+        tracing::warn!(
+            publishes = sent.len(),
+            "confirms timed out; replacing the channel"
+        );
+    }
+    for s in sent {
+        let _ = s.answer.send(Err(error.clone()));
+    }
+}
+
+/// Answers each sent publish with its outcome; the channel is replaced when one failed on
+/// it.
+fn answer_all(
+    inner: &Inner,
+    sent: Vec<Sent>,
+    confirmations: Vec<Result<Confirmation, lapin::Error>>,
+) -> Health {
     let results = pair(inner, &sent, confirmations);
     let health = if results
         .iter()

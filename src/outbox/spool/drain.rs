@@ -1,6 +1,7 @@
-//! The drainer: publishes main in order and held entries in passes with back-off, parks
-//! what can never be published, and deletes what the broker confirmed. Supervised: a panic
-//! in a pass is counted and the pass starts again.
+//! The drainer: publishes main in order and held entries in passes with back-off
+//! ([`held`](super::held)), parks what can never be published, and deletes what the broker
+//! confirmed. Supervised ([`supervise`](super::supervise)): a panic in a pass is counted and
+//! the pass starts again.
 //!
 //! It works in batches: it publishes up to a batch of entries one by one, each with its
 //! confirm, then deletes the confirmed ones (and moves or parks the others) in one durable
@@ -9,13 +10,12 @@
 //! doubles up to [`DRAIN_BATCH`] while commits succeed; a commit that fails sets it back
 //! to one, so a store that refuses deletes holds one published entry, not a batch.
 
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use prometheus_client::metrics::counter::Counter;
+use backoff::Doubling;
 use tokio_util::sync::CancellationToken;
 
 use crate::outbox::message::Message;
@@ -35,10 +35,7 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 const HELD_RETRY_MIN: Duration = Duration::from_secs(1);
 const HELD_RETRY_MAX: Duration = Duration::from_secs(30);
 /// How often held (unroutable) entries are reported.
-const UNROUTABLE_LOG_EVERY: Duration = Duration::from_secs(60);
-/// Pause before the drainer is started again after a failure (doubling up to the max).
-const RESTART_MIN: Duration = Duration::from_secs(1);
-const RESTART_MAX: Duration = Duration::from_secs(30);
+pub(super) const UNROUTABLE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// The longest the drainer sleeps without telling it is alive.
 const BEAT: Duration = Duration::from_secs(1);
 
@@ -74,23 +71,6 @@ impl Sink for Publisher {
     }
 }
 
-/// Entries the drainer failed on.
-#[derive(Default)]
-pub(super) struct Failures {
-    /// The entry of the last failure.
-    last: Option<EntryRef>,
-    /// An entry it failed on twice in a row, for the next pass to park.
-    to_park: Option<EntryRef>,
-}
-
-impl Failures {
-    /// The entry marked to be parked.
-    #[cfg(test)]
-    pub(super) fn to_park(&self) -> Option<EntryRef> {
-        self.to_park
-    }
-}
-
 /// What one attempt came to.
 pub(super) enum Step {
     /// Entries left their place (published, held apart or parked), or none waited.
@@ -106,7 +86,7 @@ pub(super) enum Step {
 pub(super) struct Every(Option<Instant>);
 
 impl Every {
-    fn due(&mut self, every: Duration) -> bool {
+    pub(super) fn due(&mut self, every: Duration) -> bool {
         let due = self.0.is_none_or(|t| t.elapsed() >= every);
         if due {
             self.0 = Some(Instant::now());
@@ -116,193 +96,15 @@ impl Every {
 }
 
 impl Spool {
-    /// Runs the drainer until `stop`, supervised: a panic in it is logged at ERROR, counted
-    /// in `hookgate_spool_drainer_restarts_total`, and the drainer starts again after a
-    /// pause. An entry it failed on twice in a row is parked, so one bad entry cannot keep
-    /// it failing.
-    pub async fn run_drainer<S: Sink>(
+    /// Republishes entries until `stop`: main in order, deleted in batches after their
+    /// acks; held ones in passes with back-off; undecodable or unfit ones parked.
+    pub(super) async fn drain<S: Sink>(
         self: Arc<Self>,
-        publisher: S,
+        sink: S,
         exchange: String,
         stop: CancellationToken,
     ) {
-        let restarts = self.ledger.metrics().spool_drainer_restarts.clone();
-        let spool = self.clone();
-        let pass_stop = stop.clone();
-        supervise(
-            &restarts,
-            &stop,
-            RESTART_MIN,
-            move || {
-                spool
-                    .clone()
-                    .drain(publisher.clone(), exchange.clone(), pass_stop.clone())
-            },
-            || self.note_failure(),
-        )
-        .await;
-    }
-
-    /// Pins a drainer failure on the entry it was working on; the second failure in a row
-    /// on the same entry marks it to be parked by the next pass. The guard keys held are
-    /// counted again from disk: the failed pass may have marked keys for moves it never
-    /// committed.
-    pub(super) fn note_failure(&self) {
-        let current = lock(&self.in_progress).take();
-        {
-            let mut failed = lock(&self.failed_on);
-            if current.is_some() && current == failed.last {
-                failed.to_park = current;
-                failed.last = None;
-            } else {
-                failed.last = current;
-            }
-        }
-        if let Err(error) = self.recount_held_keys() {
-            tracing::warn!(%error, "cannot count the held spool entries' guard keys");
-        }
-    }
-
-    /// Republishes entries until `stop`: main in order, deleted in batches after their
-    /// acks; held ones in passes with back-off; undecodable or unfit ones parked.
-    async fn drain<S: Sink>(self: Arc<Self>, sink: S, exchange: String, stop: CancellationToken) {
-        let mut retry = RETRY_MIN;
-        let mut failing = false;
-        let mut held_retry = HELD_RETRY_MIN;
-        let mut held_due = Instant::now();
-        let mut unroutable_log = Every::default();
-        let mut broken_reported = false;
-        let mut batch = 1;
-        // When the spool started draining and how deep it was then: reported once it is
-        // empty, so an operator sees the end of an outage's backlog.
-        let mut draining: Option<(Instant, u64)> = None;
-        loop {
-            self.beat();
-            if stop.is_cancelled() {
-                return;
-            }
-            if let Some(reason) = self.restart_needed() {
-                if !broken_reported {
-                    // Publishing now would publish entries it cannot delete: every one of
-                    // them would go out again after the restart.
-                    tracing::error!(%reason, "the spool cannot write until hookgate restarts; nothing is drained until then");
-                    broken_reported = true;
-                }
-                self.stuck_since_ms.store(-1, Ordering::SeqCst);
-                self.pause(&stop, BEAT).await;
-                continue;
-            }
-            let poisoned = lock(&self.failed_on).to_park.take();
-            if let Some((area, seq)) = poisoned {
-                self.park_entry(area, seq, "the drainer failed on it twice", &stop)
-                    .await;
-                continue;
-            }
-            if self.ledger.held_depth.load(Ordering::SeqCst) > 0
-                && Instant::now() >= held_due
-                && sink.is_connected()
-            {
-                let published = self
-                    .retry_held(&sink, &exchange, &mut unroutable_log, &stop)
-                    .await;
-                held_retry = if published {
-                    HELD_RETRY_MIN
-                } else {
-                    (held_retry * 2).min(HELD_RETRY_MAX)
-                };
-                held_due = Instant::now() + held_retry;
-                continue;
-            }
-            let rows = match self.tables.page(Area::Main, None, batch) {
-                Ok(rows) => rows,
-                Err(error) => {
-                    tracing::error!(%error, "cannot read the spool; retrying");
-                    self.pause(&stop, RETRY_MAX).await;
-                    continue;
-                }
-            };
-            if rows.is_empty() {
-                self.stuck_since_ms.store(-1, Ordering::SeqCst);
-                let added = self.added.notified();
-                if self.is_empty() {
-                    if let Some((since, depth)) = draining.take() {
-                        tracing::info!(
-                            depth_at_start = depth,
-                            elapsed_ms = since.elapsed().as_millis() as u64,
-                            "spool drained"
-                        );
-                    }
-                    let wake = if self.ledger.held_depth.load(Ordering::SeqCst) > 0 {
-                        held_due.saturating_duration_since(Instant::now()).min(BEAT)
-                    } else {
-                        BEAT
-                    };
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = added => {}
-                        _ = tokio::time::sleep(wake) => {}
-                    }
-                } else {
-                    // Counted but not committed yet: a push on its way in.
-                    tokio::select! {
-                        _ = stop.cancelled() => return,
-                        _ = added => {}
-                        _ = tokio::time::sleep(RETRY_MIN) => {}
-                    }
-                }
-                continue;
-            }
-            if !sink.is_connected() {
-                self.stuck_since_ms.store(-1, Ordering::SeqCst);
-                tokio::select! {
-                    _ = stop.cancelled() => return,
-                    _ = sink.wait_connected() => {}
-                    _ = tokio::time::sleep(BEAT) => {}
-                }
-                continue;
-            }
-            let depth = self.ledger.depth.load(Ordering::SeqCst);
-            let (step, committed) = self
-                .drain_batch(&sink, &exchange, rows, &mut unroutable_log, &stop)
-                .await;
-            batch = if committed {
-                (batch * 2).min(DRAIN_BATCH)
-            } else {
-                1
-            };
-            match step {
-                Step::Progress => {
-                    draining.get_or_insert_with(|| (Instant::now(), depth));
-                    self.stuck_since_ms.store(-1, Ordering::SeqCst);
-                    if failing {
-                        tracing::info!(
-                            depth = self.ledger.depth.load(Ordering::SeqCst),
-                            "spool draining again"
-                        );
-                    }
-                    retry = RETRY_MIN;
-                    failing = false;
-                }
-                Step::Wait => {
-                    self.stuck_since_ms.store(-1, Ordering::SeqCst);
-                    self.pause(&stop, RETRY_MIN).await;
-                }
-                Step::Failed(error) => {
-                    let _ = self.stuck_since_ms.compare_exchange(
-                        -1,
-                        self.clock_ms(),
-                        Ordering::SeqCst,
-                        Ordering::SeqCst,
-                    );
-                    if !failing {
-                        tracing::warn!(%error, "spool drain paused");
-                    }
-                    failing = true;
-                    self.pause(&stop, retry).await;
-                    retry = (retry * 2).min(RETRY_MAX);
-                }
-            }
-        }
+        Drainer::new(self, sink, exchange, stop).run().await;
     }
 
     /// Publishes `rows` (the head of main) in order until one fails, then commits what
@@ -324,44 +126,13 @@ impl Spool {
                 break;
             }
             self.set_in_progress(Some((Area::Main, seq)));
-            let msg = match record::decode(&value) {
-                Ok(msg) => msg,
-                Err(error) => {
-                    changes.parked(Area::Main, seq, &value, None, &undecodable(&error));
-                    continue;
-                }
-            };
-            let order_key = msg.order_key.as_deref();
-            if order_key.is_some_and(|k| self.ledger.holds_key(k)) {
-                // An earlier event of its guard key waits in held: this one goes behind
-                // it. Marked held before it leaves main: a request that finds main empty
-                // then also finds the key held, and goes behind this entry.
-                self.ledger.hold_key(order_key);
-                changes.moved_to_held(seq, value.clone());
-                continue;
-            }
-            match sink.publish(exchange, &msg).await {
-                Ok(()) => changes.published(Area::Main, seq, value.len() as u64, None),
-                Err(error @ PublishError::Unroutable(_)) => {
-                    if unroutable_log.due(UNROUTABLE_LOG_EVERY) {
-                        // Kept safe, and no longer in the way of the rest; but it arrives
-                        // only once a queue is bound: an operator must act.
-                        tracing::error!(%error, event_id = %msg.message_id, held = self.ledger.held_depth.load(Ordering::SeqCst) + 1, "spooled event is unroutable; held apart until a queue is bound to the exchange");
-                    }
-                    self.ledger.hold_key(order_key);
-                    changes.moved_to_held(seq, value.clone());
-                }
-                Err(error @ PublishError::Unfit(_)) => {
-                    changes.parked(Area::Main, seq, &value, order_key, &error.to_string());
-                }
-                Err(PublishError::NotConnected | PublishError::Blocked) => {
-                    step = Step::Wait;
-                    break;
-                }
-                Err(error) => {
-                    step = Step::Failed(error);
-                    break;
-                }
+            let entry = (seq, value);
+            if let Some(end) = self
+                .drain_entry(sink, exchange, entry, &mut changes, unroutable_log)
+                .await
+            {
+                step = end;
+                break;
             }
         }
         self.set_in_progress(None);
@@ -369,112 +140,52 @@ impl Spool {
         (step, committed)
     }
 
-    /// One pass over held entries in arrival order; returns whether any was published. An
-    /// entry is skipped while an earlier one of its guard key, or one with its routing key,
-    /// was unroutable in this pass. A broker failure ends the pass. Changes are committed
-    /// every [`DRAIN_BATCH`] entries and at the end.
-    pub(super) async fn retry_held<S: Sink>(
+    /// Publishes main entry `seq`, or moves it to held behind its guard key or because no
+    /// queue takes it, or parks it if it can never go; notes which in `changes`. `Some`
+    /// ends the batch: the broker is away or refused the entry.
+    async fn drain_entry<S: Sink>(
         &self,
         sink: &S,
         exchange: &str,
+        (seq, value): (u64, Vec<u8>),
+        changes: &mut Changes,
         unroutable_log: &mut Every,
-        stop: &CancellationToken,
-    ) -> bool {
-        let mut published = false;
-        let mut blocked_keys: HashSet<String> = HashSet::new();
-        let mut blocked_routes: HashSet<String> = HashSet::new();
-        let mut after: Option<u64> = None;
-        let mut changes = Changes::default();
-        loop {
-            let page = match self.tables.page(Area::Held, after, DRAIN_BATCH) {
-                Ok(p) => p,
-                Err(error) => {
-                    tracing::error!(%error, "cannot read the held spool entries");
-                    break;
-                }
-            };
-            let Some((last, _)) = page.last() else {
-                break;
-            };
-            after = Some(*last);
-            let mut ended = false;
-            for (seq, value) in page {
-                self.beat();
-                if stop.is_cancelled() || !sink.is_connected() {
-                    ended = true;
-                    break;
-                }
-                let msg = match record::decode(&value) {
-                    Ok(msg) => msg,
-                    Err(error) => {
-                        changes.parked(Area::Held, seq, &value, None, &undecodable(&error));
-                        continue;
-                    }
-                };
-                let order_key = msg.order_key.as_deref();
-                if order_key.is_some_and(|k| blocked_keys.contains(k)) {
-                    continue;
-                }
-                if blocked_routes.contains(msg.routing_key.as_ref()) {
-                    blocked_keys.extend(order_key.map(str::to_owned));
-                    continue;
-                }
-                self.set_in_progress(Some((Area::Held, seq)));
-                let result = sink.publish(exchange, &msg).await;
-                self.set_in_progress(None);
-                match result {
-                    Ok(()) => {
-                        changes.published(Area::Held, seq, value.len() as u64, order_key);
-                        published = true;
-                    }
-                    Err(error @ PublishError::Unroutable(_)) => {
-                        if unroutable_log.due(UNROUTABLE_LOG_EVERY) {
-                            tracing::error!(%error, event_id = %msg.message_id, held = self.ledger.held_depth.load(Ordering::SeqCst), "held spool entries are still unroutable; bind a queue to the exchange");
-                        }
-                        blocked_routes.insert(msg.routing_key.to_string());
-                        blocked_keys.extend(order_key.map(str::to_owned));
-                    }
-                    Err(error @ PublishError::Unfit(_)) => {
-                        changes.parked(Area::Held, seq, &value, order_key, &error.to_string());
-                    }
-                    Err(_) => {
-                        ended = true;
-                        break;
-                    }
-                }
+    ) -> Option<Step> {
+        let msg = match record::decode(&value) {
+            Ok(msg) => msg,
+            Err(error) => {
+                changes.parked(Area::Main, seq, &value, None, &undecodable(&error));
+                return None;
             }
-            if !self
-                .commit_changes(std::mem::take(&mut changes), stop)
-                .await
-                || ended
-            {
-                return published;
-            }
+        };
+        let order_key = msg.order_key.as_deref();
+        if order_key.is_some_and(|k| self.ledger.holds_key(k)) {
+            // An earlier event of its guard key waits in held: this one goes behind it.
+            // Marked held before it leaves main: a request that finds main empty then also
+            // finds the key held, and goes behind this entry.
+            self.ledger.hold_key(order_key);
+            changes.moved_to_held(seq, value.clone());
+            return None;
         }
-        self.commit_changes(changes, stop).await;
-        published
-    }
-
-    /// Parks entry `seq` of `area`, if it is still there.
-    pub(super) async fn park_entry(
-        &self,
-        area: Area,
-        seq: u64,
-        reason: &str,
-        stop: &CancellationToken,
-    ) {
-        match self.tables.get(area, seq) {
-            Ok(Some(value)) => {
-                let order_key = record::decode(&value)
-                    .ok()
-                    .and_then(|m| m.order_key.map(|k| k.into_owned()));
-                let mut changes = Changes::default();
-                changes.parked(area, seq, &value, order_key.as_deref(), reason);
-                self.commit_changes(changes, stop).await;
+        match sink.publish(exchange, &msg).await {
+            Ok(()) => changes.published(Area::Main, seq, value.len() as u64, None),
+            Err(error @ PublishError::Unroutable(_)) => {
+                if unroutable_log.due(UNROUTABLE_LOG_EVERY) {
+                    // Kept safe, and no longer in the way of the rest; but it arrives only
+                    // once a queue is bound: an operator must act.
+                    let held = self.ledger.held_depth.load(Ordering::SeqCst) + 1;
+                    tracing::error!(%error, event_id = %msg.message_id, held, "spooled event is unroutable; held apart until a queue is bound to the exchange");
+                }
+                self.ledger.hold_key(order_key);
+                changes.moved_to_held(seq, value.clone());
             }
-            Ok(None) => {}
-            Err(error) => tracing::error!(%error, "cannot read a spool entry to park it"),
+            Err(error @ PublishError::Unfit(_)) => {
+                changes.parked(Area::Main, seq, &value, order_key, &error.to_string());
+            }
+            Err(PublishError::NotConnected | PublishError::Blocked) => return Some(Step::Wait),
+            Err(error) => return Some(Step::Failed(error)),
         }
+        None
     }
 
     /// Commits `changes` durably, then counts them. While the store refuses, it retries the
@@ -482,11 +193,11 @@ impl Spool {
     /// the broker with copies (thousands a second on a full disk). The entries behind wait;
     /// only a shutdown in the meantime leaves them to be published once more after a
     /// restart. Returns whether the first try went through.
-    async fn commit_changes(&self, changes: Changes, stop: &CancellationToken) -> bool {
+    pub(super) async fn commit_changes(&self, changes: Changes, stop: &CancellationToken) -> bool {
         if changes.ops.is_empty() {
             return true;
         }
-        let mut retry = RETRY_MIN;
+        let mut retry = Doubling::new(RETRY_MIN, RETRY_MAX);
         let mut reported = false;
         loop {
             match self.writer.commit(changes.ops.clone()).await {
@@ -511,8 +222,7 @@ impl Spool {
                         tracing::warn!("shutting down with published spool entries not deleted; they will be published again after the restart");
                         return false;
                     }
-                    self.pause(stop, retry).await;
-                    retry = (retry * 2).min(RETRY_MAX);
+                    self.pause(stop, retry.next_pause()).await;
                 }
             }
         }
@@ -531,7 +241,7 @@ impl Spool {
         self.epoch.elapsed().as_millis() as i64
     }
 
-    fn beat(&self) {
+    pub(super) fn beat(&self) {
         self.beat_ms.store(self.clock_ms(), Ordering::SeqCst);
     }
 
@@ -552,49 +262,244 @@ impl Spool {
     }
 }
 
-/// Runs `pass` until it returns. A panic in it is logged at ERROR, counted in `restarts`,
-/// reported to `failed`, and followed by a new pass after a pause that doubles (from
-/// `first_pause` up to 30 s) while passes keep failing.
-pub(super) async fn supervise<F, Fut>(
-    restarts: &Counter,
-    stop: &CancellationToken,
-    first_pause: Duration,
-    mut pass: F,
-    mut failed: impl FnMut(),
-) where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = ()> + Send + 'static,
-{
-    let mut pause = first_pause;
-    loop {
-        let started = Instant::now();
-        let error = match tokio::spawn(pass()).await {
-            Ok(()) => return,
-            Err(e) if e.is_cancelled() => return,
-            Err(e) => e,
+/// The drainer's loop and what it carries from one step to the next.
+struct Drainer<S> {
+    spool: Arc<Spool>,
+    sink: S,
+    exchange: String,
+    stop: CancellationToken,
+    /// Entries taken from main at once: doubles while commits go through (see the module).
+    batch: usize,
+    /// The pause after the broker refused the head.
+    retry: Doubling,
+    /// Whether the broker refused the head last time: the pause is logged once, and the
+    /// end of it too.
+    failing: bool,
+    /// The pause after a pass over held entries.
+    held_retry: Doubling,
+    /// When the next pass over held entries is due.
+    held_due: Instant,
+    unroutable_log: Every,
+    /// Whether the store's need of a restart has been logged.
+    broken_reported: bool,
+    backlog: Backlog,
+}
+
+impl<S: Sink> Drainer<S> {
+    fn new(spool: Arc<Spool>, sink: S, exchange: String, stop: CancellationToken) -> Self {
+        // The pause after a pass that published is the first; after one that published
+        // nothing it is twice the pause before. A drainer starts as after a pass that
+        // published: a first pass that publishes nothing waits twice the first pause.
+        let mut held_retry = Doubling::new(HELD_RETRY_MIN, HELD_RETRY_MAX);
+        held_retry.next_pause();
+        Self {
+            spool,
+            sink,
+            exchange,
+            stop,
+            batch: 1,
+            retry: Doubling::new(RETRY_MIN, RETRY_MAX),
+            failing: false,
+            held_retry,
+            held_due: Instant::now(),
+            unroutable_log: Every::default(),
+            broken_reported: false,
+            backlog: Backlog::default(),
+        }
+    }
+
+    /// Takes one step at a time until `stop`: waits out a store that needs a restart,
+    /// parks an entry marked for it, passes over held entries when due, else drains main.
+    async fn run(mut self) {
+        loop {
+            self.spool.beat();
+            if self.stop.is_cancelled() {
+                return;
+            }
+            if let Some(reason) = self.spool.restart_needed() {
+                self.wait_for_restart(&reason).await;
+            } else if let Some((area, seq)) = self.take_marked() {
+                let reason = "the drainer failed on it twice";
+                self.spool.park_entry(area, seq, reason, &self.stop).await;
+            } else if self.held_pass_due() {
+                self.pass_over_held().await;
+            } else {
+                self.drain_main().await;
+            }
+        }
+    }
+
+    /// Publishing now would publish entries it cannot delete: every one of them would go
+    /// out again after the restart. So nothing is drained.
+    async fn wait_for_restart(&mut self, reason: &str) {
+        if !self.broken_reported {
+            tracing::error!(%reason, "the spool cannot write until hookgate restarts; nothing is drained until then");
+            self.broken_reported = true;
+        }
+        self.spool.refused_since_ms.store(-1, Ordering::SeqCst);
+        self.spool.pause(&self.stop, BEAT).await;
+    }
+
+    /// The entry marked to be parked, if any; the mark is taken.
+    fn take_marked(&self) -> Option<EntryRef> {
+        lock(&self.spool.failed_on).take_marked()
+    }
+
+    fn held_pass_due(&self) -> bool {
+        self.spool.ledger.held_depth.load(Ordering::SeqCst) > 0
+            && Instant::now() >= self.held_due
+            && self.sink.is_connected()
+    }
+
+    /// One pass over held entries, and when the next is due.
+    async fn pass_over_held(&mut self) {
+        let published = self
+            .spool
+            .retry_held(
+                &self.sink,
+                &self.exchange,
+                &mut self.unroutable_log,
+                &self.stop,
+            )
+            .await;
+        if published {
+            self.held_retry.reset();
+        }
+        self.held_due = Instant::now() + self.held_retry.next_pause();
+    }
+
+    /// Publishes a batch from the head of main, or waits for entries or for the broker.
+    async fn drain_main(&mut self) {
+        let rows = match self.spool.tables.page(Area::Main, None, self.batch) {
+            Ok(rows) => rows,
+            Err(error) => {
+                tracing::error!(%error, "cannot read the spool; retrying");
+                self.spool.pause(&self.stop, RETRY_MAX).await;
+                return;
+            }
         };
-        let panic = error.into_panic();
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_default();
-        restarts.inc();
-        failed();
-        if started.elapsed() > RESTART_MAX {
-            pause = first_pause;
+        if rows.is_empty() {
+            self.wait_for_entries().await;
+            return;
         }
-        // Events keep being spooled but none is published until it runs again.
-        tracing::error!(panic = %what, restart_in = ?pause, "the spool drainer failed; restarting it");
+        if !self.sink.is_connected() {
+            self.wait_for_broker().await;
+            return;
+        }
+        let depth = self.spool.ledger.depth.load(Ordering::SeqCst);
+        let (step, committed) = self
+            .spool
+            .drain_batch(
+                &self.sink,
+                &self.exchange,
+                rows,
+                &mut self.unroutable_log,
+                &self.stop,
+            )
+            .await;
+        self.batch = if committed {
+            (self.batch * 2).min(DRAIN_BATCH)
+        } else {
+            1
+        };
+        self.after_batch(step, depth).await;
+    }
+
+    /// Main is empty: reports the end of a backlog, then sleeps until an entry is added,
+    /// held entries are due, or a beat passed.
+    async fn wait_for_entries(&mut self) {
+        let spool = &self.spool;
+        spool.refused_since_ms.store(-1, Ordering::SeqCst);
+        let added = spool.added.notified();
+        let wake = if spool.is_empty() {
+            self.backlog.ended();
+            if spool.ledger.held_depth.load(Ordering::SeqCst) > 0 {
+                self.held_due
+                    .saturating_duration_since(Instant::now())
+                    .min(BEAT)
+            } else {
+                BEAT
+            }
+        } else {
+            // Counted but not committed yet: a push on its way in.
+            RETRY_MIN
+        };
         tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(pause) => {}
+            _ = self.stop.cancelled() => {}
+            _ = added => {}
+            _ = tokio::time::sleep(wake) => {}
         }
-        pause = (pause * 2).min(RESTART_MAX);
+    }
+
+    /// Sleeps until the broker is connected, or a beat passed.
+    async fn wait_for_broker(&self) {
+        self.spool.refused_since_ms.store(-1, Ordering::SeqCst);
+        tokio::select! {
+            _ = self.stop.cancelled() => {}
+            _ = self.sink.wait_connected() => {}
+            _ = tokio::time::sleep(BEAT) => {}
+        }
+    }
+
+    /// Notes how a batch ended (`depth` entries were waiting before it), pausing when the
+    /// broker is away or refused the head.
+    async fn after_batch(&mut self, step: Step, depth: u64) {
+        let spool = &self.spool;
+        match step {
+            Step::Progress => {
+                self.backlog.started(depth);
+                spool.refused_since_ms.store(-1, Ordering::SeqCst);
+                if self.failing {
+                    let depth = spool.ledger.depth.load(Ordering::SeqCst);
+                    tracing::info!(depth, "spool draining again");
+                }
+                self.retry.reset();
+                self.failing = false;
+            }
+            Step::Wait => {
+                spool.refused_since_ms.store(-1, Ordering::SeqCst);
+                spool.pause(&self.stop, RETRY_MIN).await;
+            }
+            Step::Failed(error) => {
+                let now = spool.clock_ms();
+                let _ = spool.refused_since_ms.compare_exchange(
+                    -1,
+                    now,
+                    Ordering::SeqCst,
+                    Ordering::SeqCst,
+                );
+                if !self.failing {
+                    tracing::warn!(%error, "spool drain paused");
+                }
+                self.failing = true;
+                spool.pause(&self.stop, self.retry.next_pause()).await;
+            }
+        }
+    }
+}
+
+/// When the spool started draining and how deep it was then: reported once it is empty, so
+/// an operator sees the end of an outage's backlog.
+#[derive(Default)]
+struct Backlog(Option<(Instant, u64)>);
+
+impl Backlog {
+    fn started(&mut self, depth: u64) {
+        self.0.get_or_insert_with(|| (Instant::now(), depth));
+    }
+
+    fn ended(&mut self) {
+        if let Some((since, depth)) = self.0.take() {
+            tracing::info!(
+                depth_at_start = depth,
+                elapsed_ms = since.elapsed().as_millis() as u64,
+                "spool drained"
+            );
+        }
     }
 }
 
 /// The reason an entry that cannot be decoded is parked with.
-fn undecodable(error: &RecordError) -> String {
+pub(super) fn undecodable(error: &RecordError) -> String {
     format!("the entry cannot be decoded: {error}")
 }

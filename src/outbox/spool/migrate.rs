@@ -39,6 +39,9 @@ pub(super) struct Migrated {
     pub(super) duplicates: u64,
 }
 
+/// An entry of a legacy tree whose key is not a sequence number: its tree, key and value.
+type Stray = (Tree, Vec<u8>, Vec<u8>);
+
 /// Moves the legacy sled spool of `store`, if any, into `tables`.
 pub(super) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, StoreError> {
     let mut migrated = Migrated::default();
@@ -51,53 +54,86 @@ pub(super) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, St
         .collect::<Result<_, StoreError>>()?;
     // Entries whose keys are not sequence numbers are parked under new numbers, after the
     // rest.
-    let mut strays: Vec<(Tree, Vec<u8>, Vec<u8>)> = Vec::new();
+    let mut strays: Vec<Stray> = Vec::new();
     for (tree, area) in &trees {
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = tree.page(after.as_deref(), PAGE)?;
-            let Some((last, _)) = page.last() else {
-                break;
-            };
-            after = Some(last.clone());
-            let mut ops = Vec::with_capacity(page.len());
-            for (key, value) in &page {
-                let Some(seq) = seq_of(key) else {
-                    strays.push((tree.clone(), key.clone(), value.clone()));
-                    continue;
-                };
-                if moved_on(&trees, tables, *area, key, seq)? {
-                    migrated.duplicates += 1;
-                    continue;
-                }
-                ops.push(Op::Put {
-                    area: *area,
-                    seq,
-                    value: value.clone(),
-                });
-            }
-            tables::commit(tables.db(), &ops)?;
-            migrated.entries += ops.len() as u64;
-            for (key, _) in &page {
-                if seq_of(key).is_some() {
-                    tree.remove(key)?;
-                }
-            }
-        }
+        copy_tree(&trees, tables, tree, *area, &mut migrated, &mut strays)?;
     }
     let corrupt = store.tree(LEGACY_CORRUPT_TREE)?;
-    let mut next = next_seq(tables)?;
-    let mut rows: Vec<(Tree, Vec<u8>, Vec<u8>)> = strays;
-    rows.extend(
+    strays.extend(
         corrupt
             .page(None, usize::MAX)?
             .into_iter()
             .map(|(k, v)| (corrupt.clone(), k, v)),
     );
-    for chunk in rows.chunks(PAGE) {
+    park_strays(tables, &strays, &mut migrated)?;
+    store.flush_blocking()?;
+    if migrated.entries > 0 || migrated.duplicates > 0 {
+        tracing::info!(
+            entries = migrated.entries,
+            duplicates = migrated.duplicates,
+            "spool migrated from the legacy sled store"
+        );
+    }
+    Ok(migrated)
+}
+
+/// Copies the entries of `tree` (the legacy `area`) under their own numbers, a page per
+/// commit, and removes each page from sled once committed. Entries whose keys are not
+/// numbers are left in sled and added to `strays`.
+fn copy_tree(
+    trees: &[(Tree, Area)],
+    tables: &Tables,
+    tree: &Tree,
+    area: Area,
+    migrated: &mut Migrated,
+    strays: &mut Vec<Stray>,
+) -> Result<(), StoreError> {
+    let mut after: Option<Vec<u8>> = None;
+    loop {
+        let page = tree.page(after.as_deref(), PAGE)?;
+        let Some((last, _)) = page.last() else {
+            return Ok(());
+        };
+        after = Some(last.clone());
+        let mut ops = Vec::with_capacity(page.len());
+        for (key, value) in &page {
+            let Some(seq) = seq_of(key) else {
+                strays.push((tree.clone(), key.clone(), value.clone()));
+                continue;
+            };
+            if moved_on(trees, tables, area, key, seq)? {
+                migrated.duplicates += 1;
+                continue;
+            }
+            ops.push(Op::Put {
+                area,
+                seq,
+                value: value.clone(),
+            });
+        }
+        tables::commit(tables.db(), &ops)?;
+        migrated.entries += ops.len() as u64;
+        for (key, _) in &page {
+            if seq_of(key).is_some() {
+                tree.remove(key)?;
+            }
+        }
+    }
+}
+
+/// Parks `strays` under numbers after every entry's, a page per commit, each number
+/// committed with the entry's legacy key so that a second run reuses it; removes each
+/// page from sled once committed.
+fn park_strays(
+    tables: &Tables,
+    strays: &[Stray],
+    migrated: &mut Migrated,
+) -> Result<(), StoreError> {
+    let mut next = next_seq(tables)?;
+    for chunk in strays.chunks(PAGE) {
         let mut ops = Vec::new();
         for (tree, key, value) in chunk {
-            let mut legacy_key = tree_tag(tree, key);
+            let legacy_key = tree_tag(tree, key);
             let seq = match tables.migrated(&legacy_key)? {
                 Some(seq) => seq,
                 None => {
@@ -115,10 +151,7 @@ pub(super) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, St
                 seq,
                 value: encode_parked(reason, crate::clock::now_secs(), value),
             });
-            ops.push(Op::Migrated {
-                legacy_key: std::mem::take(&mut legacy_key),
-                seq,
-            });
+            ops.push(Op::Migrated { legacy_key, seq });
         }
         tables::commit(tables.db(), &ops)?;
         migrated.entries += chunk.len() as u64;
@@ -126,15 +159,7 @@ pub(super) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, St
             tree.remove(key)?;
         }
     }
-    store.flush_blocking()?;
-    if migrated.entries > 0 || migrated.duplicates > 0 {
-        tracing::info!(
-            entries = migrated.entries,
-            duplicates = migrated.duplicates,
-            "spool migrated from the legacy sled store"
-        );
-    }
-    Ok(migrated)
+    Ok(())
 }
 
 /// Whether entry `seq` of `area` also sits in an area it was moving to (held, then

@@ -13,7 +13,8 @@
 //! - **main**: the FIFO the drainer publishes from, head first.
 //! - **held**: entries no queue takes yet (unroutable), and the entries of their guard keys
 //!   that arrived after them. Retried apart with back-off, so they hold back nothing else;
-//!   an entry is tried only when no earlier held entry of its guard key is still waiting.
+//!   an entry is tried only when no earlier held entry of its guard key is still waiting
+//!   ([`held`]).
 //! - **parked**: entries that can never be published as they are (undecodable, a record
 //!   format this version does not know among them; a routing key that does not fit; or an
 //!   entry the drainer failed on twice). They wait for an operator
@@ -26,9 +27,11 @@
 
 mod changes;
 mod drain;
+mod held;
 mod ledger;
 mod migrate;
 mod parked;
+mod supervise;
 mod tables;
 mod writer;
 
@@ -50,8 +53,8 @@ use crate::store::{Store, StoreError};
 
 pub use drain::{Sink, DRAIN_BATCH};
 
-use drain::Failures;
 use ledger::Ledger;
+use supervise::Failures;
 use tables::{Area, Op, Tables};
 use writer::Writer;
 
@@ -155,12 +158,12 @@ pub struct Spool {
     in_progress: Mutex<Option<EntryRef>>,
     /// The entries the drainer failed on.
     failed_on: Mutex<Failures>,
-    /// Start of the drainer's clock (`beat_ms`, `stuck_since_ms`).
+    /// Start of the drainer's clock (`beat_ms`, `refused_since_ms`).
     epoch: Instant,
     /// When the drainer last said it is alive.
     beat_ms: AtomicI64,
     /// Since when the broker, connected, keeps refusing the head; -1 when it is not.
-    stuck_since_ms: AtomicI64,
+    refused_since_ms: AtomicI64,
     stall_after: Duration,
 }
 
@@ -217,7 +220,7 @@ impl Spool {
             failed_on: Mutex::new(Failures::default()),
             epoch: Instant::now(),
             beat_ms: AtomicI64::new(0),
-            stuck_since_ms: AtomicI64::new(-1),
+            refused_since_ms: AtomicI64::new(-1),
             stall_after: cfg.stall_after,
         };
         spool.recount_held_keys()?;
@@ -261,7 +264,7 @@ impl Spool {
 
     /// Whether entries wait behind one the store will not delete: new events queue behind
     /// them, so none can be taken even while the broker is connected.
-    pub fn is_stuck(&self) -> bool {
+    pub fn waits_on_store(&self) -> bool {
         self.ledger.store_failing.load(Ordering::SeqCst) && !self.is_empty()
     }
 
@@ -283,8 +286,8 @@ impl Spool {
         }
         let now = self.clock_ms();
         let limit = self.stall_after.as_millis() as i64;
-        let stuck = self.stuck_since_ms.load(Ordering::SeqCst);
-        now - self.beat_ms.load(Ordering::SeqCst) > limit || (stuck >= 0 && now - stuck > limit)
+        let refused = self.refused_since_ms.load(Ordering::SeqCst);
+        now - self.beat_ms.load(Ordering::SeqCst) > limit || (refused >= 0 && now - refused > limit)
     }
 
     /// Appends the message to the ordered spool; returns once its commit is on disk.
@@ -678,7 +681,7 @@ mod tests {
         let passes = Arc::new(AtomicU64::new(0));
         let failures = Arc::new(AtomicU64::new(0));
         let (p, f) = (passes.clone(), failures.clone());
-        drain::supervise(
+        supervise::supervise(
             &restarts,
             &stop,
             Duration::from_millis(1),

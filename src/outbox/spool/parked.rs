@@ -1,11 +1,14 @@
-//! The parked area: the record an entry is parked in, and an operator's list, republish and
-//! delete of parked entries.
+//! The parked area: the record an entry is parked in, the drainer's parking of an entry it
+//! failed on, and an operator's list, republish and delete of parked entries.
 
 use std::sync::atomic::Ordering;
+
+use tokio_util::sync::CancellationToken;
 
 use crate::outbox::record;
 use crate::store::StoreError;
 
+use super::changes::Changes;
 use super::tables::{Area, Op};
 use super::{ParkedEntry, Spool, SpoolError};
 
@@ -82,6 +85,29 @@ impl Spool {
         self.ledger.sub(Area::Parked, 0);
         self.ledger.publish_gauges();
         Ok(())
+    }
+
+    /// Parks entry `seq` of `area`, if it is still there: the drainer's way with an entry
+    /// it failed on twice.
+    pub(super) async fn park_entry(
+        &self,
+        area: Area,
+        seq: u64,
+        reason: &str,
+        stop: &CancellationToken,
+    ) {
+        match self.tables.get(area, seq) {
+            Ok(Some(value)) => {
+                let order_key = record::decode(&value)
+                    .ok()
+                    .and_then(|m| m.order_key.map(|k| k.into_owned()));
+                let mut changes = Changes::default();
+                changes.parked(area, seq, &value, order_key.as_deref(), reason);
+                self.commit_changes(changes, stop).await;
+            }
+            Ok(None) => {}
+            Err(error) => tracing::error!(%error, "cannot read a spool entry to park it"),
+        }
     }
 
     /// Entries parked, as counted.
