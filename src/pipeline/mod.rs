@@ -143,6 +143,7 @@ impl Pipeline {
         (outcome, echoed)
     }
 
+    /// A delivery from its signature to its outcome; a failing store makes it a 503.
     async fn run(
         &self,
         route: &RouteRuntime,
