@@ -134,32 +134,38 @@ fn main() -> ExitCode {
             }
         }
         Command::CheckConfig { offline } => check_config(&cli.config, *offline),
-        Command::Spool { command } => {
-            if let SpoolCommand::Delete { yes: false, .. } = command {
-                eprintln!("error: deleting parked entries loses their events for good; add --yes to do it");
-                return ExitCode::from(EXIT_USAGE);
-            }
-            let config = match Config::load(&cli.config) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {}", with_config_hint(&cli.config, &e.to_string()));
-                    return ExitCode::from(EXIT_USAGE);
-                }
-            };
-            finish(spool_command(&config, command), 1)
-        }
-        Command::Reconcile { command } => {
-            let config = match Config::load(&cli.config) {
-                Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(EXIT_USAGE);
-                }
-            };
-            finish(cli::reconcile::run(&config, command), 1)
-        }
+        Command::Spool { command } => spool(&cli.config, command),
+        Command::Reconcile { command } => reconcile(&cli.config, command),
         Command::Run => run(&cli),
     }
+}
+
+/// `hookgate spool`: on the store the config names.
+fn spool(config_path: &Path, command: &SpoolCommand) -> ExitCode {
+    if let SpoolCommand::Delete { yes: false, .. } = command {
+        eprintln!("error: deleting parked entries loses their events for good; add --yes to do it");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {}", with_config_hint(config_path, &e.to_string()));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    finish(spool_command(&config, command), 1)
+}
+
+/// `hookgate reconcile`: through the admin listener the config names.
+fn reconcile(config_path: &Path, command: &cli::reconcile::ReconcileCommand) -> ExitCode {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    finish(cli::reconcile::run(&config, command), 1)
 }
 
 fn check_config(path: &Path, offline: bool) -> ExitCode {
@@ -208,6 +214,8 @@ fn finish(result: anyhow::Result<()>, code: u8) -> ExitCode {
     }
 }
 
+/// `hookgate run`: logging, the config, the runtime, the store; then the gateway until a
+/// signal.
 fn run(cli: &Cli) -> ExitCode {
     // Logging first, at `info` until the config names its level: a config that cannot be
     // read is logged in the format a log collector reads too.
@@ -246,37 +254,7 @@ fn run(cli: &Cli) -> ExitCode {
             return ExitCode::from(if e.is_config() { EXIT_USAGE } else { 1 });
         }
     };
-    let result: anyhow::Result<()> = runtime.block_on(async {
-        // Before the ports are bound: a SIGTERM from the moment a probe can see the gateway
-        // starts a graceful shutdown, never the default action that kills the process.
-        let mut signals = hookgate::shutdown::Signals::install();
-        let webhooks = tokio::net::TcpListener::bind(config.listen.addr)
-            .await
-            .with_context(|| format!("cannot bind listen.addr {}", config.listen.addr))?;
-        let admin = tokio::net::TcpListener::bind(config.admin.addr)
-            .await
-            .with_context(|| format!("cannot bind admin.addr {}", config.admin.addr))?;
-        let shutdown = async move {
-            signals.next().await;
-            // A second signal means "now": skip the drain, and exit as a process killed by
-            // that signal would (128 + its number), so a supervisor sees it was not clean.
-            tokio::spawn(async move {
-                let second = signals.next().await;
-                eprintln!("second signal: exiting at once");
-                std::process::exit(i32::from(second.exit_code()));
-            });
-        };
-        let listeners = hookgate::app::Listeners { webhooks, admin };
-        hookgate::app::serve(
-            prepared,
-            listeners,
-            shutdown,
-            hookgate::app::Options::default(),
-        )
-        .await?;
-        Ok(())
-    });
-    match result {
+    match runtime.block_on(serve(prepared, &config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "gateway failed");
@@ -284,6 +262,40 @@ fn run(cli: &Cli) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Binds the listeners and serves until a signal, then shuts down gracefully.
+async fn serve(prepared: hookgate::app::Prepared, config: &Config) -> anyhow::Result<()> {
+    // Before the ports are bound: a SIGTERM from the moment a probe can see the gateway
+    // starts a graceful shutdown, never the default action that kills the process.
+    let signals = hookgate::shutdown::Signals::install();
+    let webhooks = tokio::net::TcpListener::bind(config.listen.addr)
+        .await
+        .with_context(|| format!("cannot bind listen.addr {}", config.listen.addr))?;
+    let admin = tokio::net::TcpListener::bind(config.admin.addr)
+        .await
+        .with_context(|| format!("cannot bind admin.addr {}", config.admin.addr))?;
+    let listeners = hookgate::app::Listeners { webhooks, admin };
+    hookgate::app::serve(
+        prepared,
+        listeners,
+        first_signal(signals),
+        hookgate::app::Options::default(),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Ends at the first signal. A second signal means "now": skip the drain, and exit as a
+/// process killed by that signal would (128 + its number), so a supervisor sees it was not
+/// clean.
+async fn first_signal(mut signals: hookgate::shutdown::Signals) {
+    signals.next().await;
+    tokio::spawn(async move {
+        let second = signals.next().await;
+        eprintln!("second signal: exiting at once");
+        std::process::exit(i32::from(second.exit_code()));
+    });
 }
 
 /// `error` with a hint when the config file does not exist: the default path is relative

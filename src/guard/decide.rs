@@ -33,8 +33,8 @@ pub enum GuardDrop {
 }
 
 impl GuardDrop {
-    /// Every reason. Each has a counter made at start-up (`metrics::DROP_REASONS`; a test
-    /// there checks the list is complete).
+    /// Every reason. Each route's counter of each is made at start-up
+    /// (`pipeline::drop_reasons`).
     pub const ALL: [GuardDrop; 6] = [
         GuardDrop::StaleStatus,
         GuardDrop::RepeatedStatus,

@@ -23,8 +23,6 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulConnection;
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, Semaphore};
@@ -34,7 +32,7 @@ use tracing::Instrument;
 
 use crate::config::Limits;
 use crate::http::admin::{Admin, AdminRequest};
-use crate::metrics::ReasonLabel;
+use crate::metrics::{CloseReason, ReasonCounters};
 use crate::tls::TlsReloader;
 
 /// Largest HTTP/2 stream and connection window: a window no larger than the body limit
@@ -44,8 +42,8 @@ const H2_MAX_WINDOW: u64 = 256 * 1024;
 const H2_MAX_PENDING_RESETS: usize = 20;
 /// HTTP/2 streams the server may reset for protocol errors before it closes the connection.
 const H2_MAX_LOCAL_RESETS: usize = 256;
-/// A webhook answer.
-pub type Answer = Response<Full<Bytes>>;
+/// A response with its whole body, as both listeners send it.
+pub type FullResponse = Response<Full<Bytes>>;
 
 /// Serves the admin endpoints until `stop`.
 pub async fn serve_admin(
@@ -83,7 +81,7 @@ pub async fn serve_admin(
     let conns = Connections::new(
         limits,
         None,
-        Family::default(),
+        ReasonCounters::new(),
         Gauge::default(),
         stop,
         handler,
@@ -131,7 +129,7 @@ pub(crate) struct Connections<F> {
     http1: http1::Builder,
     http2: http2::Builder<TokioExecutor>,
     auto: auto::Builder<TokioExecutor>,
-    closed: Family<ReasonLabel, Counter>,
+    closed: ReasonCounters<CloseReason>,
     /// Connections open now (the webhook listener's is registered, the admin's is not).
     open: Gauge,
     stop: CancellationToken,
@@ -141,12 +139,12 @@ pub(crate) struct Connections<F> {
 impl<F, Fut> Connections<F>
 where
     F: Fn(SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Result<Answer, Infallible>> + Send + 'static,
+    Fut: Future<Output = Result<FullResponse, Infallible>> + Send + 'static,
 {
     pub(crate) fn new(
         limits: Limits,
         tls: Option<Arc<TlsReloader>>,
-        closed: Family<ReasonLabel, Counter>,
+        closed: ReasonCounters<CloseReason>,
         open: Gauge,
         stop: CancellationToken,
         handler: F,
@@ -171,12 +169,8 @@ where
         })
     }
 
-    fn count_close(&self, reason: &str) {
-        self.closed
-            .get_or_create(&ReasonLabel {
-                reason: reason.to_owned(),
-            })
-            .inc();
+    fn count_close(&self, reason: CloseReason) {
+        self.closed.count(reason);
     }
 
     /// Serves one accepted connection to its end. Everything from the accept to the
@@ -207,11 +201,11 @@ where
             Ok(Ok(s)) => s,
             Ok(Err(error)) => {
                 tracing::debug!(%error, "TLS handshake failed");
-                return self.count_close("tls_error");
+                return self.count_close(CloseReason::TlsError);
             }
             Err(_) => {
                 tracing::debug!("TLS handshake not done within header_read_timeout");
-                return self.count_close("setup_timeout");
+                return self.count_close(CloseReason::SetupTimeout);
             }
         };
         // ALPN has chosen the protocol: no detection, and no waiting for a preface that an
@@ -235,68 +229,120 @@ where
         C: GracefulConnection,
         C::Error: std::fmt::Display,
     {
-        let limits = &self.limits;
         let mut conn = pin!(conn);
-        let age_deadline = activity.accepted + limits.max_connection_age;
-        // Set once the connection was asked to close; then it may only finish.
-        let mut closing: Option<TokioInstant> = None;
+        let mut deadlines = Deadlines {
+            activity,
+            limits: &self.limits,
+            age: activity.accepted + self.limits.max_connection_age,
+            closing: None,
+        };
         loop {
-            let (deadline, reason) = match closing {
-                Some(hard) => (hard, None),
-                None => {
-                    let (due, reason) = activity.due(limits);
-                    if age_deadline < due {
-                        (age_deadline, Some("max_age"))
-                    } else {
-                        (due, Some(reason))
-                    }
-                }
-            };
+            let (deadline, reason) = deadlines.next_deadline();
             tokio::select! {
                 result = conn.as_mut() => {
                     if let Err(error) = result {
                         tracing::debug!(%error, "connection ended with an error");
                     }
-                    // hyper's own header-read timer (HTTP/1) ends a silent connection just
-                    // after the setup deadline; on a busy runtime both are ready in one poll
-                    // and either branch may run. It is the same close, counted once.
-                    let setup_due = activity.accepted + limits.header_read_timeout;
-                    if closing.is_none()
-                        && activity.requests.load(Ordering::Acquire) == 0
-                        && TokioInstant::now() >= setup_due
-                    {
-                        self.count_close("setup_timeout");
+                    if deadlines.ended_in_setup() {
+                        self.count_close(CloseReason::SetupTimeout);
                     }
                     return;
                 }
                 _ = activity.changed.notified() => {}
-                _ = self.stop.cancelled(), if closing.is_none() => {
+                _ = self.stop.cancelled(), if deadlines.closing.is_none() => {
                     conn.as_mut().graceful_shutdown();
                     // The listener's shutdown grace bounds the rest.
-                    closing = Some(far_future());
+                    deadlines.closing = Some(far_future());
                 }
-                _ = tokio::time::sleep_until(deadline) => match reason {
-                    // A request started or ended as the deadline passed: pick again.
-                    Some(_) if activity.due(limits).0.min(age_deadline) > TokioInstant::now() => {}
-                    None => {
-                        tracing::debug!("connection did not close after being asked; dropped");
+                _ = tokio::time::sleep_until(deadline) => match deadlines.passed(reason) {
+                    Passed::Moved => {}
+                    Passed::Drop(reason) => {
+                        if let Some(reason) = reason {
+                            self.count_close(reason);
+                        }
                         return;
                     }
-                    Some("setup_timeout") => {
-                        tracing::debug!("no complete request head within header_read_timeout; closed");
-                        return self.count_close("setup_timeout");
-                    }
-                    Some(reason) => {
-                        tracing::debug!(reason, "asking the connection to close");
+                    Passed::AskToClose(reason) => {
                         self.count_close(reason);
                         conn.as_mut().graceful_shutdown();
-                        closing = Some(
-                            TokioInstant::now() + limits.header_read_timeout + limits.body_read_timeout,
-                        );
+                        deadlines.closing = Some(deadlines.after_asking());
                     }
                 },
             }
         }
+    }
+}
+
+/// The deadlines of one watched connection.
+struct Deadlines<'a> {
+    activity: &'a Activity,
+    limits: &'a Limits,
+    /// When the connection reaches `max_connection_age`.
+    age: TokioInstant,
+    /// Set once the connection was asked to close: by then it must have closed.
+    closing: Option<TokioInstant>,
+}
+
+/// What the watcher does when a deadline passes.
+enum Passed {
+    /// A request started or ended as the deadline passed: pick the next one.
+    Moved,
+    /// Drop the connection, counting the close under its reason if it has one.
+    Drop(Option<CloseReason>),
+    /// Ask the connection to close (and count it).
+    AskToClose(CloseReason),
+}
+
+impl Deadlines<'_> {
+    /// The next deadline and why the connection would be closed at it (`None`: it was
+    /// asked to close and has not).
+    fn next_deadline(&self) -> (TokioInstant, Option<CloseReason>) {
+        if let Some(hard) = self.closing {
+            return (hard, None);
+        }
+        let (due, reason) = self.activity.due(self.limits);
+        if self.age < due {
+            (self.age, Some(CloseReason::MaxAge))
+        } else {
+            (due, Some(reason))
+        }
+    }
+
+    /// What to do now that the deadline of `reason` has passed.
+    fn passed(&self, reason: Option<CloseReason>) -> Passed {
+        match reason {
+            Some(_) if self.activity.due(self.limits).0.min(self.age) > TokioInstant::now() => {
+                Passed::Moved
+            }
+            None => {
+                tracing::debug!("connection did not close after being asked; dropped");
+                Passed::Drop(None)
+            }
+            Some(CloseReason::SetupTimeout) => {
+                tracing::debug!("no complete request head within header_read_timeout; closed");
+                Passed::Drop(Some(CloseReason::SetupTimeout))
+            }
+            Some(reason) => {
+                tracing::debug!(reason = reason.as_str(), "asking the connection to close");
+                Passed::AskToClose(reason)
+            }
+        }
+    }
+
+    /// Whether a connection that just ended did so without a request, past the setup
+    /// deadline, without being asked to close. hyper's own header-read timer (HTTP/1) ends a
+    /// silent connection just after the setup deadline; on a busy runtime both are ready in
+    /// one poll and either branch may run. It is the same close, counted once.
+    fn ended_in_setup(&self) -> bool {
+        let setup_due = self.activity.accepted + self.limits.header_read_timeout;
+        self.closing.is_none()
+            && self.activity.requests.load(Ordering::Acquire) == 0
+            && TokioInstant::now() >= setup_due
+    }
+
+    /// The deadline of a connection asked to close now: one request head and body read.
+    fn after_asking(&self) -> TokioInstant {
+        TokioInstant::now() + self.limits.header_read_timeout + self.limits.body_read_timeout
     }
 }
 
@@ -329,14 +375,18 @@ impl Activity {
     }
 
     /// The next deadline of an open connection and what it means.
-    fn due(&self, limits: &Limits) -> (TokioInstant, &'static str) {
+    fn due(&self, limits: &Limits) -> (TokioInstant, CloseReason) {
         if self.requests.load(Ordering::Acquire) == 0 {
-            (self.accepted + limits.header_read_timeout, "setup_timeout")
+            let setup_due = self.accepted + limits.header_read_timeout;
+            (setup_due, CloseReason::SetupTimeout)
         } else if self.in_flight.load(Ordering::Acquire) == 0 {
             let last = Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
-            (self.accepted + last + limits.idle_timeout, "idle")
+            (
+                self.accepted + last + limits.idle_timeout,
+                CloseReason::Idle,
+            )
         } else {
-            (far_future(), "idle")
+            (far_future(), CloseReason::Idle)
         }
     }
 }
@@ -389,7 +439,7 @@ pub(crate) async fn accept_loop<F, Fut>(
     grace: Duration,
 ) where
     F: Fn(SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Result<Answer, Infallible>> + Send + 'static,
+    Fut: Future<Output = Result<FullResponse, Infallible>> + Send + 'static,
 {
     let max = conns.limits.max_connections;
     let permits = Arc::new(Semaphore::new(max));
@@ -408,7 +458,7 @@ pub(crate) async fn accept_loop<F, Fut>(
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
             tracing::debug!(client.addr = %peer, "connection refused: max_connections reached");
-            conns.count_close("over_capacity");
+            conns.count_close(CloseReason::OverCapacity);
             drop(stream);
             continue;
         };

@@ -20,15 +20,13 @@ use tokio_util::sync::CancellationToken;
 use crate::budget::{BodyBudget, Charge};
 use crate::clock::Clock;
 use crate::config::{Limits, Profile};
-use crate::http::{accept_loop, Answer, Connections};
+use crate::http::{accept_loop, Connections, FullResponse};
 use crate::ingress::event::{Delivery, RequestId};
-use crate::metrics::Metrics;
-use crate::pipeline::{Outcome, Pipeline};
+use crate::metrics::{Metrics, RefusalReason, RequestOutcome};
+use crate::pipeline::{Outcome, Pipeline, RouteRuntime};
 use crate::ratelimit::{PeerLimiter, PeerPrefixes};
 use crate::tls::TlsReloader;
 
-/// Route label of requests that matched no route.
-const UNMATCHED: &str = crate::metrics::UNMATCHED_ROUTE;
 /// Bytes taken from the unverified body budget before each chunk is pulled off the
 /// connection: an HTTP/2 DATA frame is at most 16 KiB (the default frame size).
 const BODY_CHUNK_RESERVE: u64 = 16 * 1024;
@@ -113,7 +111,7 @@ pub async fn serve_webhooks(
 }
 
 /// A panic in one request becomes a 500 for that request, never a dead process.
-async fn guarded(fut: impl Future<Output = Answer>) -> Answer {
+async fn guarded(fut: impl Future<Output = FullResponse>) -> FullResponse {
     match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
         Ok(answer) => answer,
         Err(_) => {
@@ -134,31 +132,15 @@ async fn handle_webhook(
     service: &WebhookService,
     tcp_peer: SocketAddr,
     req: Request<Incoming>,
-) -> Answer {
+) -> FullResponse {
     let started = Instant::now();
-    let pipeline = &service.pipeline;
-    let path = req.uri().path();
-    let Some(route) = pipeline.route(path).cloned() else {
-        service.metrics.count_request(UNMATCHED, "not_found");
-        let resp = json(
-            StatusCode::NOT_FOUND,
-            r#"{"error":"not_found"}"#.into(),
-            None,
-        );
-        return with_request_id(resp, &unrouted_request_id(req.headers()));
+    let Some(route) = service.pipeline.route(req.uri().path()).cloned() else {
+        service.metrics.count_not_found();
+        return not_found(req.headers());
     };
-    // Answers given before the pipeline runs echo the same id the pipeline would.
-    let profile = route.config.profile;
     if req.method() != Method::POST {
-        route.counters.count("method_not_allowed");
-        let mut resp = json(
-            StatusCode::METHOD_NOT_ALLOWED,
-            r#"{"error":"method_not_allowed"}"#.into(),
-            None,
-        );
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return with_request_id(resp, &RequestId::of(req.headers(), profile).value);
+        route.counters.count(RequestOutcome::MethodNotAllowed);
+        return method_not_allowed(&route, req.headers());
     }
     let peer = peer_ip(
         tcp_peer,
@@ -168,47 +150,15 @@ async fn handle_webhook(
     if let Err(retry_after) = service.peers.check(peer) {
         // Cheap: the body is never read. Verified deliveries never spend this bucket, so
         // only an address that keeps failing verification meets it.
-        service.metrics.refused("peer_failures");
-        route.counters.count("rate_limited");
-        let resp = close(json(
-            StatusCode::TOO_MANY_REQUESTS,
-            r#"{"error":"rate_limited"}"#.into(),
-            Some(retry_after),
-        ));
-        return with_request_id(resp, &RequestId::of(req.headers(), profile).value);
+        service.metrics.refused(RefusalReason::PeerFailures);
+        route.counters.count(RequestOutcome::RateLimited);
+        return peer_refused(&route, req.headers(), retry_after);
     }
     let (parts, body) = req.into_parts();
-    let early = |resp: Answer| {
-        let id = RequestId::of(&parts.headers, profile).value;
-        with_request_id(close(resp), &id)
-    };
     let mut charge = service.budget.charge();
     let body = match read_body(body, &service.limits, &mut charge, &service.metrics).await {
         Ok(b) => b,
-        Err(BodyError::TooLarge) => {
-            route.counters.count("too_large");
-            return early(json(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                r#"{"error":"payload_too_large"}"#.into(),
-                None,
-            ));
-        }
-        Err(BodyError::Timeout) => {
-            route.counters.count("timeout");
-            return early(json(
-                StatusCode::REQUEST_TIMEOUT,
-                r#"{"error":"body_read_timeout"}"#.into(),
-                None,
-            ));
-        }
-        Err(BodyError::Aborted) => {
-            route.counters.count("aborted");
-            return early(json(
-                StatusCode::BAD_REQUEST,
-                r#"{"error":"body_incomplete"}"#.into(),
-                None,
-            ));
-        }
+        Err(error) => return body_refused(&route, &parts.headers, error),
     };
     let delivery = Delivery {
         headers: parts.headers,
@@ -216,26 +166,93 @@ async fn handle_webhook(
         query: parts.uri.query().map(str::to_owned),
     };
     // In a task of its own: the delivery runs to the end even if the client goes away.
-    let (outcome, request_id) = match pipeline.spawn_handle(route.clone(), delivery, charge).await {
+    let (outcome, request_id) = match service
+        .pipeline
+        .spawn_handle(route.clone(), delivery, charge)
+        .await
+    {
         Ok(done) => done,
         // Raised again here, where `guarded` turns it into a 500.
         Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(_) => {
-            let resp = json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                r#"{"error":"unavailable"}"#.into(),
-                Some(crate::store::RETRY_AFTER_TRANSIENT_SECS),
-            );
-            return with_request_id(resp, &RequestId::generated().value);
-        }
+        Err(_) => return not_handled(),
     };
     if outcome == Outcome::InvalidSignature {
         service.peers.failed(peer);
     }
     route.counters.count(outcome.label());
     let elapsed = started.elapsed();
-    tracing::debug!(route = %route.config.name, outcome = outcome.label(), request_id = %request_id, elapsed_us = elapsed.as_micros() as u64, "request");
+    tracing::debug!(route = %route.config.name, outcome = outcome.label().as_str(), request_id = %request_id, elapsed_us = elapsed.as_micros() as u64, "request");
     answer(&outcome, &request_id)
+}
+
+/// The 404 of a path no route has.
+fn not_found(headers: &HeaderMap) -> FullResponse {
+    let resp = json(
+        StatusCode::NOT_FOUND,
+        r#"{"error":"not_found"}"#.into(),
+        None,
+    );
+    with_request_id(resp, &unrouted_request_id(headers))
+}
+
+/// The 405 of a method other than POST. Answers given before the pipeline runs echo the
+/// same request id the pipeline would.
+fn method_not_allowed(route: &RouteRuntime, headers: &HeaderMap) -> FullResponse {
+    let mut resp = json(
+        StatusCode::METHOD_NOT_ALLOWED,
+        r#"{"error":"method_not_allowed"}"#.into(),
+        None,
+    );
+    resp.headers_mut()
+        .insert(header::ALLOW, HeaderValue::from_static("POST"));
+    with_request_id(resp, &RequestId::of(headers, route.config.profile).value)
+}
+
+/// The 429 of a peer over its failed verifications; the body is left unread, so the
+/// connection closes.
+fn peer_refused(route: &RouteRuntime, headers: &HeaderMap, retry_after: u64) -> FullResponse {
+    let resp = close(json(
+        StatusCode::TOO_MANY_REQUESTS,
+        r#"{"error":"rate_limited"}"#.into(),
+        Some(retry_after),
+    ));
+    with_request_id(resp, &RequestId::of(headers, route.config.profile).value)
+}
+
+/// The answer to a body that could not be read whole, counted; the connection closes, so
+/// the unread rest of the body is not read as the next request.
+fn body_refused(route: &RouteRuntime, headers: &HeaderMap, error: BodyError) -> FullResponse {
+    let (outcome, status, body) = match error {
+        BodyError::TooLarge => (
+            RequestOutcome::TooLarge,
+            StatusCode::PAYLOAD_TOO_LARGE,
+            r#"{"error":"payload_too_large"}"#,
+        ),
+        BodyError::Timeout => (
+            RequestOutcome::Timeout,
+            StatusCode::REQUEST_TIMEOUT,
+            r#"{"error":"body_read_timeout"}"#,
+        ),
+        BodyError::Aborted => (
+            RequestOutcome::Aborted,
+            StatusCode::BAD_REQUEST,
+            r#"{"error":"body_incomplete"}"#,
+        ),
+    };
+    route.counters.count(outcome);
+    let resp = json(status, body.into(), None);
+    let id = RequestId::of(headers, route.config.profile).value;
+    with_request_id(close(resp), &id)
+}
+
+/// The 503 of a delivery whose task ended without an outcome (the runtime shutting down).
+fn not_handled() -> FullResponse {
+    let resp = json(
+        StatusCode::SERVICE_UNAVAILABLE,
+        r#"{"error":"unavailable"}"#.into(),
+        Some(crate::store::RETRY_AFTER_TRANSIENT_SECS),
+    );
+    with_request_id(resp, &RequestId::generated().value)
 }
 
 enum BodyError {
@@ -301,7 +318,7 @@ async fn read_body(
         .await
         .unwrap_or(Err(BodyError::Timeout));
     if matches!(result, Err(BodyError::Timeout)) && waited.load(Ordering::Relaxed) {
-        metrics.refused("body_budget");
+        metrics.refused(RefusalReason::BodyBudget);
     }
     result
 }
@@ -323,7 +340,7 @@ async fn reserve(
 }
 
 /// Maps an outcome to the contract §2 answer.
-fn answer(outcome: &Outcome, request_id: &str) -> Answer {
+fn answer(outcome: &Outcome, request_id: &str) -> FullResponse {
     let (status, body, retry_after) = match outcome {
         Outcome::Accepted { event_id } => (
             StatusCode::OK,
@@ -366,7 +383,7 @@ fn answer(outcome: &Outcome, request_id: &str) -> Answer {
 
 /// Sets `X-Request-Id`. Ids from a sender are checked to be header-safe text when read, so
 /// the fallback to a generated id only guards against a value this process never makes.
-fn with_request_id(mut resp: Answer, request_id: &str) -> Answer {
+fn with_request_id(mut resp: FullResponse, request_id: &str) -> FullResponse {
     let value = HeaderValue::from_str(request_id)
         .or_else(|_| HeaderValue::from_str(&RequestId::generated().value));
     if let Ok(v) = value {
@@ -405,7 +422,7 @@ fn status_body(status: &str, event_id: &str, reason: Option<&str>) -> String {
     .unwrap_or_default()
 }
 
-fn json(status: StatusCode, body: String, retry_after: Option<u64>) -> Answer {
+fn json(status: StatusCode, body: String, retry_after: Option<u64>) -> FullResponse {
     let mut resp = Response::new(Full::new(Bytes::from(body)));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
@@ -421,7 +438,7 @@ fn json(status: StatusCode, body: String, retry_after: Option<u64>) -> Answer {
 
 /// Asks HTTP/1 to close the connection after this answer: the unread rest of the body must
 /// not be read as the next request.
-fn close(mut resp: Answer) -> Answer {
+fn close(mut resp: FullResponse) -> FullResponse {
     resp.headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));
     resp
@@ -432,7 +449,7 @@ mod tests {
     use super::*;
     use crate::ingress::event::ParseError;
 
-    async fn body_text(resp: Answer) -> String {
+    async fn body_text(resp: FullResponse) -> String {
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();
         String::from_utf8(bytes.to_vec()).expect("utf8")
     }

@@ -1,0 +1,453 @@
+//! One delivery's way through hookgate: verify → parse → freshness → dedup → guard →
+//! publish (or spool) → [`Outcome`]. No HTTP here: `http` maps outcomes to answers. The
+//! outcomes and drop reasons are in `outcome`, the routes and settings in `route`, the
+//! AMQP message of an event in `message`.
+
+mod message;
+mod outcome;
+mod route;
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::metrics::counter::Counter;
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use crate::budget::Charge;
+use crate::clock::Clock;
+use crate::config::fits_short_string;
+use crate::guard::{Check, GuardState};
+use crate::ingress::event::{self, Delivery, Event, ParseError, RequestId};
+use crate::ingress::trace::TraceContext;
+use crate::outbox::spool::SpoolError;
+use crate::outbox::{Delivered, Outbox};
+use crate::state::keys::StoreKey;
+use crate::state::{Claimed, StateStore};
+use crate::store::StoreError;
+
+pub use message::{rfc3339, routing_key};
+pub use outcome::{drop_reasons, FreshnessDrop, Outcome, RETRY_AFTER_BUSY};
+pub use route::{CompiledRoute, RouteRuntime, Settings};
+
+use message::message;
+
+/// The request path, with the handles it needs and no others.
+pub struct Pipeline {
+    /// Routes in config order.
+    routes: Vec<Arc<RouteRuntime>>,
+    settings: Settings,
+    state: Arc<StateStore>,
+    guards: GuardState,
+    outbox: Outbox,
+    /// Requests answered 503 because the state store failed.
+    store_errors: Counter,
+    clock: Clock,
+    /// Deliveries running in tasks of their own (see [`Pipeline::spawn_handle`]).
+    tasks: TaskTracker,
+}
+
+impl Pipeline {
+    /// The request path over `routes`.
+    pub fn new(
+        settings: Settings,
+        routes: Vec<Arc<RouteRuntime>>,
+        state: Arc<StateStore>,
+        outbox: Outbox,
+        store_errors: Counter,
+        clock: Clock,
+    ) -> Self {
+        Self {
+            routes,
+            settings,
+            guards: GuardState::new(state.clone()),
+            state,
+            outbox,
+            store_errors,
+            clock,
+            tasks: TaskTracker::new(),
+        }
+    }
+
+    /// The route served at `path`.
+    pub fn route(&self, path: &str) -> Option<&Arc<RouteRuntime>> {
+        self.routes.iter().find(|r| r.config.path == path)
+    }
+
+    /// Handles one delivery in a task of its own. Once a delivery is past verification it
+    /// may publish, and a publish must be followed by its guard state and done marks; if
+    /// the client resets the stream or closes the connection, hyper drops the request's
+    /// future, but not this task, so the delivery still runs to the end.
+    pub fn spawn_handle(
+        self: &Arc<Self>,
+        route: Arc<RouteRuntime>,
+        delivery: Delivery,
+        charge: Charge,
+    ) -> tokio::task::JoinHandle<(Outcome, String)> {
+        let pipeline = self.clone();
+        self.tasks
+            .spawn(async move { pipeline.handle(&route, delivery, charge).await })
+    }
+
+    /// Waits, at most `grace`, for the deliveries still running in their own tasks (their
+    /// clients may have gone away), so shutdown does not cut one short between the broker's
+    /// confirm and its state. True if all finished.
+    pub async fn finish_running(&self, grace: Duration) -> bool {
+        self.tasks.close();
+        tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
+    }
+
+    /// The current time of the injected clock.
+    fn now_ms(&self) -> i64 {
+        (self.clock)()
+    }
+
+    /// Handles one delivery on `route`. `charge` holds the body's bytes in the
+    /// unverified body budget and is given back once the signature is checked. Returns the
+    /// outcome and the request id to echo in `X-Request-Id`.
+    pub async fn handle(
+        &self,
+        route: &RouteRuntime,
+        delivery: Delivery,
+        charge: Charge,
+    ) -> (Outcome, String) {
+        let name = route.config.name.as_str();
+        let request_id = RequestId::of(&delivery.headers, route.config.profile);
+        let now_ms = self.now_ms();
+        let echoed = request_id.value.clone();
+        // Boxed: the state machine of a whole delivery is kilobytes, and every future that
+        // wraps it (hyper's, the panic guard's, the handler's) would copy it as it moves.
+        let trace = TraceContext::of(&delivery.headers);
+        // Every line logged for this delivery names its trace (INFO: WARN lines need it).
+        let span = tracing::info_span!("delivery", trace_id = trace.trace_id());
+        let outcome = Box::pin(self.run(route, delivery, charge, request_id, trace, now_ms))
+            .instrument(span.clone())
+            .await;
+        let _in_span = span.enter();
+        match &outcome {
+            Outcome::Duplicate { .. } => {
+                route.counters.dedup_hits.inc();
+            }
+            Outcome::Dropped { event_id, reason } => {
+                route.counters.count_drop(reason);
+                // DEBUG: a retry storm of stale statuses would flood the log at INFO; the
+                // drops are counted by reason in the metrics.
+                tracing::debug!(route = name, event_id = %event_id, reason, "event dropped");
+            }
+            Outcome::InvalidSignature => {
+                route.counters.signature_failures.inc();
+            }
+            _ => {}
+        }
+        (outcome, echoed)
+    }
+
+    /// A delivery from its signature to its outcome; a failing store makes it a 503.
+    async fn run(
+        &self,
+        route: &RouteRuntime,
+        delivery: Delivery,
+        charge: Charge,
+        request_id: RequestId,
+        trace: TraceContext,
+        now_ms: i64,
+    ) -> Outcome {
+        let event = match self.verified_event(route, delivery, charge, request_id, trace, now_ms) {
+            Ok(event) => event,
+            Err(refused) => return refused,
+        };
+        match self.admit(route, &event, now_ms).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                self.store_errors.inc();
+                // WARN per request; an outage of the shared store is reported once at ERROR
+                // by the health check, so the log is not flooded while the sender retries.
+                // The fault, and whether waiting may cure it, tell the operator what to do.
+                tracing::warn!(
+                    route = route.config.name.as_str(),
+                    event_id = %event.id,
+                    %error,
+                    fault = error.fault(),
+                    transient = error.is_transient(),
+                    "store failed; answering 503"
+                );
+                Outcome::Unavailable {
+                    retry_after: error.retry_after_secs(),
+                }
+            }
+        }
+    }
+
+    /// The event of a delivery whose signature verifies, within the route's rate limit;
+    /// else the outcome that refuses it. The body's bytes leave the unverified body
+    /// budget (`charge`) once the signature is checked.
+    fn verified_event(
+        &self,
+        route: &RouteRuntime,
+        delivery: Delivery,
+        charge: Charge,
+        request_id: RequestId,
+        trace: TraceContext,
+        now_ms: i64,
+    ) -> Result<Event, Outcome> {
+        let secrets = route.secrets.current();
+        let verified = delivery.verify(&route.scheme, &secrets, now_ms / 1000);
+        drop(charge);
+        let verified = verified.map_err(|reason| {
+            // The reason is for the operator at debug level; the sender learns nothing.
+            tracing::debug!(route = route.config.name.as_str(), %reason, "signature refused");
+            Outcome::InvalidSignature
+        })?;
+        // Only a verified delivery spends the route's bucket: forgeries must not use up
+        // the sender's share.
+        if let Some(limiter) = &route.limiter {
+            limiter
+                .try_take()
+                .map_err(|retry_after| Outcome::RateLimited { retry_after })?;
+        }
+        event::parse(verified, &route.fields, request_id, trace).map_err(Outcome::BadRequest)
+    }
+
+    /// Handles one event reconciliation made of a message the sender's list API gave:
+    /// freshness, dedup, guard and publish-or-spool, like a delivery past its signature
+    /// (the API call was authenticated by the route's key). Its message carries
+    /// `x-source: reconcile` (its request id says so). Not counted as a request: the
+    /// reconciler counts what it finds.
+    pub async fn handle_listed(&self, route: &RouteRuntime, event: Event) -> Outcome {
+        let name = route.config.name.as_str();
+        let now_ms = self.now_ms();
+        match self.admit(route, &event, now_ms).await {
+            Ok(outcome) => outcome,
+            Err(error) => {
+                self.store_errors.inc();
+                tracing::warn!(route = name, event_id = %event.id, %error, "store failed; the walk stops here");
+                Outcome::Unavailable {
+                    retry_after: error.retry_after_secs(),
+                }
+            }
+        }
+    }
+
+    /// The steps of an event past its signature: its routing keys must fit, it must be
+    /// fresh, and then it is deduplicated, guarded and delivered.
+    async fn admit(
+        &self,
+        route: &RouteRuntime,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Outcome, StoreError> {
+        if !self.routing_keys_fit(route, event) {
+            return Ok(Outcome::BadRequest(ParseError::RoutingKeyTooLong));
+        }
+        if let Some(reason) = self.freshness(event, now_ms) {
+            return Ok(Outcome::Dropped {
+                event_id: event.id.clone(),
+                reason: reason.as_str(),
+            });
+        }
+        self.process(route, event, now_ms).await
+    }
+
+    /// Whether every routing key the event may be published with (its own, and the drop
+    /// copy's) fits an AMQP short string. Checked before anything is recorded, so the
+    /// refusal is final and nothing is spooled that could never be sent.
+    fn routing_keys_fit(&self, route: &RouteRuntime, event: &Event) -> bool {
+        let name = route.config.name.as_str();
+        std::iter::once(&self.settings.routing_key)
+            .chain(self.settings.dropped_routing_key.as_ref())
+            .all(|template| fits_short_string(&routing_key(template, name, &event.event_type)))
+    }
+
+    /// An event older than the dedup TTL could be a replay dedup no longer recognises; one
+    /// far in the future would outlive its own dedup mark.
+    fn freshness(&self, event: &Event, now_ms: i64) -> Option<FreshnessDrop> {
+        let ts = event.timestamp_ms?;
+        if ts < now_ms - self.settings.ttl.as_millis() as i64 {
+            Some(FreshnessDrop::Expired)
+        } else if ts > now_ms + self.settings.skew_ms {
+            Some(FreshnessDrop::FutureTimestamp)
+        } else {
+            None
+        }
+    }
+
+    /// Claims the event's dedup keys, decides and delivers it if the claim is this
+    /// request's, and settles the claim.
+    async fn process(
+        &self,
+        route: &RouteRuntime,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Outcome, StoreError> {
+        let keys = DedupKeys::of(route, event);
+        let token: u64 = rand::random();
+        if let Some(answered) = self.claim(&keys, token, event).await? {
+            return Ok(answered);
+        }
+        let result = self.decide_and_deliver(route, event, now_ms).await;
+        self.settle(&keys, token, event, &result).await?;
+        result
+    }
+
+    /// Claims `keys` under `token`, waiting for a claim held by another request. `None`
+    /// when the claim is this request's; else the outcome: a duplicate, or busy.
+    async fn claim(
+        &self,
+        keys: &DedupKeys,
+        token: u64,
+        event: &Event,
+    ) -> Result<Option<Outcome>, StoreError> {
+        let claimed = self
+            .state
+            .claim_or_wait(
+                &keys.event,
+                keys.request.as_ref(),
+                token,
+                self.settings.in_flight_wait,
+                self.settings.in_flight_lease,
+                || self.now_ms(),
+            )
+            .await?;
+        match claimed {
+            Claimed::Owned => Ok(None),
+            Claimed::Duplicate => {
+                // 200 only once the mark found is on disk: it may be a concurrent request's,
+                // still on its way, and a crash must not let the 200 stand for a mark that
+                // is gone. A mark written long ago waits for nothing.
+                self.state.sync_keys(&keys.all()).await?;
+                Ok(Some(Outcome::Duplicate {
+                    event_id: event.id.clone(),
+                }))
+            }
+            Claimed::Busy => Ok(Some(Outcome::Unavailable {
+                retry_after: RETRY_AFTER_BUSY,
+            })),
+        }
+    }
+
+    /// Ends the claim of `keys` as `result` says: an accepted or dropped event's keys are
+    /// marked done and synced, any other ending releases them.
+    async fn settle(
+        &self,
+        keys: &DedupKeys,
+        token: u64,
+        event: &Event,
+        result: &Result<Outcome, StoreError>,
+    ) -> Result<(), StoreError> {
+        let keys = keys.all();
+        if let Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) = result {
+            // A drop is final too: the sender got its 200, and a retry must not be judged
+            // against state that has moved on since.
+            let (now, ttl) = (self.now_ms(), self.settings.ttl);
+            self.state
+                .mark_done(&keys, token, now, event.timestamp_ms, ttl)
+                .await?;
+            // The guard state and the marks are on disk before the 200 (contract §4). If
+            // they cannot be, the answer is 503 and the retry finds the marks in memory.
+            self.state.sync().await?;
+            return Ok(());
+        }
+        // Both claims are released even when one release fails; the first failure is the
+        // answer.
+        let mut released = Ok(());
+        for key in &keys {
+            let r = self.state.release(key, token).await;
+            released = released.and(r);
+        }
+        released?;
+        Ok(())
+    }
+
+    async fn decide_and_deliver(
+        &self,
+        route: &RouteRuntime,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Outcome, StoreError> {
+        let name = route.config.name.as_str();
+        let held = match self.guards.check(name, &route.guard, event, now_ms).await? {
+            Check::Drop(reason) => {
+                self.publish_drop_copy(route, event, now_ms).await;
+                return Ok(Outcome::Dropped {
+                    event_id: event.id.clone(),
+                    reason: reason.as_str(),
+                });
+            }
+            Check::Accept(held) => Some(held),
+            Check::Unguarded => None,
+        };
+        let mut msg = message(route, event, &self.settings.routing_key, now_ms);
+        msg.order_key = route.guard.order_key(name, event).map(Cow::Owned);
+        match self.outbox.deliver(&msg).await {
+            Ok(how) => {
+                if let Some(held) = held {
+                    self.guards.commit(held, now_ms).await?;
+                }
+                if matches!(how, Delivered::Spooled) {
+                    tracing::debug!(route = name, event_id = %event.id, "event spooled");
+                }
+                Ok(Outcome::Accepted {
+                    event_id: event.id.clone(),
+                })
+            }
+            Err(error) => {
+                if let Some(held) = held {
+                    self.guards.abandon(held).await;
+                }
+                let SpoolError::Store(error) = error else {
+                    return Ok(self.unavailable(name, event, error));
+                };
+                Err(error)
+            }
+        }
+    }
+
+    fn unavailable(&self, name: &str, event: &Event, error: SpoolError) -> Outcome {
+        tracing::warn!(route = name, event_id = %event.id, %error, "event not accepted; answering 503");
+        Outcome::Unavailable {
+            retry_after: error.retry_after_secs(),
+        }
+    }
+
+    /// The audit copy of a dropped event, when the config names a key for it.
+    async fn publish_drop_copy(&self, route: &RouteRuntime, event: &Event, now_ms: i64) {
+        if let Some(template) = &self.settings.dropped_routing_key {
+            let msg = message(route, event, template, now_ms);
+            self.outbox.publish_audit(&msg).await;
+        }
+    }
+}
+
+/// The store keys an event is deduplicated under: its own, and the sender's request id
+/// when the route's profile says the sender sends one.
+struct DedupKeys {
+    event: StoreKey,
+    request: Option<StoreKey>,
+}
+
+impl DedupKeys {
+    fn of(route: &RouteRuntime, event: &Event) -> Self {
+        let name = route.config.name.as_str();
+        // On a route that reconciles, an inbound message is one event whichever path
+        // brought it: its dedup key is its message id, not the event id of either path.
+        let event_key = match route.fields.inbound_message_id(event) {
+            Some(message_id) => StoreKey::message(name, &message_id),
+            None => StoreKey::event(name, &event.id),
+        };
+        let request = event
+            .request_id_from_sender
+            .then(|| StoreKey::request(name, &event.request_id));
+        Self {
+            event: event_key,
+            request,
+        }
+    }
+
+    /// The keys, the event's first.
+    fn all(&self) -> Vec<&StoreKey> {
+        std::iter::once(&self.event)
+            .chain(self.request.as_ref())
+            .collect()
+    }
+}

@@ -1,0 +1,97 @@
+//! A route as the pipeline serves it, and the settings it reads on every request.
+
+use std::time::Duration;
+
+use crate::clock::Clock;
+use crate::config::{Config, Route};
+use crate::guard::RouteGuard;
+use crate::ingress::event::EventFields;
+use crate::ingress::secrets::RouteSecrets;
+use crate::ingress::signature::Scheme;
+use crate::metrics::{Metrics, RouteCounters};
+use crate::ratelimit::TokenBucket;
+
+use super::outcome::drop_reasons;
+
+/// A route built from its config before any port is bound: secrets loaded, signature
+/// scheme, fields and guard rules compiled.
+pub struct CompiledRoute {
+    /// The route's config.
+    pub config: Route,
+    /// Where its events' id, type and time are.
+    pub fields: EventFields,
+    /// Its signature scheme.
+    pub scheme: Scheme,
+    /// Its active secrets (reloadable).
+    pub secrets: RouteSecrets,
+    /// Its guard rules.
+    pub guard: RouteGuard,
+}
+
+/// A route as requests use it: compiled, with its rate limit on the serving clock and its
+/// counters.
+pub struct RouteRuntime {
+    /// The route's config.
+    pub config: Route,
+    /// Where its events' id, type and time are.
+    pub fields: EventFields,
+    /// Its signature scheme.
+    pub scheme: Scheme,
+    /// Its active secrets (reloadable).
+    pub secrets: RouteSecrets,
+    /// Its guard rules.
+    pub guard: RouteGuard,
+    /// Its rate limit for verified deliveries, if configured.
+    pub limiter: Option<TokenBucket>,
+    /// Its request, drop, duplicate and signature counters.
+    pub counters: RouteCounters,
+}
+
+impl RouteRuntime {
+    /// `route` with its rate limit on `clock` and its counters in `metrics`.
+    pub fn new(route: CompiledRoute, metrics: &Metrics, clock: &Clock) -> Self {
+        let CompiledRoute {
+            config,
+            fields,
+            scheme,
+            secrets,
+            guard,
+        } = route;
+        Self {
+            limiter: config
+                .rate_limit
+                .as_ref()
+                .map(|r| TokenBucket::new(r.per_second, r.burst, clock.clone())),
+            counters: metrics.route_counters(&config.name, &drop_reasons()),
+            config,
+            fields,
+            scheme,
+            secrets,
+            guard,
+        }
+    }
+}
+
+/// Settings the pipeline reads on every request.
+pub struct Settings {
+    pub(super) routing_key: String,
+    pub(super) dropped_routing_key: Option<String>,
+    pub(super) ttl: Duration,
+    pub(super) skew_ms: i64,
+    pub(super) in_flight_wait: Duration,
+    pub(super) in_flight_lease: Duration,
+}
+
+impl Settings {
+    /// The settings of `config`.
+    pub fn of(config: &Config) -> Self {
+        Self {
+            routing_key: config.amqp.routing_key.clone(),
+            dropped_routing_key: config.amqp.dropped_routing_key.clone(),
+            ttl: config.dedup.ttl,
+            skew_ms: config.max_clock_skew.as_millis() as i64,
+            in_flight_wait: config.dedup.in_flight_wait,
+            in_flight_lease: config.dedup.in_flight_lease,
+        }
+    }
+}
