@@ -299,165 +299,180 @@ impl World {
         let roll = self.rng.below(100);
         let mark = self.rng.below(MARK_KEYS as u64) as usize;
         let guard = MARK_KEYS + self.rng.below(GUARD_KEYS as u64) as usize;
-        match roll {
-            0..=14 => {
-                let token = self.rng.next_u64();
-                let k = &mut self.keys[mark];
-                let expected = match k
-                    .visible(k.expected().as_deref(), now)
-                    .as_deref()
-                    .and_then(decode)
-                {
-                    Some(Mark::Done { .. }) => Claim::Done,
-                    Some(Mark::InFlight { .. }) => Claim::InFlight,
-                    None => Claim::Claimed,
-                };
-                let got = marks
-                    .try_claim(&k.key, token, now)
-                    .map_err(|e| format!("claim failed: {e}"))?;
-                let what = format!("claim {} -> {got:?}", k.name());
-                if got != expected {
-                    return Err(format!("{what}, the model expects {expected:?}"));
-                }
-                if got == Claim::Claimed {
-                    k.claim = Some((token, now));
-                }
-                self.note(step, what);
-            }
-            15..=26 => {
-                let expires = now + TTL_MS + self.rng.below(1000) as i64;
-                let two = self.rng.below(3) == 0;
-                let other = self.rng.below(MARK_KEYS as u64) as usize;
-                let chosen: Vec<usize> = if two && other != mark {
-                    vec![mark, other]
-                } else {
-                    vec![mark]
-                };
-                let keys: Vec<&StoreKey> = chosen.iter().map(|&i| &self.keys[i].key).collect();
-                marks
-                    .mark_done(&keys, expires, now)
-                    .map_err(|e| format!("mark_done failed: {e}"))?;
-                let value = encode(&Mark::Done {
-                    expires_ms: expires,
-                })
-                .to_vec();
-                for &i in &chosen {
-                    let k = &mut self.keys[i];
-                    k.history.push(value.clone());
-                    k.claim = None;
-                }
-                self.note(step, format!("done {chosen:?} until {expires}"));
-            }
-            27..=31 => {
-                let k = &mut self.keys[mark];
-                let token = match (k.claim, self.rng.below(4)) {
-                    (Some((token, _)), 1..) => token,
-                    _ => self.rng.next_u64(),
-                };
-                marks.release(&k.key, token);
-                if k.claim.is_some_and(|(t, _)| t == token) {
-                    k.claim = None;
-                }
-                self.note(step, format!("release {}", self.keys[mark].name()));
-            }
-            32..=46 => {
-                self.next_id += 1;
-                let expires = match self.rng.below(3) {
-                    0 => i64::MAX,
-                    1 => now + 1 + self.rng.below(5_000) as i64,
-                    _ => now + 1 + self.rng.below(3 * TTL_MS as u64) as i64,
-                };
-                let mut value = self.next_id.to_le_bytes().to_vec();
-                value.extend_from_slice(&expires.to_le_bytes());
-                let k = &mut self.keys[guard];
-                journal
-                    .put(&k.key.digest(), &value, expires, now)
-                    .map_err(|e| format!("put failed: {e}"))?;
-                k.history.push(value);
-                let what = format!("put {} #{} until {expires}", k.name(), self.next_id);
-                self.note(step, what);
-            }
-            47..=58 => {
-                let done = journal.write_now();
-                if done.is_ok() {
-                    self.acked_all();
-                }
-                self.note(step, format!("commit -> {}", ok(&done)));
-            }
-            59..=64 => {
-                let done = journal.flush_to_run();
-                if done.is_ok() {
-                    self.acked_all();
-                }
-                self.note(step, format!("flush -> {}", ok(&done)));
-            }
-            65..=69 => {
-                let done = journal.merge_now();
-                self.note(step, format!("merge -> {}", ok(&done)));
-            }
-            70..=73 => {
-                let done = journal.sweep(now);
-                if done.is_ok() {
-                    self.acked_all();
-                }
-                self.note(
-                    step,
-                    format!(
-                        "sweep -> {}",
-                        done.map(|n| n.to_string())
-                            .unwrap_or_else(|e| e.to_string())
-                    ),
-                );
-            }
-            74..=75 => {
-                let done = journal.prepare_spare();
-                self.note(step, format!("spare -> {}", ok(&done)));
-            }
-            76..=87 => {
-                let by = match self.rng.below(10) {
-                    0 => TTL_MS + self.rng.below(TTL_MS as u64) as i64,
-                    1..=3 => self.rng.below(10_000) as i64,
-                    _ => self.rng.below(1_000) as i64,
-                };
-                self.now.fetch_add(by, Ordering::SeqCst);
-                self.note(step, format!("clock +{by} ms"));
-            }
+        let what = match roll {
+            0..=14 => self.claim(&marks, mark, now)?,
+            15..=26 => self.mark_done(&marks, mark, now)?,
+            27..=31 => self.release(&marks, mark),
+            32..=46 => self.put_guard(&journal, guard, now)?,
+            47..=58 => self.acked_if_ok("commit", journal.write_now()),
+            59..=64 => self.acked_if_ok("flush", journal.flush_to_run()),
+            65..=69 => format!("merge -> {}", ok(&journal.merge_now())),
+            70..=73 => self.sweep(&journal, now),
+            74..=75 => format!("spare -> {}", ok(&journal.prepare_spare())),
+            76..=87 => self.advance_clock(),
             88..=89 => {
                 drop((journal, marks));
                 self.note(step, "clean reopen".into());
-                self.reopen()?;
+                return self.reopen();
             }
             90..=91 => {
                 drop((journal, marks));
                 self.note(step, "power cut now".into());
-                self.crash_and_reopen()?;
+                return self.crash_and_reopen();
             }
-            92..=94 => {
-                let after = 1 + self.rng.below(30);
-                self.disk.cut_power_after(after);
-                self.note(
-                    step,
-                    format!("power cut before the {after}th file operation from now"),
-                );
-            }
-            95..=98 => {
-                let kind = [OpKind::Write, OpKind::Sync, OpKind::Rename, OpKind::Remove]
-                    [self.rng.below(4) as usize];
-                let fault = if self.rng.below(2) == 0 {
-                    Fault::NoSpace
-                } else {
-                    Fault::Io
-                };
-                self.disk.fail_next(kind, fault);
-                self.note(step, format!("next {kind:?} fails with {fault:?}"));
-            }
-            _ => {
-                let rate = [0, 0, 20_000, 100_000][self.rng.below(4) as usize];
-                self.disk.fail_randomly(rate);
-                self.note(step, format!("random faults: {rate} per million"));
-            }
-        }
+            92..=94 => self.cut_power_later(),
+            95..=98 => self.fail_next_operation(),
+            _ => self.fail_randomly(),
+        };
+        self.note(step, what);
         Ok(())
+    }
+
+    /// Claims mark key `mark`: the store must answer as the model expects.
+    fn claim(&mut self, marks: &JournalMarks, mark: usize, now: i64) -> Result<String, String> {
+        let token = self.rng.next_u64();
+        let k = &mut self.keys[mark];
+        let expected = match k
+            .visible(k.expected().as_deref(), now)
+            .as_deref()
+            .and_then(decode)
+        {
+            Some(Mark::Done { .. }) => Claim::Done,
+            Some(Mark::InFlight { .. }) => Claim::InFlight,
+            None => Claim::Claimed,
+        };
+        let got = marks
+            .try_claim(&k.key, token, now)
+            .map_err(|e| format!("claim failed: {e}"))?;
+        let what = format!("claim {} -> {got:?}", k.name());
+        if got != expected {
+            return Err(format!("{what}, the model expects {expected:?}"));
+        }
+        if got == Claim::Claimed {
+            k.claim = Some((token, now));
+        }
+        Ok(what)
+    }
+
+    /// Marks mark key `mark` done, sometimes with another key in the same call.
+    fn mark_done(&mut self, marks: &JournalMarks, mark: usize, now: i64) -> Result<String, String> {
+        let expires = now + TTL_MS + self.rng.below(1000) as i64;
+        let two = self.rng.below(3) == 0;
+        let other = self.rng.below(MARK_KEYS as u64) as usize;
+        let chosen: Vec<usize> = if two && other != mark {
+            vec![mark, other]
+        } else {
+            vec![mark]
+        };
+        let keys: Vec<&StoreKey> = chosen.iter().map(|&i| &self.keys[i].key).collect();
+        marks
+            .mark_done(&keys, expires, now)
+            .map_err(|e| format!("mark_done failed: {e}"))?;
+        let value = encode(&Mark::Done {
+            expires_ms: expires,
+        })
+        .to_vec();
+        for &i in &chosen {
+            let k = &mut self.keys[i];
+            k.history.push(value.clone());
+            k.claim = None;
+        }
+        Ok(format!("done {chosen:?} until {expires}"))
+    }
+
+    /// Releases mark key `mark`, mostly with its claim's token, sometimes with another.
+    fn release(&mut self, marks: &JournalMarks, mark: usize) -> String {
+        let k = &mut self.keys[mark];
+        let token = match (k.claim, self.rng.below(4)) {
+            (Some((token, _)), 1..) => token,
+            _ => self.rng.next_u64(),
+        };
+        marks.release(&k.key, token);
+        if k.claim.is_some_and(|(t, _)| t == token) {
+            k.claim = None;
+        }
+        format!("release {}", self.keys[mark].name())
+    }
+
+    /// Writes guard key `guard` with an unbounded, a short or a long lifetime.
+    fn put_guard(&mut self, journal: &Journal, guard: usize, now: i64) -> Result<String, String> {
+        self.next_id += 1;
+        let expires = match self.rng.below(3) {
+            0 => i64::MAX,
+            1 => now + 1 + self.rng.below(5_000) as i64,
+            _ => now + 1 + self.rng.below(3 * TTL_MS as u64) as i64,
+        };
+        let mut value = self.next_id.to_le_bytes().to_vec();
+        value.extend_from_slice(&expires.to_le_bytes());
+        let k = &mut self.keys[guard];
+        journal
+            .put(&k.key.digest(), &value, expires, now)
+            .map_err(|e| format!("put failed: {e}"))?;
+        k.history.push(value);
+        Ok(format!(
+            "put {} #{} until {expires}",
+            k.name(),
+            self.next_id
+        ))
+    }
+
+    /// A commit (or a flush, which commits first) that succeeded covers every write.
+    fn acked_if_ok(&mut self, what: &str, done: Result<(), expiring_lsm::Error>) -> String {
+        if done.is_ok() {
+            self.acked_all();
+        }
+        format!("{what} -> {}", ok(&done))
+    }
+
+    /// A sweep, which commits what is open.
+    fn sweep(&mut self, journal: &Journal, now: i64) -> String {
+        let done = journal.sweep(now);
+        if done.is_ok() {
+            self.acked_all();
+        }
+        format!(
+            "sweep -> {}",
+            done.map(|n| n.to_string())
+                .unwrap_or_else(|e| e.to_string())
+        )
+    }
+
+    /// Moves the clock: mostly a little, sometimes across a lifetime or `dedup.ttl`.
+    fn advance_clock(&mut self) -> String {
+        let by = match self.rng.below(10) {
+            0 => TTL_MS + self.rng.below(TTL_MS as u64) as i64,
+            1..=3 => self.rng.below(10_000) as i64,
+            _ => self.rng.below(1_000) as i64,
+        };
+        self.now.fetch_add(by, Ordering::SeqCst);
+        format!("clock +{by} ms")
+    }
+
+    /// The power goes before a random later file operation.
+    fn cut_power_later(&mut self) -> String {
+        let after = 1 + self.rng.below(30);
+        self.disk.cut_power_after(after);
+        format!("power cut before the {after}th file operation from now")
+    }
+
+    /// The next file operation of a random kind fails with ENOSPC or EIO.
+    fn fail_next_operation(&mut self) -> String {
+        let kind = [OpKind::Write, OpKind::Sync, OpKind::Rename, OpKind::Remove]
+            [self.rng.below(4) as usize];
+        let fault = if self.rng.below(2) == 0 {
+            Fault::NoSpace
+        } else {
+            Fault::Io
+        };
+        self.disk.fail_next(kind, fault);
+        format!("next {kind:?} fails with {fault:?}")
+    }
+
+    /// Every file operation fails with a random rate from now on (often none).
+    fn fail_randomly(&mut self) -> String {
+        let rate = [0, 0, 20_000, 100_000][self.rng.below(4) as usize];
+        self.disk.fail_randomly(rate);
+        format!("random faults: {rate} per million")
     }
 }
 

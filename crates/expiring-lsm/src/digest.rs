@@ -5,9 +5,8 @@ use std::hash::{Hash, Hasher};
 use nohash_hasher::IsEnabled;
 use sha2::{Digest as _, Sha256};
 
-/// The first 16 bytes of a key's SHA-256: a record held by digest costs about 80 bytes of
-/// memory instead of about 250 with a key of a few hundred bytes. A collision needs about
-/// 2^64 chosen keys.
+/// The first 16 bytes of a key's SHA-256: a record held by digest costs the same small
+/// memory whatever the length of its key. A collision needs about 2^64 chosen keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Digest(pub [u8; 16]);
 

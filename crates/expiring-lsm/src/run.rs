@@ -26,16 +26,16 @@ use disk_seam::{Disk, DiskFile, Reader, Writer};
 
 const MAGIC: [u8; 8] = *b"hgrun\0\0\x01";
 const HEADER_BYTES: u64 = 80;
-/// A page is read whole for a lookup: one 8 KiB read from the OS page cache or the disk.
-/// Each page costs 16 bytes of index in memory: with 8 KiB, about 0.2 bytes a record.
+/// A page is read whole for a lookup: one read from the OS page cache or the disk. Each
+/// page costs an index entry in memory: larger pages, less memory, longer reads.
 const PAGE_BYTES: usize = 8192;
 /// Bytes of a record before its value.
 const RECORD_HEAD: usize = 16 + 8 + 4;
 /// Bytes of one index entry.
 const INDEX_ENTRY: u64 = 16;
-/// A run being written is synced every this many bytes. Left to the kernel, a merge's
-/// gigabyte of dirty pages was written back all at once, and the journal's fsync, which
-/// requests wait for, waited behind it (a p99 of 0.5 s at ten million marks).
+/// A run being written is synced every this many bytes. Left to the kernel, a large
+/// merge's dirty pages are written back all at once, and the journal's fsync, which
+/// requests wait for, waits behind them.
 const SYNC_EVERY: u64 = 8 << 20;
 
 /// A stored value with the time it may be forgotten.
@@ -68,6 +68,94 @@ pub struct RunInfo {
     pub rewrite_after_ms: i64,
 }
 
+/// A run file's header: the run's facts and the sizes of its index and filter.
+struct Header {
+    info: RunInfo,
+    pages: u64,
+    bloom_words: u64,
+}
+
+impl Header {
+    /// Reads the header of the run file at `path`, `len` bytes long.
+    fn read(file: &dyn DiskFile, len: u64, path: &Path) -> Result<Self, Error> {
+        let mut header = [0u8; HEADER_BYTES as usize];
+        if len < HEADER_BYTES {
+            return Err(corrupt(path, "shorter than its header"));
+        }
+        file.read_exact_at(&mut header, 0)?;
+        let mut at = 0;
+        let mut take = |n: usize| {
+            let part = &header[at..at + n];
+            at += n;
+            part
+        };
+        if take(8) != MAGIC {
+            return Err(corrupt(path, "not a run file of this version"));
+        }
+        let (first, last, level) = (u64_at(take(8)), u64_at(take(8)), u32_at(take(4)));
+        let generation = u32_at(take(4));
+        let info = RunInfo {
+            first,
+            last,
+            level,
+            generation,
+            entries: u64_at(take(8)),
+            max_expires_ms: u64_at(take(8)) as i64,
+            journal_below: u64_at(take(8)),
+            rewrite_after_ms: u64_at(take(8)) as i64,
+        };
+        Ok(Self {
+            info,
+            pages: u64_at(take(8)),
+            bloom_words: u64_at(take(8)),
+        })
+    }
+
+    /// Where the index starts in a file of `len` bytes: the index and the filter end it.
+    /// `None` if they do not fit after the header.
+    fn index_at(&self, len: u64) -> Option<u64> {
+        let tail = self
+            .pages
+            .checked_mul(INDEX_ENTRY)
+            .and_then(|i| {
+                self.bloom_words
+                    .checked_mul(8)
+                    .and_then(|b| i.checked_add(b))
+            })
+            .filter(|tail| HEADER_BYTES + tail <= len)?;
+        Some(len - tail)
+    }
+}
+
+/// The run file at `path` is not readable in its format: `what` says why.
+fn corrupt(path: &Path, what: &str) -> Error {
+    Error::Corrupt(format!("state run {}: {what}", path.display()).into())
+}
+
+/// Reads the index of `pages` pages: the first 8 bytes of each page's first digest, and the
+/// page offsets followed by the index's own (`index_at`), where the last page ends.
+fn read_index(
+    reader: &mut impl Read,
+    pages: u64,
+    index_at: u64,
+) -> Result<(Vec<u64>, Vec<u64>), Error> {
+    let mut firsts = Vec::with_capacity(pages as usize);
+    let mut offsets = Vec::with_capacity(pages as usize + 1);
+    for _ in 0..pages {
+        firsts.push(read_u64(reader)?);
+        offsets.push(read_u64(reader)?);
+    }
+    offsets.push(index_at);
+    Ok((firsts, offsets))
+}
+
+/// Reads a little-endian u64.
+fn read_u64(reader: &mut impl Read) -> Result<u64, Error> {
+    let mut word = [0u8; 8];
+    reader.read_exact(&mut word)?;
+    Ok(u64::from_le_bytes(word))
+}
+
 /// An open run.
 pub struct Run {
     info: RunInfo,
@@ -83,67 +171,25 @@ pub struct Run {
 impl Run {
     /// Opens a run file, reading its index and filter into memory.
     pub fn open(disk: &dyn Disk, path: &Path) -> Result<Self, Error> {
-        let corrupt =
-            |what: &str| Error::Corrupt(format!("state run {}: {what}", path.display()).into());
         let file = disk.open(path)?;
         let len = file.len()?;
-        let mut header = [0u8; HEADER_BYTES as usize];
-        if len < HEADER_BYTES {
-            return Err(corrupt("shorter than its header"));
-        }
-        file.read_exact_at(&mut header, 0)?;
-        let mut at = 0;
-        let mut take = |n: usize| {
-            let part = &header[at..at + n];
-            at += n;
-            part
-        };
-        if take(8) != MAGIC {
-            return Err(corrupt("not a run file of this version"));
-        }
-        let (first, last, level) = (u64_at(take(8)), u64_at(take(8)), u32_at(take(4)));
-        let generation = u32_at(take(4));
-        let info = RunInfo {
-            first,
-            last,
-            level,
-            generation,
-            entries: u64_at(take(8)),
-            max_expires_ms: u64_at(take(8)) as i64,
-            journal_below: u64_at(take(8)),
-            rewrite_after_ms: u64_at(take(8)) as i64,
-        };
-        let pages = u64_at(take(8));
-        let bloom_words = u64_at(take(8));
-        let tail = pages
-            .checked_mul(INDEX_ENTRY)
-            .and_then(|i| bloom_words.checked_mul(8).and_then(|b| i.checked_add(b)))
-            .filter(|tail| HEADER_BYTES + tail <= len)
-            .ok_or_else(|| corrupt("index and filter do not fit the file"))?;
-        let index_at = len - tail;
+        let header = Header::read(&*file, len, path)?;
+        let index_at = header
+            .index_at(len)
+            .ok_or_else(|| corrupt(path, "index and filter do not fit the file"))?;
         let mut reader = BufReader::new(Reader::new(file.clone(), index_at));
-        let mut firsts = Vec::with_capacity(pages as usize);
-        let mut offsets = Vec::with_capacity(pages as usize + 1);
-        let mut word = [0u8; 8];
-        for _ in 0..pages {
-            reader.read_exact(&mut word)?;
-            firsts.push(u64::from_le_bytes(word));
-            reader.read_exact(&mut word)?;
-            offsets.push(u64::from_le_bytes(word));
-        }
-        offsets.push(index_at);
+        let (firsts, offsets) = read_index(&mut reader, header.pages, index_at)?;
         if offsets.windows(2).any(|w| w[0] > w[1]) || offsets[0] < HEADER_BYTES {
-            return Err(corrupt("page offsets out of order"));
+            return Err(corrupt(path, "page offsets out of order"));
         }
-        let mut words = Vec::with_capacity(bloom_words as usize);
-        for _ in 0..bloom_words {
-            reader.read_exact(&mut word)?;
-            words.push(u64::from_le_bytes(word));
+        let mut words = Vec::with_capacity(header.bloom_words as usize);
+        for _ in 0..header.bloom_words {
+            words.push(read_u64(&mut reader)?);
         }
-        let bloom = Bloom::from_words(words).ok_or_else(|| corrupt("filter malformed"))?;
+        let bloom = Bloom::from_words(words).ok_or_else(|| corrupt(path, "filter malformed"))?;
         drop(reader);
         Ok(Self {
-            info,
+            info: header.info,
             path: path.to_owned(),
             file,
             firsts,

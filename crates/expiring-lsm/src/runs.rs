@@ -186,31 +186,26 @@ impl Runs {
             return Ok(false);
         };
         let sources = &runs[from..to];
-        // A rewrite alone keeps its source's span and level: the next generation gives it a
-        // file name of its own. Deleting the source must not delete the rewrite.
-        let (level, generation) = if sources.len() == 1 {
-            let source = sources[0].info();
-            let generation = source.generation.checked_add(1).ok_or_else(|| {
-                Error::Corrupt(format!("state run {}: generations exhausted", source.first).into())
-            })?;
-            (source.level, generation)
-        } else {
-            (sources[0].info().level + 1, 0)
-        };
-        let info = RunInfo {
-            first: sources[0].info().first,
-            last: sources[sources.len() - 1].info().last,
-            level,
-            generation,
-            entries: 0,
-            max_expires_ms: 0,
-            journal_below: sources
-                .iter()
-                .map(|r| r.info().journal_below)
-                .max()
-                .unwrap_or(0),
-            rewrite_after_ms: now_ms.saturating_add(ttl_ms),
-        };
+        let info = merged_info(sources, now_ms, ttl_ms)?;
+        let merged = self.write_merged(sources, info, now_ms, stop)?;
+        self.replace(sources, merged);
+        for source in sources {
+            self.disk.remove(source.path())?;
+        }
+        self.disk.sync_dir(&self.dir)?;
+        Ok(true)
+    }
+
+    /// Writes the records of `sources` that have not expired by `now_ms`, each key's newest,
+    /// as the run `info` describes. `None` if no record is left: the sources just go (an
+    /// empty run would only cost a check).
+    fn write_merged(
+        &self,
+        sources: &[Arc<Run>],
+        info: RunInfo,
+        now_ms: i64,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Arc<Run>>, Error> {
         let capacity = sources.iter().map(|r| r.info().entries).sum();
         let mut streams = sources
             .iter()
@@ -235,19 +230,14 @@ impl Runs {
             writer.discard();
             return Err(error);
         }
-        let merged = if writer.entries() > 0 {
-            Some(Arc::new(Run::open(&*self.disk, &writer.finish(info)?)?))
-        } else {
-            // Nothing left: the sources just go (an empty run would only cost a check).
+        if writer.entries() == 0 {
             writer.abandon()?;
-            None
-        };
-        self.replace(sources, merged);
-        for source in sources {
-            self.disk.remove(source.path())?;
+            return Ok(None);
         }
-        self.disk.sync_dir(&self.dir)?;
-        Ok(true)
+        Ok(Some(Arc::new(Run::open(
+            &*self.disk,
+            &writer.finish(info)?,
+        )?)))
     }
 
     /// Replaces `old` (neighbours in the list) with `new` at their place, or appends `new`
@@ -288,6 +278,35 @@ fn due_group(runs: &[Arc<Run>], now_ms: i64) -> Option<(usize, usize)> {
             .iter()
             .all(|r| r.info().level == level)
             .then_some((i, i + FANOUT))
+    })
+}
+
+/// The header of the run that replaces `sources`: a merge is one level up, a rewrite alone
+/// keeps its source's span and level and takes the next generation, so its file has a name
+/// of its own and deleting the source does not delete the rewrite.
+fn merged_info(sources: &[Arc<Run>], now_ms: i64, ttl_ms: i64) -> Result<RunInfo, Error> {
+    let (level, generation) = if let [source] = sources {
+        let source = source.info();
+        let generation = source.generation.checked_add(1).ok_or_else(|| {
+            Error::Corrupt(format!("state run {}: generations exhausted", source.first).into())
+        })?;
+        (source.level, generation)
+    } else {
+        (sources[0].info().level + 1, 0)
+    };
+    Ok(RunInfo {
+        first: sources[0].info().first,
+        last: sources[sources.len() - 1].info().last,
+        level,
+        generation,
+        entries: 0,
+        max_expires_ms: 0,
+        journal_below: sources
+            .iter()
+            .map(|r| r.info().journal_below)
+            .max()
+            .unwrap_or(0),
+        rewrite_after_ms: now_ms.saturating_add(ttl_ms),
     })
 }
 

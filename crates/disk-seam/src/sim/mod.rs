@@ -18,21 +18,23 @@
 //! integration tests (another crate, which sees no `cfg(test)` item) use the same one: it
 //! is plain `std`, and the binary, which never names it, does not carry it.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+mod file;
+mod rng;
+mod state;
+
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{Disk, DiskFile};
+use file::SimFile;
+pub use rng::Rng;
+use state::{Inode, Node, Pending, State};
 
 /// Linux's number for "no space left on device".
 pub const ENOSPC: i32 = 28;
 /// Linux's number for "input/output error".
 pub const EIO: i32 = 5;
-/// Linux's number for "bad file descriptor" (a write to a file opened for reading).
-const EBADF: i32 = 9;
-/// Operations kept for [`SimDisk::recent`].
-const TRACE: usize = 48;
 
 /// The kinds of operation a fault can be injected into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -65,41 +67,6 @@ impl Fault {
     }
 }
 
-/// A small, fixed pseudo-random generator (SplitMix64): a seed gives the same sequence on
-/// every platform and with every version of every crate, so a failing seed replays.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator started at `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n` (0 when `n` is 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next_u64() % n
-        }
-    }
-
-    /// True with probability `per_million` / 1,000,000.
-    pub fn chance(&mut self, per_million: u32) -> bool {
-        self.below(1_000_000) < u64::from(per_million)
-    }
-}
-
 /// A simulated disk; clones are handles to the same disk. A handle belongs to one
 /// "process": after [`SimDisk::crash`], the handles and open files from before it fail
 /// every call with EIO, and the returned handle sees what the power cut kept.
@@ -107,54 +74,6 @@ impl Rng {
 pub struct SimDisk {
     state: Arc<Mutex<State>>,
     generation: u64,
-}
-
-enum Node {
-    Dir,
-    File(u64),
-}
-
-enum Pending {
-    Write { offset: u64, bytes: Vec<u8> },
-    SetLen(u64),
-}
-
-#[derive(Default)]
-struct Inode {
-    /// What reads see.
-    data: Vec<u8>,
-    /// What a power cut keeps for certain.
-    durable: Vec<u8>,
-    /// Changes since the last sync, oldest first: a power cut keeps a prefix of them.
-    pending: Vec<Pending>,
-}
-
-struct State {
-    generation: u64,
-    rng: Rng,
-    /// Operations that change the disk (reads excluded), since the disk was made.
-    ops: u64,
-    /// The operation at which the power goes: it and every later call fail.
-    cut_at: Option<u64>,
-    cut: bool,
-    /// Each of the next operations of a kind (whose description holds the text, if one is
-    /// given) fails with its fault, in order.
-    scheduled: VecDeque<(OpKind, Fault, Option<String>)>,
-    /// Every faultable operation fails with this chance in a million.
-    random_faults: u32,
-    faults_injected: u64,
-    live: BTreeMap<PathBuf, Node>,
-    durable: BTreeMap<PathBuf, Node>,
-    inodes: HashMap<u64, Inode>,
-    next_inode: u64,
-    trace: VecDeque<String>,
-}
-
-struct SimFile {
-    state: Arc<Mutex<State>>,
-    generation: u64,
-    inode: u64,
-    writable: bool,
 }
 
 fn root() -> PathBuf {
@@ -183,27 +102,8 @@ impl SimDisk {
     /// An empty disk (only `/`) whose torn tails and random faults follow `seed`. Relative
     /// paths are read as under `/`.
     pub fn new(seed: u64) -> Self {
-        let mut live = BTreeMap::new();
-        live.insert(root(), Node::Dir);
-        let mut durable = BTreeMap::new();
-        durable.insert(root(), Node::Dir);
-        let state = State {
-            generation: 0,
-            rng: Rng::new(seed),
-            ops: 0,
-            cut_at: None,
-            cut: false,
-            scheduled: VecDeque::new(),
-            random_faults: 0,
-            faults_injected: 0,
-            live,
-            durable,
-            inodes: HashMap::new(),
-            next_inode: 0,
-            trace: VecDeque::new(),
-        };
         Self {
-            state: Arc::new(Mutex::new(state)),
+            state: Arc::new(Mutex::new(State::new(seed))),
             generation: 0,
         }
     }
@@ -257,64 +157,7 @@ impl SimDisk {
     /// its synced entries. Returns the handle of the next "process"; every earlier handle
     /// and open file fails from now on.
     pub fn crash(&self) -> SimDisk {
-        let mut guard = lock(&self.state);
-        let state = &mut *guard;
-        state.generation += 1;
-        state.cut = false;
-        state.cut_at = None;
-        state.scheduled.clear();
-        let mut ids: Vec<u64> = state.inodes.keys().copied().collect();
-        ids.sort_unstable();
-        for id in ids {
-            let Some(inode) = state.inodes.get_mut(&id) else {
-                continue;
-            };
-            let kept = state.rng.below(inode.pending.len() as u64 + 1) as usize;
-            let mut data = std::mem::take(&mut inode.durable);
-            for change in &inode.pending[..kept] {
-                apply(&mut data, change);
-            }
-            if let Some(Pending::Write { offset, bytes }) = inode.pending.get(kept) {
-                // The next write torn: some of its bytes reached the platter.
-                let torn = state.rng.below(bytes.len() as u64) as usize;
-                apply(
-                    &mut data,
-                    &Pending::Write {
-                        offset: *offset,
-                        bytes: bytes[..torn].to_vec(),
-                    },
-                );
-            }
-            inode.pending.clear();
-            inode.data = data.clone();
-            inode.durable = data;
-        }
-        // An entry whose directory did not survive is gone with it.
-        let durable = std::mem::take(&mut state.durable);
-        let mut kept: BTreeMap<PathBuf, Node> = BTreeMap::new();
-        // Parents sort before their children.
-        for (path, node) in durable {
-            if path == root() || matches!(kept.get(&parent(&path)), Some(Node::Dir)) {
-                kept.insert(path, node);
-            }
-        }
-        let copy = |node: &Node| match node {
-            Node::Dir => Node::Dir,
-            Node::File(i) => Node::File(*i),
-        };
-        state.live = kept.iter().map(|(p, n)| (p.clone(), copy(n))).collect();
-        state.durable = kept;
-        let used: std::collections::HashSet<u64> = state
-            .live
-            .values()
-            .filter_map(|n| match n {
-                Node::File(i) => Some(*i),
-                Node::Dir => None,
-            })
-            .collect();
-        state.inodes.retain(|id, _| used.contains(id));
-        let generation = state.generation;
-        state.note(format_args!("power cut; generation {generation} starts"));
+        let generation = lock(&self.state).power_cut();
         Self {
             state: self.state.clone(),
             generation,
@@ -426,86 +269,6 @@ fn absolute(path: &Path) -> PathBuf {
     }
 }
 
-fn apply(data: &mut Vec<u8>, change: &Pending) {
-    match change {
-        Pending::Write { offset, bytes } => {
-            let at = *offset as usize;
-            if data.len() < at + bytes.len() {
-                data.resize(at + bytes.len(), 0);
-            }
-            data[at..at + bytes.len()].copy_from_slice(bytes);
-        }
-        Pending::SetLen(len) => data.resize(*len as usize, 0),
-    }
-}
-
-impl State {
-    fn alive(&self, generation: u64) -> io::Result<()> {
-        if self.cut || generation != self.generation {
-            return Err(Fault::Io.error());
-        }
-        Ok(())
-    }
-
-    fn note(&mut self, what: std::fmt::Arguments<'_>) {
-        if self.trace.len() == TRACE {
-            self.trace.pop_front();
-        }
-        let line = format!("#{} {what}", self.ops);
-        self.trace.push_back(line);
-    }
-
-    /// Counts an operation that changes the disk and decides whether it fails.
-    fn begin(
-        &mut self,
-        generation: u64,
-        kind: Option<OpKind>,
-        what: std::fmt::Arguments<'_>,
-    ) -> io::Result<()> {
-        self.alive(generation)?;
-        self.ops += 1;
-        if self.cut_at.is_some_and(|at| self.ops >= at) {
-            self.cut = true;
-            self.note(format_args!("power cut before: {what}"));
-            return Err(Fault::Io.error());
-        }
-        let Some(kind) = kind else {
-            self.note(what);
-            return Ok(());
-        };
-        let described = what.to_string();
-        let due = |(k, _, text): &(OpKind, Fault, Option<String>)| {
-            *k == kind && text.as_ref().is_none_or(|t| described.contains(t.as_str()))
-        };
-        let fault = match self.scheduled.iter().position(due) {
-            Some(at) => self.scheduled.remove(at).map(|(_, f, _)| f),
-            None if self.random_faults > 0 && self.rng.chance(self.random_faults) => {
-                Some(if self.rng.below(2) == 0 {
-                    Fault::NoSpace
-                } else {
-                    Fault::Io
-                })
-            }
-            None => None,
-        };
-        match fault {
-            Some(fault) => {
-                self.faults_injected += 1;
-                self.note(format_args!("{fault:?} injected: {what}"));
-                Err(fault.error())
-            }
-            None => {
-                self.note(what);
-                Ok(())
-            }
-        }
-    }
-
-    fn inode(&mut self, id: u64) -> io::Result<&mut Inode> {
-        self.inodes.get_mut(&id).ok_or_else(|| Fault::Io.error())
-    }
-}
-
 impl Disk for SimDisk {
     fn open(&self, path: &Path) -> io::Result<Arc<dyn DiskFile>> {
         self.open_file(path, false, false)
@@ -568,11 +331,7 @@ impl Disk for SimDisk {
         let child = |p: &PathBuf| *p != dir && parent(p) == dir;
         state.durable.retain(|p, _| !child(p));
         for (path, node) in state.live.iter().filter(|(p, _)| child(p)) {
-            let node = match node {
-                Node::Dir => Node::Dir,
-                Node::File(i) => Node::File(*i),
-            };
-            state.durable.insert(path.clone(), node);
+            state.durable.insert(path.clone(), *node);
         }
         Ok(())
     }
@@ -611,113 +370,6 @@ impl Disk for SimDisk {
             Some(Node::Dir) => Err(io::ErrorKind::IsADirectory.into()),
             None => Err(not_found(&path)),
         }
-    }
-}
-
-impl SimFile {
-    fn look(&self) -> io::Result<MutexGuard<'_, State>> {
-        let state = lock(&self.state);
-        state.alive(self.generation)?;
-        Ok(state)
-    }
-
-    fn change(
-        &self,
-        kind: OpKind,
-        what: std::fmt::Arguments<'_>,
-    ) -> io::Result<MutexGuard<'_, State>> {
-        let mut state = lock(&self.state);
-        state.begin(self.generation, Some(kind), what)?;
-        if kind == OpKind::Write && !self.writable {
-            return Err(io::Error::from_raw_os_error(EBADF));
-        }
-        Ok(state)
-    }
-
-    fn sync(&self, what: &str) -> io::Result<()> {
-        let inode = self.inode;
-        let mut state = lock(&self.state);
-        // A dead handle changes nothing, not even what a failed sync would drop.
-        state.alive(self.generation)?;
-        let synced = state.begin(
-            self.generation,
-            Some(OpKind::Sync),
-            format_args!("{what} inode {inode}"),
-        );
-        let cut = state.cut;
-        let file = state.inode(inode)?;
-        match synced {
-            Ok(()) => {
-                // What the cache holds from writes since the last sync; pages a failed sync
-                // dropped are not written again.
-                for change in std::mem::take(&mut file.pending) {
-                    apply(&mut file.durable, &change);
-                }
-                Ok(())
-            }
-            Err(error) => {
-                // An injected fault: the pages stay readable, but a power cut loses them,
-                // as Linux marks them clean after a failed writeback. (At the power cut
-                // itself the crash decides what stays.)
-                if !cut {
-                    file.pending.clear();
-                }
-                Err(error)
-            }
-        }
-    }
-}
-
-impl DiskFile for SimFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let mut state = self.look()?;
-        let data = &state.inode(self.inode)?.data;
-        let at = (offset as usize).min(data.len());
-        let n = buf.len().min(data.len() - at);
-        buf[..n].copy_from_slice(&data[at..at + n]);
-        Ok(n)
-    }
-
-    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        let inode = self.inode;
-        let mut state = self.change(
-            OpKind::Write,
-            format_args!("write inode {inode} at {offset}, {} bytes", buf.len()),
-        )?;
-        let file = state.inode(inode)?;
-        let change = Pending::Write {
-            offset,
-            bytes: buf.to_vec(),
-        };
-        apply(&mut file.data, &change);
-        file.pending.push(change);
-        Ok(buf.len())
-    }
-
-    fn len(&self) -> io::Result<u64> {
-        let mut state = self.look()?;
-        Ok(state.inode(self.inode)?.data.len() as u64)
-    }
-
-    fn set_len(&self, len: u64) -> io::Result<()> {
-        let inode = self.inode;
-        let mut state = self.change(
-            OpKind::Write,
-            format_args!("set_len inode {inode} to {len}"),
-        )?;
-        let file = state.inode(inode)?;
-        let change = Pending::SetLen(len);
-        apply(&mut file.data, &change);
-        file.pending.push(change);
-        Ok(())
-    }
-
-    fn sync_data(&self) -> io::Result<()> {
-        self.sync("sync_data")
-    }
-
-    fn sync_all(&self) -> io::Result<()> {
-        self.sync("sync_all")
     }
 }
 

@@ -2,82 +2,49 @@
 //! journal of segment files ([`Wal`]) that makes the hot set durable. The crate's README
 //! gives the design and its invariants.
 //!
-//! Callers read and change the hot set: one of 1,024 maps (chosen by digest) under its
-//! mutex. A key the hot set does not hold is looked up in the runs, newest first: the
-//! runs' filters rule most of them out without a disk read, and each map remembers the
-//! runs' answers for the last keys it lacked (a caller reads a key, then writes it). Every
-//! durable change appends a record to the open journal batch; a writer thread appends the
-//! batch to the journal and fsyncs (a group commit: the batch that arrives during one flush
-//! shares the next), and a caller that changed or read state waits with
-//! [`Journal::durable`] for the batch holding everything it saw before it answers.
-//! Memory-only values are never written: after a crash nothing is in flight. Batches of a
-//! store written before the journal had files come from a [`LegacyBatches`] source: they
-//! are replayed at open and removed once a run holds them.
-//!
-//! Once the hot set holds `hot_entries` entries, a flush thread writes those whose records
-//! are on disk as a run, then forgets them and the journal batches the run now holds. A
-//! merge thread merges runs and deletes expired ones. Neither holds a lock a caller needs
-//! while it writes: a caller waits for neither.
+//! Callers read and change the hot set (`hot`): one of its maps, chosen by digest, under
+//! its mutex. A key the hot set does not hold is looked up in the runs, newest first.
+//! Every durable change appends a record to the open journal batch (`batch`); a writer
+//! thread commits the batches to the journal (`commit`), and a caller that changed or read
+//! state waits with [`Journal::durable`] for the batch holding everything it saw before it
+//! answers. Once the hot set is full, a flush thread writes the entries whose records are
+//! on disk as a run, and a merge thread keeps the runs few (`flush`, `threads`). Neither
+//! holds a lock a caller needs while it writes: a caller waits for neither. Opening the
+//! store replays the batches no run holds (`open`).
 //!
 //! A record never expires before the record of its key it supersedes (a write keeps the
 //! later expiry), so forgetting an expired record, in memory or in a run, never brings an
 //! older value back.
 
+mod batch;
+mod commit;
+mod flush;
+mod hot;
+mod open;
+mod threads;
+
 use std::collections::hash_map::Entry as MapEntry;
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nohash_hasher::BuildNoHashHasher;
 use tokio::sync::watch;
 
-use crate::run::Record;
 use crate::runs::Runs;
-use crate::wal::{Frame, Wal, FRAME_HEAD};
+use crate::wal::Wal;
 use crate::Clock;
 use crate::Digest;
 use crate::{Error, LegacyBatches};
+use batch::Open;
 use disk_seam::Disk;
+use hot::{current_of, on_disk, Entry, Shard, Value};
 
 /// Folder of the state's runs, inside the store's directory.
 pub const RUNS_DIR: &str = "state-runs";
 /// Folder of the state journal's segments, inside the store's directory.
 pub const JOURNAL_DIR: &str = "state-journal";
-
-/// The open batch's buffer is allocated with room for this much; a batch grows beyond it
-/// while a flush is slow.
-const BATCH_CAPACITY: usize = 32 * 1024;
-/// After a failed write or flush the writer waits this long before it tries again, so a
-/// full disk is not retried in a busy loop.
-const RETRY_PAUSE: Duration = Duration::from_millis(50);
-/// After a failed run flush or merge, the background thread waits this long.
-const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
-/// The longest wait between two merges that keep failing (see [`next_retry`]).
-const BACKGROUND_RETRY_MAX: Duration = Duration::from_secs(300);
-/// Nice value of the flush and merge threads: on two cores, a merge of millions of records
-/// at the requests' priority showed in their p99; the journal's writer, which requests wait
-/// for, keeps the normal priority.
-const BACKGROUND_NICE: i32 = 10;
-/// Batch header: created_ms (i64) and record count (u32), little-endian.
-const HEADER_BYTES: usize = 12;
-/// An open batch's buffer holds its frame's head, the batch header, then its records.
-const EMPTY_BATCH: usize = FRAME_HEAD + HEADER_BYTES;
-/// The hot set is split so that two runtime workers rarely want the same lock and growing a
-/// part (which rehashes it under its lock) is short.
-const SHARDS: usize = 1024;
-/// While runs cannot be written, the hot set takes new keys up to this many times
-/// `hot_entries`, then refuses them: its memory stays bounded, and so does the journal a
-/// restart replays.
-const HOT_SET_LIMIT_FACTOR: usize = 4;
-/// While the hot set is full and none of it is on disk (the journal cannot be written),
-/// the flush thread waits this long before it looks again: each look locks every map.
-const NOTHING_TO_FLUSH_PAUSE: Duration = Duration::from_millis(100);
-/// Runs lookups remembered per shard (see [`Shard::looked_up`]). The read and the write of
-/// one request are milliseconds apart, and a shard sees a few dozen lookups a second.
-const LOOKUPS_KEPT: usize = 4;
 
 /// How the hot set and the runs are sized and kept.
 #[derive(Clone)]
@@ -123,61 +90,6 @@ pub enum Change<'v> {
         expires_ms: i64,
         durable: bool,
     },
-}
-
-struct Entry {
-    value: Value,
-    /// When the entry may be forgotten.
-    expires_ms: i64,
-    /// The journal batch holding its current record; `None` for memory-only values.
-    batch: Option<u64>,
-}
-
-/// A value held inline when it is small (dedup marks are 17 bytes), on the heap otherwise.
-enum Value {
-    Inline { len: u8, bytes: [u8; INLINE] },
-    Heap(Box<[u8]>),
-}
-
-const INLINE: usize = 22;
-
-impl Value {
-    fn new(value: &[u8]) -> Self {
-        match u8::try_from(value.len()) {
-            Ok(len) if value.len() <= INLINE => {
-                let mut bytes = [0; INLINE];
-                bytes[..value.len()].copy_from_slice(value);
-                Value::Inline { len, bytes }
-            }
-            _ => Value::Heap(value.into()),
-        }
-    }
-
-    fn as_slice(&self) -> &[u8] {
-        match self {
-            Value::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            Value::Heap(b) => b,
-        }
-    }
-}
-
-/// One part of the hot set, with what the runs said of the last keys it lacked.
-#[derive(Default)]
-struct Shard {
-    /// A hash map: a lookup costs one or two cache misses.
-    map: HashMap<Digest, Entry, BuildNoHashHasher<Digest>>,
-    /// The runs' answers for the last [`LOOKUPS_KEPT`] keys `map` lacked, oldest first: a
-    /// request that reads a key and then writes it (guard state, a request id's mark)
-    /// looks through the runs once, not twice. An answer goes when its key enters `map`;
-    /// until then a run can only lose the record to a merge that finds it expired, and
-    /// every reader checks expiry itself.
-    looked_up: Vec<(Digest, Option<Record>)>,
-}
-
-/// Records appended since the last write.
-struct Open {
-    seq: u64,
-    buf: Vec<u8>,
 }
 
 /// How far the journal is on disk, published by the writer to the waiting requests.
@@ -254,134 +166,6 @@ struct Shared {
 }
 
 impl Journal {
-    /// Opens the runs and the journal in the store folder `dir`, replays the journal
-    /// batches the runs do not hold (values that expired by `now_ms` are dropped) and
-    /// starts the threads. Batches of a store written before the journal had files are
-    /// read from `legacy` first; a store written before runs existed holds
-    /// its whole state there: the replay reads it, and the first flush moves it to runs.
-    pub fn open(
-        legacy: Arc<dyn LegacyBatches>,
-        dir: &Path,
-        now_ms: i64,
-        settings: Settings,
-    ) -> Result<Arc<Self>, Error> {
-        // The store folder's own entry: a power cut that takes the folder back takes every
-        // run and segment in it. Its subfolders are synced into it as they are made.
-        disk_seam::create_dir_all(&*settings.disk, dir)?;
-        let parent = disk_seam::parent_of(dir);
-        match settings.disk.sync_dir(&parent) {
-            // A parent the process may not read (a mount point's) cannot be synced by it;
-            // the store worked there before, and keeps working.
-            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-                tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
-            }
-            synced => synced?,
-        }
-        let runs = Runs::open(settings.disk.clone(), &dir.join(RUNS_DIR))?;
-        let held_by_runs = runs.journal_below();
-        let mut shards: Vec<Shard> = (0..SHARDS).map(|_| Shard::default()).collect();
-        let mut replay = |seq: u64, batch: &[u8]| {
-            let Some((_, records)) = decode_batch(batch) else {
-                tracing::warn!(batch = seq, "unreadable state batch ignored");
-                return;
-            };
-            for (key, expires_ms, value) in records {
-                let entry = Entry {
-                    value: Value::new(value),
-                    expires_ms,
-                    batch: Some(seq),
-                };
-                shards[shard_of(&key)].map.insert(key, entry);
-            }
-        };
-        let mut next_seq = held_by_runs;
-        let mut after: Option<Vec<u8>> = None;
-        loop {
-            let page = legacy.page(after.as_deref(), 256)?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (key, value) in page {
-                let Some(seq) = decode_seq(&key) else {
-                    continue;
-                };
-                if seq < held_by_runs {
-                    // Its records are in a run; the flush that wrote it did not get to
-                    // delete the batch.
-                    legacy.remove(&key)?;
-                    continue;
-                }
-                next_seq = seq + 1;
-                replay(seq, &value);
-            }
-        }
-        let journal_dir = dir.join(JOURNAL_DIR);
-        let disk = settings.disk.clone();
-        let (mut wal, highest) = Wal::open(
-            disk,
-            &journal_dir,
-            settings.segment_bytes,
-            held_by_runs,
-            |seq, batch| {
-                // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
-                if seq >= held_by_runs {
-                    replay(seq, batch);
-                }
-            },
-        )?;
-        wal.forget_below(held_by_runs)?;
-        let next_seq = highest.map_or(next_seq, |h| next_seq.max(h + 1));
-        let held = shards.iter().map(|s| s.map.len()).sum();
-        let shared = Arc::new(Shared {
-            shards: shards.into_iter().map(Mutex::new).collect(),
-            open: Mutex::new(Open::new(next_seq)),
-            wake: Condvar::new(),
-            writer: Mutex::new(Writer {
-                wal,
-                pending: Vec::new(),
-            }),
-            journal_dir,
-            spares: AtomicU64::new(0),
-            legacy,
-            runs,
-            settings,
-            held: AtomicUsize::new(held),
-            asked: Mutex::new(Asked::default()),
-            flushing: Mutex::new(()),
-            merging: Mutex::new(()),
-            asked_wake: Condvar::new(),
-            stop: AtomicBool::new(false),
-            failing: AtomicBool::new(false),
-            flush_failing: AtomicBool::new(false),
-            #[cfg(test)]
-            flush_passes: AtomicU64::new(0),
-            progress: watch::Sender::new(Progress {
-                durable_below: next_seq,
-                failed_below: 0,
-            }),
-        });
-        shared.forget_expired(now_ms);
-        shared.make_replay_durable()?;
-        let mut threads = Vec::new();
-        // Without them the caller does their work (see `Settings::background`).
-        let wanted = if shared.settings.background { 3 } else { 0 };
-        for (name, work) in [
-            ("state-journal", write_loop as fn(&Shared)),
-            ("state-flush", flush_loop),
-            ("state-merge", merge_loop),
-        ]
-        .into_iter()
-        .take(wanted)
-        {
-            threads.push(spawn_watched(name, &shared, work)?);
-        }
-        shared.ask_flush_if_full();
-        shared.ask(|a| {
-            a.merge = true;
-            a.spare = true;
-        });
-        Ok(Arc::new(Self { shared, threads }))
-    }
-
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
     pub fn get(&self, key: &Digest) -> Result<Option<Vec<u8>>, Error> {
         let key = *key;
@@ -452,14 +236,7 @@ impl Journal {
             MapEntry::Occupied(_) => None,
             MapEntry::Vacant(_) => on_disk(looked_up, &key, &self.shared.runs)?,
         };
-        let (current, current_expires) = match (&slot, on_disk) {
-            (MapEntry::Occupied(found), _) => {
-                let e = found.get();
-                (Some(e.value.as_slice()), e.expires_ms)
-            }
-            (MapEntry::Vacant(_), Some(record)) => (Some(&record.value[..]), record.expires_ms),
-            (MapEntry::Vacant(_), None) => (None, i64::MIN),
-        };
+        let (current, current_expires) = current_of(&slot, on_disk);
         let (change, result) = decide(current);
         let Change::Put {
             value,
@@ -478,15 +255,8 @@ impl Journal {
         let expires_ms = expires_ms.max(current_expires);
         let value = Value::new(value);
         let batch = durable.then(|| {
-            let mut open = self.shared.lock_open();
-            let was_empty = open.buf.len() == EMPTY_BATCH;
-            let seq = open.append(&key, expires_ms, value.as_slice(), now_ms);
-            // The writer sleeps while there is nothing to write: wake it for the first
-            // record of a batch (it takes the batch as soon as its last flush ends).
-            if was_empty {
-                self.shared.wake.notify_one();
-            }
-            seq
+            self.shared
+                .append(&key, expires_ms, value.as_slice(), now_ms)
         });
         let entry = Entry {
             value,
@@ -501,8 +271,7 @@ impl Journal {
                 free.insert(entry);
                 looked_up.retain(|(k, _)| *k != key);
                 drop(shard);
-                self.shared.held.fetch_add(1, Ordering::Relaxed);
-                self.shared.ask_flush_if_full();
+                self.shared.held_one_more();
             }
         }
         Ok(result)
@@ -585,7 +354,7 @@ impl Journal {
     /// change made before this call (and every value read before it).
     pub fn sync_point(&self) -> SyncPoint {
         let open = self.shared.lock_open();
-        let has_records = open.buf.len() > EMPTY_BATCH;
+        let has_records = !open.is_empty();
         SyncPoint(open.seq + u64::from(has_records))
     }
 
@@ -650,263 +419,6 @@ impl Journal {
     }
 }
 
-impl Shared {
-    fn shard(&self, key: &Digest) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[shard_of(key)])
-    }
-
-    fn lock_open(&self) -> MutexGuard<'_, Open> {
-        lock(&self.open)
-    }
-
-    /// Sets a task for the background threads and wakes them.
-    fn ask(&self, task: impl FnOnce(&mut Asked)) {
-        task(&mut lock(&self.asked));
-        self.asked_wake.notify_all();
-    }
-
-    /// Whether the hot set refuses new keys: runs or the journal cannot be written (a run
-    /// holds only what the journal holds, so either stops the flushes) and it holds
-    /// [`HOT_SET_LIMIT_FACTOR`] times `hot_entries`. A flush that only falls behind never
-    /// refuses: it catches up.
-    fn refuses_new_keys(&self) -> bool {
-        (self.flush_failing.load(Ordering::Relaxed) || self.failing.load(Ordering::Relaxed))
-            && self.held.load(Ordering::Relaxed)
-                >= self
-                    .settings
-                    .hot_entries
-                    .saturating_mul(HOT_SET_LIMIT_FACTOR)
-    }
-
-    fn ask_flush_if_full(&self) {
-        if self.held.load(Ordering::Relaxed) >= self.settings.hot_entries {
-            let mut asked = lock(&self.asked);
-            if !asked.flush {
-                asked.flush = true;
-                self.asked_wake.notify_all();
-            }
-        }
-    }
-
-    fn write_now(&self) -> Result<(), Error> {
-        let mut writer = lock(&self.writer);
-        self.write_open(&mut writer)
-    }
-
-    /// Writes the open batch (and any earlier one a failed write left) and syncs it; the
-    /// caller holds `writer`.
-    fn write_open(&self, writer: &mut Writer) -> Result<(), Error> {
-        // The next batch's buffer is allocated before the lock requests wait for.
-        let mut next = Open::new(0);
-        let taken = {
-            let mut open = self.lock_open();
-            (open.buf.len() > EMPTY_BATCH).then(|| {
-                next.seq = open.seq + 1;
-                std::mem::replace(&mut *open, next)
-            })
-        };
-        let Writer { wal, pending } = writer;
-        pending.extend(taken);
-        if let Some(last) = pending.last() {
-            let written_below = last.seq + 1;
-            let mut frames: Vec<Frame<'_>> = pending
-                .iter_mut()
-                .map(|batch| Frame {
-                    seq: batch.seq,
-                    bytes: &mut batch.buf,
-                })
-                .collect();
-            if let Err(error) = wal.commit(&mut frames) {
-                return Err(self.failed(error, written_below));
-            }
-            pending.clear();
-            self.progress
-                .send_modify(|p| p.durable_below = p.durable_below.max(written_below));
-        }
-        if self.failing.swap(false, Ordering::SeqCst) {
-            tracing::info!("state journal written again");
-        }
-        if wal.wants_spare() {
-            let mut asked = lock(&self.asked);
-            if !asked.spare {
-                asked.spare = true;
-                self.asked_wake.notify_all();
-            }
-        }
-        Ok(())
-    }
-
-    /// Prepares the journal's next segment, so that the writer does not fill one while
-    /// requests wait for it.
-    fn prepare_spare(&self) -> Result<(), Error> {
-        if !lock(&self.writer).wal.wants_spare() {
-            return Ok(());
-        }
-        let name = format!("spare-{}", self.spares.fetch_add(1, Ordering::Relaxed));
-        let spare = Wal::prepare_spare(
-            &*self.settings.disk,
-            &self.journal_dir,
-            self.settings.segment_bytes,
-            &name,
-        )?;
-        lock(&self.writer).wal.adopt_spare(spare)
-    }
-
-    /// Records a failed write or flush of the batches below `attempted_below`: their
-    /// waiters learn it at once, readiness reports it, the log says it once.
-    fn failed(&self, error: Error, attempted_below: u64) -> Error {
-        if !self.failing.swap(true, Ordering::SeqCst) {
-            tracing::error!(%error, "state journal cannot be written; retrying");
-        }
-        self.progress
-            .send_modify(|p| p.failed_below = p.failed_below.max(attempted_below));
-        error
-    }
-
-    /// Forgets hot values that expired by `now_ms`, one shard at a time.
-    fn forget_expired(&self, now_ms: i64) -> usize {
-        let mut removed = 0;
-        for shard in &self.shards {
-            let shard = &mut lock(shard).map;
-            let before = shard.len();
-            shard.retain(|_, e| e.expires_ms > now_ms);
-            removed += before - shard.len();
-        }
-        self.held.fetch_sub(removed, Ordering::Relaxed);
-        removed
-    }
-
-    /// Writes what the open replayed from the journal to a run before anything is answered
-    /// from it. A batch whose `fdatasync` failed still reads back from the page cache after a
-    /// clean restart, yet a power cut loses it (Linux marks such pages clean), and a request
-    /// answered from its values would then rest on nothing. The run is synced; the segments
-    /// below it are no longer read. Without room for the run the store does not open, as it
-    /// does not without room for its next segment.
-    fn make_replay_durable(&self) -> Result<(), Error> {
-        if self.held.load(Ordering::Relaxed) == 0 {
-            return Ok(());
-        }
-        self.flush_to_run().map(drop)
-    }
-
-    /// Writes the hot entries whose records are on disk in the journal as a run, then
-    /// forgets them and deletes the journal batches the run holds. Returns how many went.
-    fn flush_to_run(&self) -> Result<usize, Error> {
-        let _flushing = lock(&self.flushing);
-        let below = self.progress.borrow().durable_below;
-        let in_run = |e: &Entry| e.batch.is_some_and(|b| b < below);
-        // One buffer of values and a small fixed entry per record: the copy costs about a
-        // third of what the hot set's own entries do, and two allocations.
-        let mut entries: Vec<(Digest, i64, u32, u32)> = Vec::new();
-        let mut values: Vec<u8> = Vec::new();
-        for shard in &self.shards {
-            let shard = lock(shard);
-            for (key, e) in shard.map.iter().filter(|(_, e)| in_run(e)) {
-                let value = e.value.as_slice();
-                entries.push((*key, e.expires_ms, values.len() as u32, value.len() as u32));
-                values.extend_from_slice(value);
-            }
-        }
-        if entries.is_empty() {
-            return Ok(0);
-        }
-        entries.sort_unstable_by_key(|e| e.0 .0);
-        let rewrite_after_ms = (self.settings.clock)().saturating_add(self.settings.ttl_ms());
-        let records = entries.iter().map(|(key, expires_ms, at, len)| {
-            let at = *at as usize;
-            (key, *expires_ms, &values[at..at + *len as usize])
-        });
-        self.runs
-            .flush(entries.len() as u64, records, below, rewrite_after_ms)?;
-        let written = entries.len();
-        drop((entries, values));
-        // The run is registered: lookups find these values there from now on. An entry
-        // changed since it was copied has a newer batch and stays. A map that grew while
-        // the flush thread fell behind gives its room back, so the hot set's memory follows
-        // `hot_entries`, not the largest burst.
-        let room = (self.settings.hot_entries.saturating_mul(2) / SHARDS).max(16);
-        let mut forgotten = 0;
-        for shard in &self.shards {
-            let shard = &mut lock(shard).map;
-            let before = shard.len();
-            shard.retain(|_, e| !in_run(e));
-            forgotten += before - shard.len();
-            if shard.capacity() > 2 * room {
-                shard.shrink_to(room);
-            }
-        }
-        self.held.fetch_sub(forgotten, Ordering::Relaxed);
-        lock(&self.writer).wal.forget_below(below)?;
-        let mut after: Option<Vec<u8>> = None;
-        'pages: loop {
-            let page = self.legacy.page(after.as_deref(), 256)?;
-            let Some((last, _)) = page.last() else { break };
-            after = Some(last.clone());
-            for (key, _) in page {
-                if decode_seq(&key).is_some_and(|seq| seq >= below) {
-                    break 'pages;
-                }
-                self.legacy.remove(&key)?;
-            }
-        }
-        self.ask(|a| a.merge = true);
-        Ok(written)
-    }
-
-    /// Deletes expired runs, then merges until nothing is due.
-    fn merge_due(&self) -> Result<(), Error> {
-        let _merging = lock(&self.merging);
-        if self.stopping() {
-            return Ok(());
-        }
-        let ttl_ms = self.settings.ttl_ms();
-        self.runs.drop_expired((self.settings.clock)())?;
-        while !self.stopping()
-            && self
-                .runs
-                .merge_one((self.settings.clock)(), ttl_ms, &|| self.stopping())?
-        {}
-        Ok(())
-    }
-
-    fn stopping(&self) -> bool {
-        self.stop.load(Ordering::SeqCst)
-    }
-
-    /// Waits `pause`, or less if the journal stops meanwhile.
-    fn pause(&self, pause: Duration) {
-        let until = Instant::now() + pause;
-        let mut asked = lock(&self.asked);
-        while !self.stopping() {
-            let Some(left) = until.checked_duration_since(Instant::now()) else {
-                return;
-            };
-            asked = self
-                .asked_wake
-                .wait_timeout(asked, left)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-
-    /// Waits until `take` finds work (it clears what it takes), or the journal stops.
-    fn wait_for_task<T>(&self, take: impl Fn(&mut Asked) -> Option<T>) -> Option<T> {
-        let mut asked = lock(&self.asked);
-        loop {
-            if self.stopping() {
-                return None;
-            }
-            if let Some(task) = take(&mut asked) {
-                return Some(task);
-            }
-            asked = self
-                .asked_wake
-                .wait(asked)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-    }
-}
-
 impl Drop for Journal {
     fn drop(&mut self) {
         {
@@ -926,236 +438,21 @@ impl Drop for Journal {
     }
 }
 
-/// Starts a thread of the journal. Should it end before the journal is dropped (a panic),
-/// the process is marked as needing a restart: the journal cannot work without it.
-fn spawn_watched(
-    name: &'static str,
-    shared: &Arc<Shared>,
-    work: fn(&Shared),
-) -> Result<JoinHandle<()>, Error> {
-    /// Reports the thread's end when dropped, by a return or by unwinding.
-    struct Watch(Arc<Shared>, &'static str);
-    impl Drop for Watch {
-        fn drop(&mut self) {
-            if !self.0.stopping() {
-                (self.0.settings.needs_restart)(format!(
-                    "the state store's {} thread ended",
-                    self.1
-                ));
-            }
-        }
-    }
-    let watch = Watch(shared.clone(), name);
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || work(&watch.0))
-        .map_err(|e| Error::Stopped(format!("cannot start {name}: {e}")))
-}
-
-/// The writer thread: sleeps while nothing was appended; otherwise writes and syncs
-/// everything appended so far at once, and starts again as soon as that sync ends and the
-/// commit interval has passed since the last one started (records that arrive meanwhile
-/// share the next commit). Ends when the journal is dropped.
-fn write_loop(shared: &Shared) {
-    let interval = shared.settings.commit_interval;
-    let mut last_start: Option<Instant> = None;
-    while !shared.stopping() {
-        {
-            let mut open = shared.lock_open();
-            while open.buf.len() == EMPTY_BATCH && !shared.stopping() {
-                open = shared
-                    .wake
-                    .wait(open)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
-        }
-        if let Some(pause) =
-            last_start.and_then(|s| (s + interval).checked_duration_since(Instant::now()))
-        {
-            std::thread::sleep(pause);
-        }
-        last_start = Some(Instant::now());
-        // A failure is logged (once), reported to the waiters, and retried by the next round.
-        if shared.write_now().is_err() {
-            std::thread::sleep(RETRY_PAUSE);
-        }
-    }
-}
-
-/// Lets the calling thread yield the CPU to the request threads.
-fn lower_priority() {
-    #[cfg(target_os = "linux")]
-    if let Err(error) =
-        rustix::process::setpriority_process(Some(rustix::thread::gettid()), BACKGROUND_NICE)
-    {
-        tracing::debug!(%error, "background thread keeps its priority");
-    }
-}
-
-/// The flush thread: prepares the journal's next segment when its spare was used, and
-/// writes a run whenever the hot set is full.
-fn flush_loop(shared: &Shared) {
-    lower_priority();
-    let take = |a: &mut Asked| {
-        let (spare, flush) = (std::mem::take(&mut a.spare), std::mem::take(&mut a.flush));
-        (spare || flush).then_some((spare, flush))
-    };
-    while let Some((spare, flush)) = shared.wait_for_task(take) {
-        if spare {
-            if let Err(error) = shared.prepare_spare() {
-                // The writer makes its next segment itself then.
-                tracing::warn!(%error, "state journal segment not prepared");
-            }
-        }
-        if flush {
-            #[cfg(test)]
-            shared.flush_passes.fetch_add(1, Ordering::SeqCst);
-            let flushed = shared.flush_to_run();
-            let failed_before = shared
-                .flush_failing
-                .swap(flushed.is_err(), Ordering::Relaxed);
-            match flushed {
-                Err(error) => {
-                    // Said once; the retries and their recovery are logged below ERROR.
-                    if failed_before {
-                        tracing::debug!(%error, "state run still not written");
-                    } else {
-                        tracing::error!(%error, "state run not written; the hot set keeps it and retries every second");
-                    }
-                    shared.pause(BACKGROUND_RETRY);
-                }
-                Ok(written) => {
-                    if failed_before {
-                        tracing::info!("state runs written again");
-                    }
-                    // Nothing in the full hot set is on disk yet (the journal cannot be
-                    // written, or has not caught up): looking again at once would lock
-                    // every map in a loop.
-                    if written == 0 {
-                        shared.pause(NOTHING_TO_FLUSH_PAUSE);
-                    }
-                }
-            }
-            shared.ask_flush_if_full();
-        }
-    }
-}
-
-/// The merge thread: merges and deletes runs after each flush and sweep.
-fn merge_loop(shared: &Shared) {
-    lower_priority();
-    let mut retry = BACKGROUND_RETRY;
-    while shared
-        .wait_for_task(|a| std::mem::take(&mut a.merge).then_some(()))
-        .is_some()
-    {
-        match shared.merge_due() {
-            Ok(()) => retry = BACKGROUND_RETRY,
-            Err(_) if shared.stopping() => return,
-            Err(error) => {
-                tracing::error!(%error, retry_in = ?retry, "state runs not merged; retrying");
-                shared.pause(retry);
-                retry = next_retry(retry);
-                shared.ask(|a| a.merge = true);
-            }
-        }
-    }
-}
-
-/// The wait before the next try of a merge that failed again after waiting `last`. A run
-/// that cannot be read fails every merge that takes it in, and each try reads it up to the
-/// damage: doubling the wait spares the disk and the log, and a merge that succeeds resets
-/// it.
-fn next_retry(last: Duration) -> Duration {
-    last.saturating_mul(2).min(BACKGROUND_RETRY_MAX)
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// The runs' record of `key`, which the hot set lacks: remembered in `looked_up`, or read
-/// and remembered there. The caller holds the key's shard lock.
-fn on_disk<'a>(
-    looked_up: &'a mut Vec<(Digest, Option<Record>)>,
-    key: &Digest,
-    runs: &Runs,
-) -> Result<Option<&'a Record>, Error> {
-    let at = match looked_up.iter().position(|(k, _)| k == key) {
-        Some(at) => at,
-        None => {
-            let record = runs.get(key)?;
-            if looked_up.len() == LOOKUPS_KEPT {
-                looked_up.remove(0);
-            }
-            looked_up.push((*key, record));
-            looked_up.len() - 1
-        }
-    };
-    Ok(looked_up[at].1.as_ref())
-}
-
-fn shard_of(key: &Digest) -> usize {
-    usize::from(u16::from_le_bytes([key.0[0], key.0[1]])) % SHARDS
-}
-
-impl Open {
-    fn new(seq: u64) -> Self {
-        // Room for a full batch up front: growing the buffer record by record copied it
-        // again and again on the request path.
-        let mut buf = Vec::with_capacity(BATCH_CAPACITY);
-        buf.resize(EMPTY_BATCH, 0);
-        Self { seq, buf }
-    }
-
-    /// Appends a record and returns the batch's sequence number.
-    fn append(&mut self, key: &Digest, expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
-        let buf = &mut self.buf;
-        let header = FRAME_HEAD;
-        if buf.len() == EMPTY_BATCH {
-            buf[header..header + 8].copy_from_slice(&now_ms.to_le_bytes());
-        }
-        buf.extend_from_slice(&key.0);
-        buf.extend_from_slice(&expires_ms.to_le_bytes());
-        buf.extend_from_slice(&(value.len() as u32).to_le_bytes());
-        buf.extend_from_slice(value);
-        let at = header + 8;
-        let count = u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]) + 1;
-        buf[at..at + 4].copy_from_slice(&count.to_le_bytes());
-        self.seq
-    }
-}
-
-fn decode_seq(key: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(key.try_into().ok()?))
-}
-
-type BatchRecord<'a> = (Digest, i64, &'a [u8]);
-
-/// A batch's creation time and records; `None` if it is cut short or malformed.
-fn decode_batch(bytes: &[u8]) -> Option<(i64, Vec<BatchRecord<'_>>)> {
-    let created_ms = i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let count = u32::from_le_bytes(bytes.get(8..12)?.try_into().ok()?);
-    let mut rest = bytes.get(HEADER_BYTES..)?;
-    let mut take = |n: usize| -> Option<&[u8]> {
-        let (head, tail) = (rest.get(..n)?, rest.get(n..)?);
-        rest = tail;
-        Some(head)
-    };
-    let mut records = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let key = Digest(take(16)?.try_into().ok()?);
-        let expires_ms = i64::from_le_bytes(take(8)?.try_into().ok()?);
-        let value_len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
-        records.push((key, expires_ms, take(value_len)?));
-    }
-    Some((created_ms, records))
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
+    use super::batch::{decode_batch, Open};
+    use super::hot::HOT_SET_LIMIT_FACTOR;
+    use super::threads::{merge_backoff, spawn_watched, NOTHING_TO_FLUSH_PAUSE};
     use super::*;
+    use crate::wal::FRAME_HEAD;
+    use crate::LegacyBatches;
+    use std::path::Path;
     use std::sync::atomic::AtomicI64;
+    use std::time::Instant;
 
     const DAY: Duration = Duration::from_secs(86_400);
 
@@ -1652,12 +949,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_failing_merge_waits_twice_as_long_each_time_up_to_five_minutes() {
-        let mut retry = BACKGROUND_RETRY;
-        let mut waits = vec![retry.as_secs()];
-        for _ in 0..10 {
-            retry = next_retry(retry);
-            waits.push(retry.as_secs());
-        }
+        let mut retry = merge_backoff();
+        let waits: Vec<u64> = (0..11).map(|_| retry.next_pause().as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
     }
 

@@ -1,0 +1,231 @@
+//! What the simulated disk holds: its files' data (what reads see, what is synced, the
+//! changes since), its directories' entries (live and synced), and the faults to come.
+//! [`State::power_cut`] keeps what a power cut keeps.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::io;
+use std::path::PathBuf;
+
+use super::{parent, root, Fault, OpKind, Rng};
+
+/// Operations kept for [`super::SimDisk::recent`].
+const TRACE: usize = 48;
+
+/// An entry of a directory: a directory, or a file's inode.
+#[derive(Clone, Copy)]
+pub(super) enum Node {
+    Dir,
+    File(u64),
+}
+
+/// A change to a file's data.
+pub(super) enum Pending {
+    Write { offset: u64, bytes: Vec<u8> },
+    SetLen(u64),
+}
+
+#[derive(Default)]
+pub(super) struct Inode {
+    /// What reads see.
+    pub(super) data: Vec<u8>,
+    /// What a power cut keeps for certain.
+    pub(super) durable: Vec<u8>,
+    /// Changes since the last sync, oldest first: a power cut keeps a prefix of them.
+    pub(super) pending: Vec<Pending>,
+}
+
+pub(super) struct State {
+    pub(super) generation: u64,
+    pub(super) rng: Rng,
+    /// Operations that change the disk (reads excluded), since the disk was made.
+    pub(super) ops: u64,
+    /// The operation at which the power goes: it and every later call fail.
+    pub(super) cut_at: Option<u64>,
+    pub(super) cut: bool,
+    /// Each of the next operations of a kind (whose description holds the text, if one is
+    /// given) fails with its fault, in order.
+    pub(super) scheduled: VecDeque<(OpKind, Fault, Option<String>)>,
+    /// Every faultable operation fails with this chance in a million.
+    pub(super) random_faults: u32,
+    pub(super) faults_injected: u64,
+    pub(super) live: BTreeMap<PathBuf, Node>,
+    pub(super) durable: BTreeMap<PathBuf, Node>,
+    pub(super) inodes: HashMap<u64, Inode>,
+    pub(super) next_inode: u64,
+    pub(super) trace: VecDeque<String>,
+}
+
+/// Applies a change to a file's data.
+pub(super) fn apply(data: &mut Vec<u8>, change: &Pending) {
+    match change {
+        Pending::Write { offset, bytes } => {
+            let at = *offset as usize;
+            if data.len() < at + bytes.len() {
+                data.resize(at + bytes.len(), 0);
+            }
+            data[at..at + bytes.len()].copy_from_slice(bytes);
+        }
+        Pending::SetLen(len) => data.resize(*len as usize, 0),
+    }
+}
+
+impl Inode {
+    /// Keeps what a power cut keeps of the file: its synced data and a random prefix of
+    /// the changes since, the next write possibly torn.
+    fn power_cut(&mut self, rng: &mut Rng) {
+        let kept = rng.below(self.pending.len() as u64 + 1) as usize;
+        let mut data = std::mem::take(&mut self.durable);
+        for change in &self.pending[..kept] {
+            apply(&mut data, change);
+        }
+        if let Some(Pending::Write { offset, bytes }) = self.pending.get(kept) {
+            // The next write torn: some of its bytes reached the platter.
+            let torn = rng.below(bytes.len() as u64) as usize;
+            apply(
+                &mut data,
+                &Pending::Write {
+                    offset: *offset,
+                    bytes: bytes[..torn].to_vec(),
+                },
+            );
+        }
+        self.pending.clear();
+        self.data = data.clone();
+        self.durable = data;
+    }
+}
+
+impl State {
+    /// An empty disk (only `/`) whose chances follow `seed`.
+    pub(super) fn new(seed: u64) -> Self {
+        let mut live = BTreeMap::new();
+        live.insert(root(), Node::Dir);
+        let mut durable = BTreeMap::new();
+        durable.insert(root(), Node::Dir);
+        State {
+            generation: 0,
+            rng: Rng::new(seed),
+            ops: 0,
+            cut_at: None,
+            cut: false,
+            scheduled: VecDeque::new(),
+            random_faults: 0,
+            faults_injected: 0,
+            live,
+            durable,
+            inodes: HashMap::new(),
+            next_inode: 0,
+            trace: VecDeque::new(),
+        }
+    }
+
+    /// A power cut: every file keeps its synced data and a random prefix of its unsynced
+    /// writes, every directory its synced entries, and the next generation starts. Returns
+    /// it.
+    pub(super) fn power_cut(&mut self) -> u64 {
+        self.generation += 1;
+        self.cut = false;
+        self.cut_at = None;
+        self.scheduled.clear();
+        let mut ids: Vec<u64> = self.inodes.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            if let Some(inode) = self.inodes.get_mut(&id) {
+                inode.power_cut(&mut self.rng);
+            }
+        }
+        self.keep_synced_entries();
+        let generation = self.generation;
+        self.note(format_args!("power cut; generation {generation} starts"));
+        generation
+    }
+
+    /// Keeps the synced entries of every directory that survives (an entry whose directory
+    /// did not survive is gone with it), and the files they name.
+    fn keep_synced_entries(&mut self) {
+        let durable = std::mem::take(&mut self.durable);
+        let mut kept: BTreeMap<PathBuf, Node> = BTreeMap::new();
+        // Parents sort before their children.
+        for (path, node) in durable {
+            if path == root() || matches!(kept.get(&parent(&path)), Some(Node::Dir)) {
+                kept.insert(path, node);
+            }
+        }
+        self.live = kept.clone();
+        self.durable = kept;
+        let used: HashSet<u64> = self
+            .live
+            .values()
+            .filter_map(|n| match n {
+                Node::File(i) => Some(*i),
+                Node::Dir => None,
+            })
+            .collect();
+        self.inodes.retain(|id, _| used.contains(id));
+    }
+
+    pub(super) fn alive(&self, generation: u64) -> io::Result<()> {
+        if self.cut || generation != self.generation {
+            return Err(Fault::Io.error());
+        }
+        Ok(())
+    }
+
+    pub(super) fn note(&mut self, what: std::fmt::Arguments<'_>) {
+        if self.trace.len() == TRACE {
+            self.trace.pop_front();
+        }
+        let line = format!("#{} {what}", self.ops);
+        self.trace.push_back(line);
+    }
+
+    /// Counts an operation that changes the disk and decides whether it fails.
+    pub(super) fn begin(
+        &mut self,
+        generation: u64,
+        kind: Option<OpKind>,
+        what: std::fmt::Arguments<'_>,
+    ) -> io::Result<()> {
+        self.alive(generation)?;
+        self.ops += 1;
+        if self.cut_at.is_some_and(|at| self.ops >= at) {
+            self.cut = true;
+            self.note(format_args!("power cut before: {what}"));
+            return Err(Fault::Io.error());
+        }
+        let Some(kind) = kind else {
+            self.note(what);
+            return Ok(());
+        };
+        let described = what.to_string();
+        let due = |(k, _, text): &(OpKind, Fault, Option<String>)| {
+            *k == kind && text.as_ref().is_none_or(|t| described.contains(t.as_str()))
+        };
+        let fault = match self.scheduled.iter().position(due) {
+            Some(at) => self.scheduled.remove(at).map(|(_, f, _)| f),
+            None if self.random_faults > 0 && self.rng.chance(self.random_faults) => {
+                Some(if self.rng.below(2) == 0 {
+                    Fault::NoSpace
+                } else {
+                    Fault::Io
+                })
+            }
+            None => None,
+        };
+        match fault {
+            Some(fault) => {
+                self.faults_injected += 1;
+                self.note(format_args!("{fault:?} injected: {what}"));
+                Err(fault.error())
+            }
+            None => {
+                self.note(what);
+                Ok(())
+            }
+        }
+    }
+
+    pub(super) fn inode(&mut self, id: u64) -> io::Result<&mut Inode> {
+        self.inodes.get_mut(&id).ok_or_else(|| Fault::Io.error())
+    }
+}

@@ -1,0 +1,105 @@
+//! Group commits: records go to the open batch, and the writer writes every batch taken
+//! from memory to the journal with one `fdatasync`, then tells the waiting callers.
+
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use super::batch::Open;
+use super::{lock, Shared, Writer};
+use crate::wal::{Frame, Wal};
+use crate::{Digest, Error};
+
+impl Shared {
+    pub(super) fn lock_open(&self) -> MutexGuard<'_, Open> {
+        lock(&self.open)
+    }
+
+    /// Appends a durable record to the open batch and returns the batch's sequence number.
+    /// The caller holds the key's shard lock.
+    pub(super) fn append(&self, key: &Digest, expires_ms: i64, value: &[u8], now_ms: i64) -> u64 {
+        let mut open = self.lock_open();
+        let was_empty = open.is_empty();
+        let seq = open.append(key, expires_ms, value, now_ms);
+        // The writer sleeps while there is nothing to write: wake it for the first record
+        // of a batch (it takes the batch as soon as its last flush ends).
+        if was_empty {
+            self.wake.notify_one();
+        }
+        seq
+    }
+
+    pub(super) fn write_now(&self) -> Result<(), Error> {
+        let mut writer = lock(&self.writer);
+        self.write_open(&mut writer)
+    }
+
+    /// Writes the open batch (and any earlier one a failed write left) and syncs it; the
+    /// caller holds `writer`.
+    fn write_open(&self, writer: &mut Writer) -> Result<(), Error> {
+        // The next batch's buffer is allocated before the lock requests wait for.
+        let mut next = Open::new(0);
+        let taken = {
+            let mut open = self.lock_open();
+            (!open.is_empty()).then(|| {
+                next.seq = open.seq + 1;
+                std::mem::replace(&mut *open, next)
+            })
+        };
+        let Writer { wal, pending } = writer;
+        pending.extend(taken);
+        if let Some(last) = pending.last() {
+            let written_below = last.seq + 1;
+            let mut frames: Vec<Frame<'_>> = pending
+                .iter_mut()
+                .map(|batch| Frame {
+                    seq: batch.seq,
+                    bytes: &mut batch.buf,
+                })
+                .collect();
+            if let Err(error) = wal.commit(&mut frames) {
+                return Err(self.failed(error, written_below));
+            }
+            pending.clear();
+            self.progress
+                .send_modify(|p| p.durable_below = p.durable_below.max(written_below));
+        }
+        if self.failing.swap(false, Ordering::SeqCst) {
+            tracing::info!("state journal written again");
+        }
+        if wal.wants_spare() {
+            let mut asked = lock(&self.asked);
+            if !asked.spare {
+                asked.spare = true;
+                self.asked_wake.notify_all();
+            }
+        }
+        Ok(())
+    }
+
+    /// Prepares the journal's next segment, so that the writer does not fill one while
+    /// requests wait for it.
+    pub(super) fn prepare_spare(&self) -> Result<(), Error> {
+        if !lock(&self.writer).wal.wants_spare() {
+            return Ok(());
+        }
+        let name = format!("spare-{}", self.spares.fetch_add(1, Ordering::Relaxed));
+        let spare = Wal::prepare_spare(
+            &*self.settings.disk,
+            &self.journal_dir,
+            self.settings.segment_bytes,
+            &name,
+        )?;
+        lock(&self.writer).wal.adopt_spare(spare)
+    }
+
+    /// Records a failed write or flush of the batches below `attempted_below`: their
+    /// waiters learn it at once, readiness reports it, the log says it once.
+    fn failed(&self, error: Error, attempted_below: u64) -> Error {
+        if !self.failing.swap(true, Ordering::SeqCst) {
+            tracing::error!(%error, "state journal cannot be written; retrying");
+        }
+        self.progress
+            .send_modify(|p| p.failed_below = p.failed_below.max(attempted_below));
+        error
+    }
+}

@@ -1,0 +1,128 @@
+//! The hot set to runs: a flush writes the entries whose records are on disk as a run and
+//! forgets them and the journal batches the run holds; merges keep the runs few.
+
+use std::sync::atomic::Ordering;
+
+use super::batch::{decode_seq, LEGACY_PAGE};
+use super::{lock, Shared};
+use crate::{Digest, Error};
+
+/// A copy of the hot set's entries for a run: one buffer of values and a small fixed entry
+/// per record, so the copy is much smaller than the hot set's own entries and costs two
+/// allocations.
+struct Copied {
+    /// Each record's key, expiry, and its value's offset and length in `values`.
+    entries: Vec<(Digest, i64, u32, u32)>,
+    values: Vec<u8>,
+}
+
+impl Copied {
+    /// The records in key order.
+    fn sorted_records(&mut self) -> impl Iterator<Item = (&Digest, i64, &[u8])> {
+        self.entries.sort_unstable_by_key(|e| e.0 .0);
+        let values = &self.values;
+        self.entries.iter().map(move |(key, expires_ms, at, len)| {
+            let at = *at as usize;
+            (key, *expires_ms, &values[at..at + *len as usize])
+        })
+    }
+}
+
+impl Shared {
+    /// Writes what the open replayed from the journal to a run before anything is answered
+    /// from it. A batch whose `fdatasync` failed still reads back from the page cache after a
+    /// clean restart, yet a power cut loses it (Linux marks such pages clean), and a request
+    /// answered from its values would then rest on nothing. The run is synced; the segments
+    /// below it are no longer read. Without room for the run the store does not open, as it
+    /// does not without room for its next segment.
+    pub(super) fn make_replay_durable(&self) -> Result<(), Error> {
+        if self.held.load(Ordering::Relaxed) == 0 {
+            return Ok(());
+        }
+        self.flush_to_run().map(drop)
+    }
+
+    /// Writes the hot entries whose records are on disk in the journal as a run, then
+    /// forgets them and deletes the journal batches the run holds. Returns how many went.
+    pub(super) fn flush_to_run(&self) -> Result<usize, Error> {
+        let _flushing = lock(&self.flushing);
+        let below = self.progress.borrow().durable_below;
+        let mut copy = self.copy_written(below);
+        if copy.entries.is_empty() {
+            return Ok(0);
+        }
+        let written = copy.entries.len();
+        let rewrite_after_ms = (self.settings.clock)().saturating_add(self.settings.ttl_ms());
+        self.runs.flush(
+            written as u64,
+            copy.sorted_records(),
+            below,
+            rewrite_after_ms,
+        )?;
+        drop(copy);
+        // The run is registered: lookups find these values there from now on.
+        self.forget_written(below);
+        lock(&self.writer).wal.forget_below(below)?;
+        self.forget_legacy_below(below)?;
+        self.ask(|a| a.merge = true);
+        Ok(written)
+    }
+
+    /// Copies the hot entries whose records are in batches below `durable_below`, one map
+    /// at a time.
+    fn copy_written(&self, durable_below: u64) -> Copied {
+        let mut copy = Copied {
+            entries: Vec::new(),
+            values: Vec::new(),
+        };
+        for shard in &self.shards {
+            let shard = lock(shard);
+            let written = shard
+                .map
+                .iter()
+                .filter(|(_, e)| e.written_below(durable_below));
+            for (key, e) in written {
+                let value = e.value.as_slice();
+                let at = copy.values.len() as u32;
+                copy.entries
+                    .push((*key, e.expires_ms, at, value.len() as u32));
+                copy.values.extend_from_slice(value);
+            }
+        }
+        copy
+    }
+
+    /// Removes the legacy batches below `seq`: a run holds their records.
+    fn forget_legacy_below(&self, seq: u64) -> Result<(), Error> {
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            let page = self.legacy.page(after.as_deref(), LEGACY_PAGE)?;
+            let Some((last, _)) = page.last() else {
+                return Ok(());
+            };
+            after = Some(last.clone());
+            for (key, _) in page {
+                if decode_seq(&key).is_some_and(|s| s >= seq) {
+                    return Ok(());
+                }
+                self.legacy.remove(&key)?;
+            }
+        }
+    }
+
+    /// Deletes expired runs, then merges until nothing is due.
+    pub(super) fn merge_due(&self) -> Result<(), Error> {
+        let _merging = lock(&self.merging);
+        if self.stopping() {
+            return Ok(());
+        }
+        let ttl_ms = self.settings.ttl_ms();
+        self.runs.drop_expired((self.settings.clock)())?;
+        while !self.stopping()
+            && self
+                .runs
+                .merge_one((self.settings.clock)(), ttl_ms, &|| self.stopping())?
+        {}
+        Ok(())
+    }
+}

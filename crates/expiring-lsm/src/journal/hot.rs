@@ -1,0 +1,181 @@
+//! The hot set: recent entries in [`SHARDS`] maps chosen by digest, each behind its own
+//! mutex, with what the runs said of the last keys a map lacked.
+
+use std::collections::hash_map::Entry as MapEntry;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::MutexGuard;
+
+use nohash_hasher::BuildNoHashHasher;
+
+use super::{lock, Shared};
+use crate::run::Record;
+use crate::runs::Runs;
+use crate::{Digest, Error};
+
+/// The hot set is split so that two runtime workers rarely want the same lock and growing a
+/// part (which rehashes it under its lock) is short.
+pub(super) const SHARDS: usize = 1024;
+/// While runs cannot be written, the hot set takes new keys up to this many times
+/// `hot_entries`, then refuses them: its memory stays bounded, and so does the journal a
+/// restart replays.
+pub(super) const HOT_SET_LIMIT_FACTOR: usize = 4;
+/// Runs lookups remembered per shard (see [`Shard::looked_up`]). The read and the write of
+/// one request come close together, and a shard sees few lookups between them.
+const LOOKUPS_KEPT: usize = 4;
+/// Values up to this long are held inline in their entry.
+const INLINE: usize = 22;
+
+pub(super) struct Entry {
+    pub(super) value: Value,
+    /// When the entry may be forgotten.
+    pub(super) expires_ms: i64,
+    /// The journal batch holding its current record; `None` for memory-only values.
+    pub(super) batch: Option<u64>,
+}
+
+impl Entry {
+    /// Whether its record is in a batch below `durable_below`, which is on disk.
+    pub(super) fn written_below(&self, durable_below: u64) -> bool {
+        self.batch.is_some_and(|b| b < durable_below)
+    }
+}
+
+/// A value held inline when it is small (a dedup mark is), on the heap otherwise.
+pub(super) enum Value {
+    Inline { len: u8, bytes: [u8; INLINE] },
+    Heap(Box<[u8]>),
+}
+
+impl Value {
+    pub(super) fn new(value: &[u8]) -> Self {
+        match u8::try_from(value.len()) {
+            Ok(len) if value.len() <= INLINE => {
+                let mut bytes = [0; INLINE];
+                bytes[..value.len()].copy_from_slice(value);
+                Value::Inline { len, bytes }
+            }
+            _ => Value::Heap(value.into()),
+        }
+    }
+
+    pub(super) fn as_slice(&self) -> &[u8] {
+        match self {
+            Value::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Value::Heap(b) => b,
+        }
+    }
+}
+
+/// One part of the hot set, with what the runs said of the last keys it lacked.
+#[derive(Default)]
+pub(super) struct Shard {
+    /// A hash map: a lookup costs one or two cache misses.
+    pub(super) map: HashMap<Digest, Entry, BuildNoHashHasher<Digest>>,
+    /// The runs' answers for the last [`LOOKUPS_KEPT`] keys `map` lacked, oldest first: a
+    /// request that reads a key and then writes it (guard state, a request id's mark)
+    /// looks through the runs once, not twice. An answer goes when its key enters `map`;
+    /// until then a run can only lose the record to a merge that finds it expired, and
+    /// every reader checks expiry itself.
+    pub(super) looked_up: Vec<(Digest, Option<Record>)>,
+}
+
+/// The map of the hot set that holds `key`.
+pub(super) fn shard_of(key: &Digest) -> usize {
+    usize::from(u16::from_le_bytes([key.0[0], key.0[1]])) % SHARDS
+}
+
+/// The runs' record of `key`, which the hot set lacks: remembered in `looked_up`, or read
+/// and remembered there. The caller holds the key's shard lock.
+pub(super) fn on_disk<'a>(
+    looked_up: &'a mut Vec<(Digest, Option<Record>)>,
+    key: &Digest,
+    runs: &Runs,
+) -> Result<Option<&'a Record>, Error> {
+    let at = match looked_up.iter().position(|(k, _)| k == key) {
+        Some(at) => at,
+        None => {
+            let record = runs.get(key)?;
+            if looked_up.len() == LOOKUPS_KEPT {
+                looked_up.remove(0);
+            }
+            looked_up.push((*key, record));
+            looked_up.len() - 1
+        }
+    };
+    Ok(looked_up[at].1.as_ref())
+}
+
+/// The current value and expiry of a key: its entry in the hot set (`slot`), else its
+/// record in the runs (`on_disk`), else none (and an expiry before any other).
+pub(super) fn current_of<'a>(
+    slot: &'a MapEntry<'_, Digest, Entry>,
+    on_disk: Option<&'a Record>,
+) -> (Option<&'a [u8]>, i64) {
+    match (slot, on_disk) {
+        (MapEntry::Occupied(found), _) => {
+            let e = found.get();
+            (Some(e.value.as_slice()), e.expires_ms)
+        }
+        (MapEntry::Vacant(_), Some(record)) => (Some(&record.value[..]), record.expires_ms),
+        (MapEntry::Vacant(_), None) => (None, i64::MIN),
+    }
+}
+
+impl Shared {
+    pub(super) fn shard(&self, key: &Digest) -> MutexGuard<'_, Shard> {
+        lock(&self.shards[shard_of(key)])
+    }
+
+    /// Whether the hot set refuses new keys: runs or the journal cannot be written (a run
+    /// holds only what the journal holds, so either stops the flushes) and it holds
+    /// [`HOT_SET_LIMIT_FACTOR`] times `hot_entries`. A flush that only falls behind never
+    /// refuses: it catches up.
+    pub(super) fn refuses_new_keys(&self) -> bool {
+        (self.flush_failing.load(Ordering::Relaxed) || self.failing.load(Ordering::Relaxed))
+            && self.held.load(Ordering::Relaxed)
+                >= self
+                    .settings
+                    .hot_entries
+                    .saturating_mul(HOT_SET_LIMIT_FACTOR)
+    }
+
+    /// Counts a key the hot set took, and asks for a flush if it is full now.
+    pub(super) fn held_one_more(&self) {
+        self.held.fetch_add(1, Ordering::Relaxed);
+        self.ask_flush_if_full();
+    }
+
+    /// Forgets hot values that expired by `now_ms`, one shard at a time.
+    pub(super) fn forget_expired(&self, now_ms: i64) -> usize {
+        let mut removed = 0;
+        for shard in &self.shards {
+            let shard = &mut lock(shard).map;
+            let before = shard.len();
+            shard.retain(|_, e| e.expires_ms > now_ms);
+            removed += before - shard.len();
+        }
+        self.held.fetch_sub(removed, Ordering::Relaxed);
+        removed
+    }
+
+    /// Forgets the entries whose records are in batches below `durable_below` (a run now
+    /// holds them), and returns how many went. An entry changed since the run's copy has a
+    /// newer batch and stays. A map that grew while the flush thread fell behind gives its
+    /// room back, so the hot set's memory follows `hot_entries`, not the largest burst.
+    pub(super) fn forget_written(&self, durable_below: u64) -> usize {
+        let room = (self.settings.hot_entries.saturating_mul(2) / SHARDS).max(16);
+        let mut forgotten = 0;
+        for shard in &self.shards {
+            let shard = &mut lock(shard).map;
+            let before = shard.len();
+            shard.retain(|_, e| !e.written_below(durable_below));
+            forgotten += before - shard.len();
+            if shard.capacity() > 2 * room {
+                shard.shrink_to(room);
+            }
+        }
+        self.held.fetch_sub(forgotten, Ordering::Relaxed);
+        forgotten
+    }
+}

@@ -1,0 +1,247 @@
+//! The journal's threads: the writer, which group-commits the open batch, and the flush
+//! and merge threads, which run at a lower priority and take work from [`Asked`]. Each
+//! reports its early end through `Settings::needs_restart`.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use backoff::Doubling;
+
+use super::{lock, Asked, Shared};
+use crate::Error;
+
+/// After a failed write or flush the writer waits this long before it tries again, so a
+/// full disk is not retried in a busy loop.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// After a failed run flush or merge, the background thread waits this long.
+const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
+/// The longest wait between two merges that keep failing (see [`merge_backoff`]).
+const BACKGROUND_RETRY_MAX: Duration = Duration::from_secs(300);
+/// Nice value of the flush and merge threads: a large merge at the requests' priority
+/// would show in their latency; the journal's writer, which requests wait for, keeps the
+/// normal priority.
+const BACKGROUND_NICE: i32 = 10;
+/// While the hot set is full and none of it is on disk (the journal cannot be written),
+/// the flush thread waits this long before it looks again: each look locks every map.
+pub(super) const NOTHING_TO_FLUSH_PAUSE: Duration = Duration::from_millis(100);
+
+/// Starts the writer, flush and merge threads, if the settings want them (see
+/// `Settings::background`: without them the caller does their work).
+pub(super) fn start(shared: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, Error> {
+    if !shared.settings.background {
+        return Ok(Vec::new());
+    }
+    [
+        ("state-journal", write_loop as fn(&Shared)),
+        ("state-flush", flush_loop),
+        ("state-merge", merge_loop),
+    ]
+    .into_iter()
+    .map(|(name, work)| spawn_watched(name, shared, work))
+    .collect()
+}
+
+impl Shared {
+    /// Sets a task for the background threads and wakes them.
+    pub(super) fn ask(&self, task: impl FnOnce(&mut Asked)) {
+        task(&mut lock(&self.asked));
+        self.asked_wake.notify_all();
+    }
+
+    /// Asks for a flush if the hot set is full (and none is asked already).
+    pub(super) fn ask_flush_if_full(&self) {
+        if self.held.load(Ordering::Relaxed) >= self.settings.hot_entries {
+            let mut asked = lock(&self.asked);
+            if !asked.flush {
+                asked.flush = true;
+                self.asked_wake.notify_all();
+            }
+        }
+    }
+
+    pub(super) fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst)
+    }
+
+    /// Waits `pause`, or less if the journal stops meanwhile.
+    pub(super) fn pause(&self, pause: Duration) {
+        let until = Instant::now() + pause;
+        let mut asked = lock(&self.asked);
+        while !self.stopping() {
+            let Some(left) = until.checked_duration_since(Instant::now()) else {
+                return;
+            };
+            asked = self
+                .asked_wake
+                .wait_timeout(asked, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// Waits until `take` finds work (it clears what it takes), or the journal stops.
+    fn wait_for_task<T>(&self, take: impl Fn(&mut Asked) -> Option<T>) -> Option<T> {
+        let mut asked = lock(&self.asked);
+        loop {
+            if self.stopping() {
+                return None;
+            }
+            if let Some(task) = take(&mut asked) {
+                return Some(task);
+            }
+            asked = self
+                .asked_wake
+                .wait(asked)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Starts a thread of the journal. Should it end before the journal is dropped (a panic),
+/// the process is marked as needing a restart: the journal cannot work without it.
+pub(super) fn spawn_watched(
+    name: &'static str,
+    shared: &Arc<Shared>,
+    work: fn(&Shared),
+) -> Result<JoinHandle<()>, Error> {
+    /// Reports the thread's end when dropped, by a return or by unwinding.
+    struct Watch(Arc<Shared>, &'static str);
+    impl Drop for Watch {
+        fn drop(&mut self) {
+            if !self.0.stopping() {
+                (self.0.settings.needs_restart)(format!(
+                    "the state store's {} thread ended",
+                    self.1
+                ));
+            }
+        }
+    }
+    let watch = Watch(shared.clone(), name);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || work(&watch.0))
+        .map_err(|e| Error::Stopped(format!("cannot start {name}: {e}")))
+}
+
+/// The writer thread: sleeps while nothing was appended; otherwise writes and syncs
+/// everything appended so far at once, and starts again as soon as that sync ends and the
+/// commit interval has passed since the last one started (records that arrive meanwhile
+/// share the next commit). Ends when the journal is dropped.
+fn write_loop(shared: &Shared) {
+    let interval = shared.settings.commit_interval;
+    let mut last_start: Option<Instant> = None;
+    while !shared.stopping() {
+        {
+            let mut open = shared.lock_open();
+            while open.is_empty() && !shared.stopping() {
+                open = shared
+                    .wake
+                    .wait(open)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        }
+        if let Some(pause) =
+            last_start.and_then(|s| (s + interval).checked_duration_since(Instant::now()))
+        {
+            std::thread::sleep(pause);
+        }
+        last_start = Some(Instant::now());
+        // A failure is logged (once), reported to the waiters, and retried by the next round.
+        if shared.write_now().is_err() {
+            std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+}
+
+/// Lets the calling thread yield the CPU to the request threads.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    if let Err(error) =
+        rustix::process::setpriority_process(Some(rustix::thread::gettid()), BACKGROUND_NICE)
+    {
+        tracing::debug!(%error, "background thread keeps its priority");
+    }
+}
+
+/// The flush thread: prepares the journal's next segment when its spare was used, and
+/// writes a run whenever the hot set is full.
+fn flush_loop(shared: &Shared) {
+    lower_priority();
+    let take = |a: &mut Asked| {
+        let (spare, flush) = (std::mem::take(&mut a.spare), std::mem::take(&mut a.flush));
+        (spare || flush).then_some((spare, flush))
+    };
+    while let Some((spare, flush)) = shared.wait_for_task(take) {
+        if spare {
+            if let Err(error) = shared.prepare_spare() {
+                // The writer makes its next segment itself then.
+                tracing::warn!(%error, "state journal segment not prepared");
+            }
+        }
+        if flush {
+            flush_once(shared);
+            shared.ask_flush_if_full();
+        }
+    }
+}
+
+/// One flush of the flush thread: a failure is logged once and retried after a pause.
+fn flush_once(shared: &Shared) {
+    #[cfg(test)]
+    shared.flush_passes.fetch_add(1, Ordering::SeqCst);
+    let flushed = shared.flush_to_run();
+    let failed_before = shared
+        .flush_failing
+        .swap(flushed.is_err(), Ordering::Relaxed);
+    match flushed {
+        Err(error) => {
+            // Said once; the retries and their recovery are logged below ERROR.
+            if failed_before {
+                tracing::debug!(%error, "state run still not written");
+            } else {
+                tracing::error!(%error, "state run not written; the hot set keeps it and retries every second");
+            }
+            shared.pause(BACKGROUND_RETRY);
+        }
+        Ok(written) => {
+            if failed_before {
+                tracing::info!("state runs written again");
+            }
+            // Nothing in the full hot set is on disk yet (the journal cannot be written,
+            // or has not caught up): looking again at once would lock every map in a loop.
+            if written == 0 {
+                shared.pause(NOTHING_TO_FLUSH_PAUSE);
+            }
+        }
+    }
+}
+
+/// The merge thread: merges and deletes runs after each flush and sweep.
+fn merge_loop(shared: &Shared) {
+    lower_priority();
+    let mut retry = merge_backoff();
+    while shared
+        .wait_for_task(|a| std::mem::take(&mut a.merge).then_some(()))
+        .is_some()
+    {
+        match shared.merge_due() {
+            Ok(()) => retry.reset(),
+            Err(_) if shared.stopping() => return,
+            Err(error) => {
+                let pause = retry.next_pause();
+                tracing::error!(%error, retry_in = ?pause, "state runs not merged; retrying");
+                shared.pause(pause);
+                shared.ask(|a| a.merge = true);
+            }
+        }
+    }
+}
+
+/// The waits between tries of a merge that keeps failing. A run that cannot be read fails
+/// every merge that takes it in, and each try reads it up to the damage: doubling the wait
+/// spares the disk and the log, and a merge that succeeds starts it over.
+pub(super) fn merge_backoff() -> Doubling {
+    Doubling::new(BACKGROUND_RETRY, BACKGROUND_RETRY_MAX)
+}
