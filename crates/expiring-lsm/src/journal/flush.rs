@@ -36,7 +36,7 @@ impl Shared {
     /// below it are no longer read. Without room for the run the store does not open, as it
     /// does not without room for its next segment.
     pub(super) fn make_replay_durable(&self) -> Result<(), Error> {
-        if self.held.load(Ordering::Relaxed) == 0 {
+        if self.hot_count.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
         self.flush_to_run().map(drop)

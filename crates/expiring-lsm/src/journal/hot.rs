@@ -133,7 +133,7 @@ impl Shared {
     /// refuses: it catches up.
     pub(super) fn refuses_new_keys(&self) -> bool {
         (self.flush_failing.load(Ordering::Relaxed) || self.failing.load(Ordering::Relaxed))
-            && self.held.load(Ordering::Relaxed)
+            && self.hot_count.load(Ordering::Relaxed)
                 >= self
                     .settings
                     .hot_entries
@@ -141,8 +141,8 @@ impl Shared {
     }
 
     /// Counts a key the hot set took, and asks for a flush if it is full now.
-    pub(super) fn held_one_more(&self) {
-        self.held.fetch_add(1, Ordering::Relaxed);
+    pub(super) fn count_one_more_hot(&self) {
+        self.hot_count.fetch_add(1, Ordering::Relaxed);
         self.ask_flush_if_full();
     }
 
@@ -155,7 +155,7 @@ impl Shared {
             shard.retain(|_, e| e.expires_ms > now_ms);
             removed += before - shard.len();
         }
-        self.held.fetch_sub(removed, Ordering::Relaxed);
+        self.hot_count.fetch_sub(removed, Ordering::Relaxed);
         removed
     }
 
@@ -175,7 +175,7 @@ impl Shared {
                 shard.shrink_to(room);
             }
         }
-        self.held.fetch_sub(forgotten, Ordering::Relaxed);
+        self.hot_count.fetch_sub(forgotten, Ordering::Relaxed);
         forgotten
     }
 }

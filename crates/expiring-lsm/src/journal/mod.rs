@@ -146,7 +146,7 @@ struct Shared {
     runs: Runs,
     settings: Settings,
     /// Entries in the hot set.
-    held: AtomicUsize,
+    hot_count: AtomicUsize,
     asked: Mutex<Asked>,
     /// Held by a flush to a run, and by a round of merges: one of each at a time.
     flushing: Mutex<()>,
@@ -271,7 +271,7 @@ impl Journal {
                 free.insert(entry);
                 looked_up.retain(|(k, _)| *k != key);
                 drop(shard);
-                self.shared.held_one_more();
+                self.shared.count_one_more_hot();
             }
         }
         Ok(result)
@@ -288,13 +288,13 @@ impl Journal {
             .is_some_and(|e| e.batch.is_none() && forget(e.value.as_slice()))
         {
             shard.map.remove(&key);
-            self.shared.held.fetch_sub(1, Ordering::Relaxed);
+            self.shared.hot_count.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
     /// Entries in the hot set.
     pub fn hot_len(&self) -> usize {
-        self.shared.held.load(Ordering::Relaxed)
+        self.shared.hot_count.load(Ordering::Relaxed)
     }
 
     /// Records in the hot set and on disk (superseded and expired ones on disk included

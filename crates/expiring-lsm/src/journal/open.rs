@@ -163,7 +163,7 @@ impl Shared {
         journal_dir: PathBuf,
         settings: Settings,
     ) -> Self {
-        let held = replay.shards.iter().map(|s| s.map.len()).sum();
+        let hot_count = replay.shards.iter().map(|s| s.map.len()).sum();
         Self {
             shards: replay.shards.into_iter().map(Mutex::new).collect(),
             open: Mutex::new(Open::new(replay.next_seq)),
@@ -177,7 +177,7 @@ impl Shared {
             legacy,
             runs,
             settings,
-            held: AtomicUsize::new(held),
+            hot_count: AtomicUsize::new(hot_count),
             asked: Mutex::new(Asked::default()),
             flushing: Mutex::new(()),
             merging: Mutex::new(()),

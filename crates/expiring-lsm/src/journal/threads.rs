@@ -52,7 +52,7 @@ impl Shared {
 
     /// Asks for a flush if the hot set is full (and none is asked already).
     pub(super) fn ask_flush_if_full(&self) {
-        if self.held.load(Ordering::Relaxed) >= self.settings.hot_entries {
+        if self.hot_count.load(Ordering::Relaxed) >= self.settings.hot_entries {
             let mut asked = lock(&self.asked);
             if !asked.flush {
                 asked.flush = true;
