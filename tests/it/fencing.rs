@@ -60,36 +60,26 @@ fn deliver_later(gw: &Gateway, body: &str, request_id: &str) -> tokio::task::Joi
     )
 }
 
-/// Two gateways A and B sharing the test Redis under a fresh key prefix, with the
-/// guard; A publishes through `proxy`.
-struct FencedPair {
-    a: Gateway,
-    b: Gateway,
-    proxy: Proxy,
-    broker: Broker,
-    prefix: KeyPrefix,
-    _dirs: [tempfile::TempDir; 2],
-}
-
-impl FencedPair {
-    async fn start() -> Self {
-        let broker = Broker::new().await;
-        let proxy = Proxy::to_rabbitmq().await;
-        let prefix = KeyPrefix::new();
-        let dirs = [
-            tempfile::tempdir().expect("dir"),
-            tempfile::tempdir().expect("dir"),
-        ];
-        let (a, b) = pair_through(&broker, &proxy, REDIS_URL, &prefix, &dirs, LEASE).await;
-        Self {
-            a,
-            b,
-            proxy,
-            broker,
-            prefix,
-            _dirs: dirs,
-        }
-    }
+/// A broker, a proxy to it, a fresh key prefix in the test Redis, the gateways'
+/// directories, and two gateways A and B on that prefix with the guard; A publishes
+/// through the proxy. In the order they are to be bound, so the gateways stop first.
+async fn fenced_pair() -> (
+    Broker,
+    Proxy,
+    KeyPrefix,
+    [tempfile::TempDir; 2],
+    Gateway,
+    Gateway,
+) {
+    let broker = Broker::new().await;
+    let proxy = Proxy::to_rabbitmq().await;
+    let prefix = KeyPrefix::new();
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let (a, b) = pair_through(&broker, &proxy, REDIS_URL, &prefix, &dirs, LEASE).await;
+    (broker, proxy, prefix, dirs, a, b)
 }
 
 /// Whether `key` exists, polled until it does (`present`) or does not, within `within`.
@@ -124,15 +114,7 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     if !redis_available() {
         return;
     }
-    // Bound in this order so the gateways stop before their directories go.
-    let FencedPair {
-        _dirs,
-        broker,
-        proxy,
-        prefix,
-        a,
-        b,
-    } = FencedPair::start().await;
+    let (broker, proxy, prefix, _dirs, a, b) = fenced_pair().await;
     let (contact, channel) = ("+15550007777", "+15550008888");
     let lock_key = format!("{prefix}lock:botix:keyword:{contact}:{channel}");
     let state_key = format!("{prefix}guard:botix:keyword:{contact}:{channel}");
@@ -197,15 +179,7 @@ async fn two_concurrent_retries_under_one_request_id_with_different_bodies_publi
     if !redis_available() {
         return;
     }
-    // Bound in this order so the gateways stop before their directories go.
-    let FencedPair {
-        _dirs,
-        broker,
-        proxy,
-        prefix,
-        a,
-        b,
-    } = FencedPair::start().await;
+    let (broker, proxy, prefix, _dirs, a, b) = fenced_pair().await;
     // A's publish waits for its whole confirm timeout (3 s) while it holds the request id.
     proxy.black_hole();
     let first = deliver_later(&a, &event_body("rq_body_1"), "req_shared");
