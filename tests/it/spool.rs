@@ -549,17 +549,26 @@ async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
     broker.delete().await;
 }
 
-#[tokio::test]
-async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_room() {
-    require_broker!();
+/// A gateway (with `extra` config) connected to a broker whose queue holds one message,
+/// and the event `evt_fits` published to it: the queue is full from then on.
+async fn start_on_a_full_queue(
+    extra: &str,
+) -> (tempfile::TempDir, Broker, Gateway, reqwest::Client) {
     let broker = Broker::rejecting_beyond(1).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.extra = extra.into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     wait_broker_connected(&client, &gw).await;
-
     gw.accept(&client, "evt_fits").await;
+    (dir, broker, gw, client)
+}
+
+#[tokio::test]
+async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_room() {
+    require_broker!();
+    let (_dir, broker, gw, client) = start_on_a_full_queue("").await;
     // The queue is full: the broker nacks the next publish. The event is spooled (200), and
     // the drainer retries until the queue has room.
     gw.accept(&client, "evt_nacked").await;
@@ -1083,15 +1092,7 @@ async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_d
 #[tokio::test]
 async fn readiness_is_503_while_the_broker_keeps_refusing_the_spool_head_and_200_once_it_drains() {
     require_broker!();
-    let broker = Broker::rejecting_beyond(1).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
-    cfg.extra = "spool:\n  stall_after: 4s\n".into();
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-    wait_broker_connected(&client, &gw).await;
-
-    gw.accept(&client, "evt_fits").await;
+    let (_dir, broker, gw, client) = start_on_a_full_queue("spool:\n  stall_after: 4s\n").await;
     // The queue is full: the broker nacks this one, and keeps nacking it from the spool.
     gw.accept(&client, "evt_nacked").await;
     let (status, why) = gw
