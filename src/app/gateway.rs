@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::Spool;
 use crate::outbox::Outbox;
-use crate::pipeline::{CompiledRoute, Pipeline, RouteRuntime, Settings};
+use crate::pipeline::{CompiledRoute, Pipeline, PipelineSettings, RouteRuntime};
 use crate::reconcile::{Parts as ReconcileParts, Reconcilers};
 use crate::state::{BackendChoice, StateStore};
 use crate::store::Store;
@@ -36,16 +36,16 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     options: Options,
 ) -> Result<(), AppError> {
-    let Prepared {
-        config,
-        backend,
+    let Prepared { resolved, store } = prepared;
+    let gateway = Gateway::start(
+        resolved.config,
+        &resolved.backend,
         store,
-        routes,
-        tls,
-        admin_token,
-    } = prepared;
-    let gateway = Gateway::start(config, &backend, store, routes, tls, &options)?;
-    let servers = gateway.listen(listeners, admin_token, &options);
+        resolved.routes,
+        resolved.tls,
+        &options,
+    )?;
+    let servers = gateway.listen(listeners, resolved.admin_token, &options);
     shutdown.await;
     gateway.drain(servers).await;
     tracing::info!("shutdown complete");
@@ -104,7 +104,7 @@ impl Gateway {
         let exchange = &config.amqp.exchange;
         let outbox = Outbox::new(publisher.clone(), spool.clone(), exchange.clone());
         let pipeline = Arc::new(Pipeline::new(
-            Settings::of(&config),
+            PipelineSettings::of(&config),
             routes.clone(),
             state.clone(),
             outbox,

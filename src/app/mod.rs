@@ -87,12 +87,8 @@ impl Default for Options {
 /// Everything loaded from disk before any port is bound, so a bad secret or certificate
 /// fails fast.
 pub struct Prepared {
-    config: Config,
-    backend: BackendChoice,
+    resolved: Resolved,
     store: Store,
-    routes: Vec<CompiledRoute>,
-    tls: Option<Arc<TlsReloader>>,
-    admin_token: Option<AdminToken>,
 }
 
 /// What [`check`] may read besides the config itself.
@@ -140,22 +136,9 @@ pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
 /// Loads secrets, TLS material and the store.
 pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     crate::tls::install_crypto_provider();
-    let Resolved {
-        config,
-        backend,
-        routes,
-        tls,
-        admin_token,
-    } = resolve(config)?;
-    let store = Store::open_with_cache(&config.store.path, config.store.cache)?;
-    Ok(Prepared {
-        config,
-        backend,
-        store,
-        routes,
-        tls,
-        admin_token,
-    })
+    let resolved = resolve(config)?;
+    let store = Store::open_with_cache(&resolved.config.store.path, resolved.config.store.cache)?;
+    Ok(Prepared { resolved, store })
 }
 
 /// The config with everything it names loaded, short of the store.

@@ -7,59 +7,31 @@
 //! confirmed publish) in the module that owns the store.
 
 use crate::config::profiles::{DEFAULT_HELP, DEFAULT_RANKS, DEFAULT_START, DEFAULT_STOP};
+use crate::metrics::label_values;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use unicode_normalization::UnicodeNormalization;
 
-/// Why the guard dropped an event; `as_str()` gives the contract's reason string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum GuardDrop {
-    /// A status ranked below the stored one, or an equal-rank status not later than it.
-    StaleStatus,
-    /// The stored status again, under a new event id.
-    RepeatedStatus,
-    /// A STOP from a contact that is already opted out.
-    RepeatedStop,
-    /// A START from a contact already opted in by an earlier START.
-    RepeatedStart,
-    /// A HELP within `help_window` of the last accepted HELP.
-    RepeatedHelp,
-    /// A STOP or START older than the last opt-in/opt-out change.
-    StaleKeyword,
-}
-
-impl GuardDrop {
-    /// Every reason. Each route's counter of each is made at start-up
-    /// (`pipeline::drop_reasons`).
-    pub const ALL: [GuardDrop; 6] = [
-        GuardDrop::StaleStatus,
-        GuardDrop::RepeatedStatus,
-        GuardDrop::RepeatedStop,
-        GuardDrop::RepeatedStart,
-        GuardDrop::RepeatedHelp,
-        GuardDrop::StaleKeyword,
-    ];
-
-    /// The reason string of contract §2, used in the HTTP answer, logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            GuardDrop::StaleStatus => "stale_status",
-            GuardDrop::RepeatedStatus => "repeated_status",
-            GuardDrop::RepeatedStop => "repeated_stop",
-            GuardDrop::RepeatedStart => "repeated_start",
-            GuardDrop::RepeatedHelp => "repeated_help",
-            GuardDrop::StaleKeyword => "stale_keyword",
-        }
-    }
-}
-
-impl fmt::Display for GuardDrop {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+label_values! {
+    /// Why the guard dropped an event; `as_str()` gives the contract's reason string (§2),
+    /// used in the HTTP answer, logs and metric labels. `ALL` lists every reason: each
+    /// route's counter of each is made at start-up (`pipeline::drop_reasons`).
+    pub enum GuardDrop {
+        /// A status ranked below the stored one, or an equal-rank status not later than it.
+        StaleStatus => "stale_status",
+        /// The stored status again, under a new event id.
+        RepeatedStatus => "repeated_status",
+        /// A STOP from a contact that is already opted out.
+        RepeatedStop => "repeated_stop",
+        /// A START from a contact already opted in by an earlier START.
+        RepeatedStart => "repeated_start",
+        /// A HELP within `help_window` of the last accepted HELP.
+        RepeatedHelp => "repeated_help",
+        /// A STOP or START older than the last opt-in/opt-out change.
+        StaleKeyword => "stale_keyword",
     }
 }
 

@@ -29,7 +29,7 @@ use crate::store::StoreError;
 
 pub use message::{rfc3339, routing_key};
 pub use outcome::{drop_reasons, FreshnessDrop, Outcome, RETRY_AFTER_BUSY};
-pub use route::{CompiledRoute, RouteRuntime, Settings};
+pub use route::{CompiledRoute, PipelineSettings, RouteRuntime};
 
 use message::message;
 
@@ -37,7 +37,7 @@ use message::message;
 pub struct Pipeline {
     /// Routes in config order.
     routes: Vec<Arc<RouteRuntime>>,
-    settings: Settings,
+    settings: PipelineSettings,
     state: Arc<StateStore>,
     guards: GuardState,
     outbox: Outbox,
@@ -48,10 +48,22 @@ pub struct Pipeline {
     tasks: TaskTracker,
 }
 
+/// A delivery as it reached the pipeline, with what is learned of it on arrival.
+struct Received {
+    delivery: Delivery,
+    /// The body's bytes in the unverified body budget, given back once the signature is
+    /// checked.
+    charge: Charge,
+    request_id: RequestId,
+    trace: TraceContext,
+    /// When it arrived, by the pipeline's clock.
+    now_ms: i64,
+}
+
 impl Pipeline {
     /// The request path over `routes`.
     pub fn new(
-        settings: Settings,
+        settings: PipelineSettings,
         routes: Vec<Arc<RouteRuntime>>,
         state: Arc<StateStore>,
         outbox: Outbox,
@@ -121,7 +133,14 @@ impl Pipeline {
         let trace = TraceContext::of(&delivery.headers);
         // Every line logged for this delivery names its trace (INFO: WARN lines need it).
         let span = tracing::info_span!("delivery", trace_id = trace.trace_id());
-        let outcome = Box::pin(self.run(route, delivery, charge, request_id, trace, now_ms))
+        let received = Received {
+            delivery,
+            charge,
+            request_id,
+            trace,
+            now_ms,
+        };
+        let outcome = Box::pin(self.run(route, received))
             .instrument(span.clone())
             .await;
         let _in_span = span.enter();
@@ -144,16 +163,9 @@ impl Pipeline {
     }
 
     /// A delivery from its signature to its outcome; a failing store makes it a 503.
-    async fn run(
-        &self,
-        route: &RouteRuntime,
-        delivery: Delivery,
-        charge: Charge,
-        request_id: RequestId,
-        trace: TraceContext,
-        now_ms: i64,
-    ) -> Outcome {
-        let event = match self.verified_event(route, delivery, charge, request_id, trace, now_ms) {
+    async fn run(&self, route: &RouteRuntime, received: Received) -> Outcome {
+        let now_ms = received.now_ms;
+        let event = match self.verified_event(route, received) {
             Ok(event) => event,
             Err(refused) => return refused,
         };
@@ -182,15 +194,14 @@ impl Pipeline {
     /// The event of a delivery whose signature verifies, within the route's rate limit;
     /// else the outcome that refuses it. The body's bytes leave the unverified body
     /// budget (`charge`) once the signature is checked.
-    fn verified_event(
-        &self,
-        route: &RouteRuntime,
-        delivery: Delivery,
-        charge: Charge,
-        request_id: RequestId,
-        trace: TraceContext,
-        now_ms: i64,
-    ) -> Result<Event, Outcome> {
+    fn verified_event(&self, route: &RouteRuntime, received: Received) -> Result<Event, Outcome> {
+        let Received {
+            delivery,
+            charge,
+            request_id,
+            trace,
+            now_ms,
+        } = received;
         let secrets = route.secrets.current();
         let verified = delivery.verify(&route.scheme, &secrets, now_ms / 1000);
         drop(charge);

@@ -72,8 +72,8 @@ impl RouteRuntime {
     }
 }
 
-/// Settings the pipeline reads on every request.
-pub struct Settings {
+/// The settings the pipeline reads on every request.
+pub struct PipelineSettings {
     pub(super) routing_key: String,
     pub(super) dropped_routing_key: Option<String>,
     pub(super) ttl: Duration,
@@ -82,7 +82,7 @@ pub struct Settings {
     pub(super) in_flight_lease: Duration,
 }
 
-impl Settings {
+impl PipelineSettings {
     /// The settings of `config`.
     pub fn of(config: &Config) -> Self {
         Self {

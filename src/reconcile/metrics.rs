@@ -6,19 +6,40 @@ use std::time::Duration;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 
-use crate::metrics::{Metrics, ReconcileMetrics, RouteKind, RouteLabel, SecondsCounter};
+use crate::metrics::{
+    label_values, Metrics, ReconcileMetrics, RouteKind, RouteLabel, SecondsCounter,
+};
 use crate::pipeline::Outcome;
 
-/// Walk results counted in `hookgate_reconcile_walks_total`.
-pub const WALK_RESULTS: [&str; 4] = ["complete", "gave_up", "key_refused", "failed"];
-/// Event outcomes counted in `hookgate_reconcile_events_total`.
-pub const EVENT_OUTCOMES: [&str; 5] = [
-    "published",
-    "duplicate",
-    "dropped",
-    "unavailable",
-    "refused",
-];
+label_values! {
+    /// How a reconciliation walk ended (label `kind` of `hookgate_reconcile_walks_total`).
+    pub enum WalkResult {
+        /// Every page was read.
+        Complete => "complete",
+        /// Given up until the next interval.
+        GaveUp => "gave_up",
+        /// The sender refuses the API key.
+        KeyRefused => "key_refused",
+        /// The store failed.
+        Failed => "failed",
+    }
+}
+
+label_values! {
+    /// What became of a reconciled event (label `kind` of `hookgate_reconcile_events_total`).
+    pub enum EventOutcome {
+        /// Published: one the webhook missed.
+        Published => "published",
+        /// Seen before.
+        Duplicate => "duplicate",
+        /// Dropped by the guard or the freshness check.
+        Dropped => "dropped",
+        /// Could not be made safe now, or over a rate limit.
+        Unavailable => "unavailable",
+        /// Not a usable event.
+        Refused => "refused",
+    }
+}
 
 /// The metrics of one route's reconciler.
 #[derive(Clone)]
@@ -66,11 +87,11 @@ impl RouteMetrics {
             route: route.to_owned(),
             families: f,
         };
-        for kind in WALK_RESULTS {
-            let _ = m.families.walks.get_or_create(&m.kind(kind));
+        for result in WalkResult::ALL {
+            let _ = m.families.walks.get_or_create(&m.kind(result.as_str()));
         }
-        for kind in EVENT_OUTCOMES {
-            let _ = m.families.events.get_or_create(&m.kind(kind));
+        for outcome in EventOutcome::ALL {
+            let _ = m.families.events.get_or_create(&m.kind(outcome.as_str()));
         }
         m
     }
@@ -82,9 +103,12 @@ impl RouteMetrics {
         }
     }
 
-    /// Counts a walk that ended with `result` (one of [`WALK_RESULTS`]).
-    pub fn walk(&self, result: &str) {
-        self.families.walks.get_or_create(&self.kind(result)).inc();
+    /// Counts a walk that ended with `result`.
+    pub fn walk(&self, result: WalkResult) {
+        self.families
+            .walks
+            .get_or_create(&self.kind(result.as_str()))
+            .inc();
     }
 
     /// Counts an event's outcome; a published one is also a missed one.
@@ -92,14 +116,17 @@ impl RouteMetrics {
         let kind = match outcome {
             Outcome::Accepted { .. } => {
                 self.missed.inc();
-                "published"
+                EventOutcome::Published
             }
-            Outcome::Duplicate { .. } => "duplicate",
-            Outcome::Dropped { .. } => "dropped",
-            Outcome::Unavailable { .. } | Outcome::RateLimited { .. } => "unavailable",
-            Outcome::BadRequest(_) | Outcome::InvalidSignature => "refused",
+            Outcome::Duplicate { .. } => EventOutcome::Duplicate,
+            Outcome::Dropped { .. } => EventOutcome::Dropped,
+            Outcome::Unavailable { .. } | Outcome::RateLimited { .. } => EventOutcome::Unavailable,
+            Outcome::BadRequest(_) | Outcome::InvalidSignature => EventOutcome::Refused,
         };
-        self.families.events.get_or_create(&self.kind(kind)).inc();
+        self.families
+            .events
+            .get_or_create(&self.kind(kind.as_str()))
+            .inc();
     }
 
     /// Counts an answer or item not as documented.

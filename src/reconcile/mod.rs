@@ -28,6 +28,7 @@ use crate::metrics::Metrics;
 use crate::pipeline::{rfc3339, Pipeline, RouteRuntime};
 use crate::reconcile::api::Client;
 use crate::reconcile::key::{ApiKey, KeySource};
+use crate::reconcile::metrics::WalkResult;
 use crate::reconcile::position::{Position, Positions};
 use crate::reconcile::walk::{WalkEnd, Walker};
 use crate::state::StateStore;
@@ -430,18 +431,18 @@ fn report(
     end: Result<WalkEnd, crate::store::StoreError>,
 ) -> Option<u16> {
     let (result, error) = match end {
-        Ok(WalkEnd::Complete) => ("complete", None),
+        Ok(WalkEnd::Complete) => (WalkResult::Complete, None),
         Ok(WalkEnd::GaveUp(reason)) => {
             tracing::warn!(route = name, %reason, "reconciliation walk given up until the next interval");
-            ("gave_up", Some(reason))
+            (WalkResult::GaveUp, Some(reason))
         }
         Ok(WalkEnd::KeyRefused(status)) => {
-            walker.metrics.walk("key_refused");
+            walker.metrics.walk(WalkResult::KeyRefused);
             walker.metrics.key_refused.set(1);
             tracing::error!(route = name, status, "the sender refuses the reconciliation API key; reconciliation of this route stops until the key changes or a restart");
             control.update(|s| {
                 s.key_refused = true;
-                s.last_result = Some("key_refused".into());
+                s.last_result = Some(WalkResult::KeyRefused.as_str().into());
                 s.last_error = Some(format!("status {status}: the key is refused"));
             });
             return Some(status);
@@ -449,12 +450,12 @@ fn report(
         Ok(WalkEnd::Cancelled) => return None,
         Err(error) => {
             tracing::warn!(route = name, %error, "reconciliation walk failed on the store; tried again next interval");
-            ("failed", Some(error.to_string()))
+            (WalkResult::Failed, Some(error.to_string()))
         }
     };
     walker.metrics.walk(result);
     control.update(|s| {
-        s.last_result = Some(result.into());
+        s.last_result = Some(result.as_str().into());
         s.last_error = error;
     });
     None

@@ -517,22 +517,27 @@ impl StateStore {
 mod tests {
     use super::*;
 
+    /// The local backend on `store`, with one route and `extra` config (whole YAML lines).
+    fn open_local(store: &Store, extra: &str) -> StateStore {
+        let config = Config::parse(&format!(
+            "listen:\n  addr: 127.0.0.1:0\n{extra}routes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n"
+        ))
+        .expect("config");
+        StateStore::open(
+            &BackendChoice::Local,
+            &config,
+            store,
+            Arc::new(|| 0),
+            &Liveness::new(),
+        )
+        .expect("state")
+    }
+
     #[tokio::test]
     async fn a_local_guard_lock_is_waited_for_at_most_in_flight_wait() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("store");
-        let config = Config::parse(
-            "listen:\n  addr: 127.0.0.1:0\ndedup:\n  in_flight_wait: 50ms\nroutes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n",
-        )
-        .expect("config");
-        let state = StateStore::open(
-            &BackendChoice::Local,
-            &config,
-            &store,
-            Arc::new(|| 0),
-            &Liveness::new(),
-        )
-        .expect("state");
+        let state = open_local(&store, "dedup:\n  in_flight_wait: 50ms\n");
         let held = state
             .lock(&StoreKey::raw(b"key"))
             .await
@@ -558,18 +563,7 @@ mod tests {
     async fn values_read_from_runs_off_the_workers_are_the_values_written() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("store");
-        let config = Config::parse(
-            "listen:\n  addr: 127.0.0.1:0\nroutes:\n  - name: r\n    path: /r\n    secrets:\n      - secret_env: S\n",
-        )
-        .expect("config");
-        let state = StateStore::open(
-            &BackendChoice::Local,
-            &config,
-            &store,
-            Arc::new(|| 0),
-            &Liveness::new(),
-        )
-        .expect("state");
+        let state = open_local(&store, "");
         let StateStore::Local(local) = &state else {
             panic!("local backend");
         };

@@ -167,26 +167,33 @@ pub struct Figures {
     pub duplicates: Vec<(String, usize, u64)>,
 }
 
-/// Drives `rate` deliveries per second for `length` through the two gateways, in turn: a
-/// new event each time, and every third delivery a retry of an earlier one through the
-/// other gateway. `kill` runs `kill_after` into the load. Then both must be ready within
-/// `ready_within`; events answered anything but 200 are retried until they get it; and
+/// Deliveries per second of the load through a failover.
+const RATE: u32 = 20;
+/// How long the load lasts.
+const LENGTH: Duration = Duration::from_secs(16);
+/// How far into the load the server is killed.
+const KILL_AFTER: Duration = Duration::from_secs(5);
+/// How soon after the kill both gateways must be ready again.
+const READY_WITHIN: Duration = Duration::from_secs(45);
+/// How long before the kill a write may be lost by the failover.
+const WINDOW: Duration = Duration::from_secs(2);
+
+/// Drives [`RATE`] deliveries per second for [`LENGTH`] through the two gateways, in turn:
+/// a new event each time, and every third delivery a retry of an earlier one through the
+/// other gateway. `kill` runs [`KILL_AFTER`] into the load. Then both must be ready within
+/// [`READY_WITHIN`]; events answered anything but 200 are retried until they get it; and
 /// every event answered 200 must be on the queue, duplicates only for events first sent
-/// within `window` before the kill or between the kill and the gateways' readiness (the
+/// within [`WINDOW`] before the kill or between the kill and the gateways' readiness (the
 /// writes a failover may lose, and the publishes answered 503 that a retry repeats).
-#[allow(clippy::too_many_arguments)]
 pub async fn load_through_failover(
     name: &str,
     a: &Gateway,
     b: &Gateway,
     broker: &Broker,
-    rate: u32,
-    length: Duration,
-    kill_after: Duration,
     kill: impl FnOnce(),
-    ready_within: Duration,
-    window: Duration,
 ) -> Figures {
+    let (rate, length, kill_after, ready_within, window) =
+        (RATE, LENGTH, KILL_AFTER, READY_WITHIN, WINDOW);
     let c = patient_client();
     let sent: Arc<Mutex<Vec<Sent>>> = Arc::new(Mutex::new(Vec::new()));
     let start = Instant::now();

@@ -1,8 +1,6 @@
 //! Redis Sentinel: one master, one replica, three sentinels, two hookgate replicas under
 //! load; the master is killed mid-load and the sentinels promote the replica.
 
-use std::time::Duration;
-
 use crate::redis_servers::*;
 use crate::require_broker;
 use crate::util::*;
@@ -86,19 +84,7 @@ async fn the_master_killed_mid_load_loses_no_answered_event_and_both_replicas_re
         list.join(", ")
     );
     let (a, b, _dirs) = two_gateways(&broker, &redis_yaml).await;
-    let figures = load_through_failover(
-        "sentinel",
-        &a,
-        &b,
-        &broker,
-        20,
-        Duration::from_secs(16),
-        Duration::from_secs(5),
-        || master.kill(),
-        Duration::from_secs(45),
-        Duration::from_secs(2),
-    )
-    .await;
+    let figures = load_through_failover("sentinel", &a, &b, &broker, || master.kill()).await;
     assert!(figures.answered_200 > 0, "{figures:?}");
     // The replica is the master now.
     let role: Option<Vec<redis::Value>> = replica.query(&redis::cmd("ROLE")).await;

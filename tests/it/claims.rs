@@ -25,22 +25,15 @@ async fn a_duplicate_waiting_longer_than_in_flight_wait_gets_503_and_the_event_i
     // until the confirm times out (then spools, 200); the other may wait only a second.
     let body = event_body("evt_held");
     let send = |request_id: &'static str| {
-        let (client, body, url) = (client.clone(), body.clone(), gw.url("/webhooks/botix"));
-        tokio::spawn(async move {
-            let resp = client
-                .post(url)
-                .header("x-botix-signature", sign(SECRET, body.as_bytes()))
-                .header("x-botix-request-id", request_id)
-                .body(body)
-                .send()
-                .await
-                .expect("send");
-            let status = resp.status().as_u16();
-            let retry_after = resp.headers().contains_key("retry-after");
-            let answer = resp.json::<serde_json::Value>().await.expect("json");
-            let what = answer["status"].as_str().or(answer["error"].as_str());
-            (status, retry_after, what.unwrap_or_default().to_owned())
-        })
+        let task = deliver_in_task(&client, gw.url("/webhooks/botix"), &body, request_id);
+        async move {
+            let answer = task.await.expect("join");
+            let what = answer.body["status"]
+                .as_str()
+                .or(answer.body["error"].as_str());
+            let what = what.unwrap_or_default().to_owned();
+            (answer.status, answer.retry_after.is_some(), what)
+        }
     };
     let (one, two) = (send("req_held_1"), send("req_held_2"));
     let mut answers = Vec::new();
@@ -48,8 +41,7 @@ async fn a_duplicate_waiting_longer_than_in_flight_wait_gets_503_and_the_event_i
         answers.push(
             tokio::time::timeout(POLL_DEADLINE, task)
                 .await
-                .expect("answered")
-                .expect("join"),
+                .expect("answered"),
         );
     }
     answers.sort();

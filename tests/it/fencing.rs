@@ -49,26 +49,37 @@ fn patient_client() -> reqwest::Client {
         .expect("client")
 }
 
-/// Delivers `body` to `gw` in the background; the answer's status comes out of the handle.
-fn deliver_later(
-    gw: &Gateway,
-    body: &str,
-    request_id: &str,
-) -> tokio::task::JoinHandle<(u16, serde_json::Value)> {
-    let (client, body, request_id) = (patient_client(), body.to_owned(), request_id.to_owned());
-    let url = gw.url("/webhooks/botix");
-    tokio::spawn(async move {
-        let answer = client
-            .post(url)
-            .header("x-botix-signature", sign(SECRET, body.as_bytes()))
-            .header("x-botix-request-id", request_id)
-            .body(body)
-            .send()
-            .await
-            .expect("answer");
-        let status = answer.status().as_u16();
-        (status, answer.json().await.unwrap_or_default())
-    })
+/// Delivers `body` to `gw` in the background, with a client that waits as long as a
+/// frozen gateway may take; the answer comes out of the handle.
+fn deliver_later(gw: &Gateway, body: &str, request_id: &str) -> tokio::task::JoinHandle<Answer> {
+    deliver_in_task(
+        &patient_client(),
+        gw.url("/webhooks/botix"),
+        body,
+        request_id,
+    )
+}
+
+/// A broker, a proxy to it, a fresh key prefix in the test Redis, the gateways'
+/// directories, and two gateways A and B on that prefix with the guard; A publishes
+/// through the proxy. In the order they are to be bound, so the gateways stop first.
+async fn fenced_pair() -> (
+    Broker,
+    Proxy,
+    KeyPrefix,
+    [tempfile::TempDir; 2],
+    Gateway,
+    Gateway,
+) {
+    let broker = Broker::new().await;
+    let proxy = Proxy::to_rabbitmq().await;
+    let prefix = KeyPrefix::new();
+    let dirs = [
+        tempfile::tempdir().expect("dir"),
+        tempfile::tempdir().expect("dir"),
+    ];
+    let (a, b) = pair_through(&broker, &proxy, REDIS_URL, &prefix, &dirs, LEASE).await;
+    (broker, proxy, prefix, dirs, a, b)
 }
 
 /// Whether `key` exists, polled until it does (`present`) or does not, within `within`.
@@ -103,14 +114,7 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     if !redis_available() {
         return;
     }
-    let broker = Broker::new().await;
-    let proxy = Proxy::to_rabbitmq().await;
-    let prefix = KeyPrefix::new();
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let (a, b) = pair_through(&broker, &proxy, REDIS_URL, &prefix, &dirs, LEASE).await;
+    let (broker, proxy, prefix, _dirs, a, b) = fenced_pair().await;
     let (contact, channel) = ("+15550007777", "+15550008888");
     let lock_key = format!("{prefix}lock:botix:keyword:{contact}:{channel}");
     let state_key = format!("{prefix}guard:botix:keyword:{contact}:{channel}");
@@ -154,7 +158,11 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     // A wakes up: its publish times out and is spooled (it may still go out), but its
     // commit must not put back the STOP it decided before B's START.
     a.signal("CONT");
-    let (a_status, a_body) = a_answer.await.expect("A's request");
+    let Answer {
+        status: a_status,
+        body: a_body,
+        ..
+    } = a_answer.await.expect("A's request");
     assert_eq!(
         get(REDIS_URL, &state_key).await.as_deref(),
         Some(decided.as_str()),
@@ -171,14 +179,7 @@ async fn two_concurrent_retries_under_one_request_id_with_different_bodies_publi
     if !redis_available() {
         return;
     }
-    let broker = Broker::new().await;
-    let proxy = Proxy::to_rabbitmq().await;
-    let prefix = KeyPrefix::new();
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let (a, b) = pair_through(&broker, &proxy, REDIS_URL, &prefix, &dirs, LEASE).await;
+    let (broker, proxy, prefix, _dirs, a, b) = fenced_pair().await;
     // A's publish waits for its whole confirm timeout (3 s) while it holds the request id.
     proxy.black_hole();
     let first = deliver_later(&a, &event_body("rq_body_1"), "req_shared");
@@ -198,7 +199,11 @@ async fn two_concurrent_retries_under_one_request_id_with_different_bodies_publi
         "accepted",
         "a concurrent retry under the same request id was published too ({status})"
     );
-    let (first_status, first_answer) = first.await.expect("A's request");
+    let Answer {
+        status: first_status,
+        body: first_answer,
+        ..
+    } = first.await.expect("A's request");
     assert_eq!(first_status, 200, "{first_answer}");
     // Once A is done, the retry is a duplicate.
     let (status, answer) = b
@@ -265,7 +270,11 @@ async fn a_lock_whose_reply_was_lost_in_a_stalled_redis_does_not_block_its_key_f
     // The test's connection gives up on the reply before the server wakes; the commands
     // were sent, which is all that matters here.
     let _ = stall.query_async::<()>(&mut conn).await;
-    let (status, answer) = pending.await.expect("the request");
+    let Answer {
+        status,
+        body: answer,
+        ..
+    } = pending.await.expect("the request");
     assert_eq!(status, 503, "the SET NX's reply was lost: {answer}");
 
     // Redis answers again; the lock the lost SET NX took must not hold the contact.

@@ -85,6 +85,21 @@ async fn complete_walks(client: &reqwest::Client, gw: &Gateway, n: f64) {
     );
 }
 
+/// The fixture with a fake sender that takes [`KEY`], its rate limit out of the way.
+async fn fake_fixture() -> (tempfile::TempDir, Broker, GatewayConfig, FakeBotix) {
+    let (dir, broker, cfg) = fixture().await;
+    let fake = FakeBotix::start(KEY, 100, 60).await;
+    (dir, broker, cfg, fake)
+}
+
+/// Starts a gateway on `cfg` and waits for its route's first complete walk.
+async fn start_walked(cfg: &GatewayConfig) -> (Gateway, reqwest::Client) {
+    let gw = Gateway::start(cfg).await;
+    let client = client(None);
+    complete_walks(&client, &gw, 1.0).await;
+    (gw, client)
+}
+
 /// The messages published before a webhook sentinel event delivered now.
 async fn published(client: &reqwest::Client, gw: &Gateway, broker: &Broker) -> Vec<Received> {
     let sentinel = unique("sentinel");
@@ -99,8 +114,7 @@ fn source(m: &Received) -> String {
 #[tokio::test]
 async fn a_walk_publishes_each_listed_event_once_with_x_source_reconcile() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
-    let fake = FakeBotix::start(KEY, 100, 60).await;
+    let (_dir, broker, cfg, fake) = fake_fixture().await;
     fake.push([
         outbound("msg_a", "delivered"),
         outbound("msg_b", "sent"),
@@ -116,9 +130,7 @@ async fn a_walk_publishes_each_listed_event_once_with_x_source_reconcile() {
         ),
         inbound("msg_e", "+15550112", "STOP"),
     ]);
-    let gw = Gateway::start(&reconciling(cfg, &fake, "")).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, client) = start_walked(&reconciling(cfg, &fake, "")).await;
 
     let got = published(&client, &gw, &broker).await;
     let mut seen: Vec<(String, String, String)> = got
@@ -224,9 +236,7 @@ async fn no_request_goes_before_reset_once_remaining_is_below_the_threshold() {
     // Two requests per 2-second window; the walk needs four pages.
     let fake = FakeBotix::start(KEY, 2, 2).await;
     fake.push((0..8).map(|i| outbound(&format!("msg_{i}"), "delivered")));
-    let gw = Gateway::start(&reconciling(cfg, &fake, "      min_remaining: 1\n")).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, client) = start_walked(&reconciling(cfg, &fake, "      min_remaining: 1\n")).await;
     let log = fake.log();
     assert!(
         log.iter().all(|l| l.status == 200),
@@ -250,13 +260,10 @@ async fn no_request_goes_before_reset_once_remaining_is_below_the_threshold() {
 #[tokio::test]
 async fn a_429_is_tried_again_no_sooner_than_retry_after() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
-    let fake = FakeBotix::start(KEY, 100, 60).await;
+    let (_dir, broker, cfg, fake) = fake_fixture().await;
     fake.push([outbound("msg_1", "delivered")]);
     fake.script([Scripted::Status(429, Some("2".into()))]);
-    let gw = Gateway::start(&reconciling(cfg, &fake, "")).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, client) = start_walked(&reconciling(cfg, &fake, "")).await;
     let log = fake.log();
     assert_eq!(log.len(), 2, "{log:#?}");
     assert_eq!((log[0].status, log[1].status), (429, 200));
@@ -276,13 +283,10 @@ async fn a_429_is_tried_again_no_sooner_than_retry_after() {
 #[tokio::test]
 async fn server_errors_are_tried_again_and_the_walk_completes() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
-    let fake = FakeBotix::start(KEY, 100, 60).await;
+    let (_dir, broker, cfg, fake) = fake_fixture().await;
     fake.push([outbound("msg_1", "delivered")]);
     fake.script([Scripted::Status(503, None), Scripted::Status(500, None)]);
-    let gw = Gateway::start(&reconciling(cfg, &fake, "")).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, client) = start_walked(&reconciling(cfg, &fake, "")).await;
     let statuses: Vec<u16> = fake.log().iter().map(|l| l.status).collect();
     assert_eq!(statuses, vec![503, 500, 200]);
     let got = published(&client, &gw, &broker).await;
@@ -293,8 +297,7 @@ async fn server_errors_are_tried_again_and_the_walk_completes() {
 #[tokio::test]
 async fn a_refused_key_stops_the_route_after_one_request_until_the_key_file_changes() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
-    let fake = FakeBotix::start(KEY, 100, 60).await;
+    let (_dir, broker, cfg, fake) = fake_fixture().await;
     fake.push([outbound("msg_1", "delivered")]);
     // A key the sender has revoked.
     let key_path = cfg.dir.join("botix-api-key");
@@ -341,17 +344,14 @@ async fn a_refused_key_stops_the_route_after_one_request_until_the_key_file_chan
 #[tokio::test]
 async fn a_refused_cursor_walks_again_from_since_and_publishes_nothing_twice() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
-    let fake = FakeBotix::start(KEY, 100, 60).await;
+    let (_dir, broker, cfg, fake) = fake_fixture().await;
     fake.push((0..4).map(|i| outbound(&format!("msg_{i}"), "delivered")));
     fake.state
         .lock()
         .expect("fake")
         .expired_cursors
         .push("c2".into());
-    let gw = Gateway::start(&reconciling(cfg, &fake, "")).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, client) = start_walked(&reconciling(cfg, &fake, "")).await;
     let log = fake.log();
     let seen: Vec<(Option<&str>, u16)> = log
         .iter()
@@ -385,8 +385,7 @@ async fn a_refused_cursor_walks_again_from_since_and_publishes_nothing_twice() {
 #[tokio::test]
 async fn bad_answers_are_logged_with_the_route_and_given_up_without_a_storm() {
     require_broker!();
-    let (_dir, broker, cfg) = fixture().await;
-    let fake = FakeBotix::start(KEY, 100, 60).await;
+    let (_dir, broker, cfg, fake) = fake_fixture().await;
     fake.push((0..4).map(|i| outbound(&format!("msg_{i}"), "delivered")));
     fake.push([serde_json::json!({"direction": "inbound", "text": "no id"})]);
     fake.script([
@@ -400,9 +399,7 @@ async fn bad_answers_are_logged_with_the_route_and_given_up_without_a_storm() {
         route_extra: cfg.route_extra.replace("interval: 1h", "interval: 1s"),
         ..cfg
     };
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, client) = start_walked(&cfg).await;
     for needle in [
         "429 with a Retry-After that is not a number",
         "list answer not as documented",
@@ -457,9 +454,7 @@ async fn a_kill_mid_walk_resumes_at_its_cursor_and_skips_nothing() {
     assert!(wait_until(POLL_DEADLINE, log_has(3)).await);
     gw.kill9();
     let before = fake.log().len();
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, client) = start_walked(&cfg).await;
     let log = fake.log();
     let resumed = &log[before];
     assert!(
@@ -625,9 +620,7 @@ async fn reconcile_status_and_run_work_through_the_running_gateway() {
     cfg.admin_extra = admin_token_file(dir.path(), ADMIN_TOKEN);
     let fake = FakeBotix::start(KEY, 100, 60).await;
     fake.push([outbound("msg_1", "delivered")]);
-    let gw = Gateway::start(&reconciling(cfg, &fake, "")).await;
-    let client = client(None);
-    complete_walks(&client, &gw, 1.0).await;
+    let (gw, _client) = start_walked(&reconciling(cfg, &fake, "")).await;
     // The admin address of the running gateway, in a config the command reads.
     let text = std::fs::read_to_string(&gw.config_path).expect("config");
     let text = text.replacen(

@@ -77,18 +77,30 @@ fn missing(accepted: &[String], received: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// The fixture with the broker out of reach: a gateway started on it spools.
+async fn fixture_broker_away() -> (tempfile::TempDir, Broker, GatewayConfig) {
+    let (dir, broker, mut cfg) = fixture().await;
+    cfg.amqp_url = unreachable_amqp_url();
+    (dir, broker, cfg)
+}
+
+/// Delivers `n` events, `evt_000` on, each answered 200; their ids in order.
+async fn accept_numbered(gw: &Gateway, client: &reqwest::Client, n: usize) -> Vec<String> {
+    let ids: Vec<String> = (0..n).map(|i| format!("evt_{i:03}")).collect();
+    for id in &ids {
+        gw.accept(client, id).await;
+    }
+    ids
+}
+
 #[tokio::test]
 async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_restart() {
     require_broker!();
-    let (dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = unreachable_amqp_url();
+    let (dir, broker, mut cfg) = fixture_broker_away().await;
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
 
-    let spooled: Vec<String> = (0..20).map(|i| format!("evt_{i:03}")).collect();
-    for id in &spooled {
-        gw.accept(&client, id).await;
-    }
+    let spooled = accept_numbered(&gw, &client, 20).await;
     // The CLI asks the running gateway (its store is locked), found from the config given
     // by --config or by HOOKGATE_CONFIG as `run` finds it, and says which one it asked.
     let running = config_for_cli(&gw, dir.path());
@@ -301,8 +313,7 @@ async fn no_accepted_event_is_lost_when_the_link_is_cut_or_black_holed() {
 #[tokio::test]
 async fn kill_9_while_the_spool_drains_loses_nothing() {
     require_broker!();
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = unreachable_amqp_url();
+    let (_dir, broker, mut cfg) = fixture_broker_away().await;
     let gw = Arc::new(Gateway::start(&cfg).await);
     let client = client(None);
 
@@ -374,14 +385,10 @@ async fn kill_9_while_the_spool_drains_loses_nothing() {
 #[tokio::test]
 async fn events_drained_before_a_kill_9_are_not_published_again() {
     require_broker!();
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = unreachable_amqp_url();
+    let (_dir, broker, mut cfg) = fixture_broker_away().await;
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
-    let spooled: Vec<String> = (0..300).map(|i| format!("evt_{i:03}")).collect();
-    for id in &spooled {
-        gw.accept(&client, id).await;
-    }
+    let spooled = accept_numbered(&gw, &client, 300).await;
     gw.stop().await;
 
     // The drainer counts an entry as done (the depth /spool reports) only once its delete
@@ -447,8 +454,7 @@ fn assert_retry_later(a: &Answer, what: &str) {
 #[tokio::test]
 async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
     require_broker!();
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = unreachable_amqp_url();
+    let (_dir, broker, mut cfg) = fixture_broker_away().await;
     cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
@@ -483,8 +489,7 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
 #[tokio::test]
 async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded() {
     require_broker!();
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = unreachable_amqp_url();
+    let (_dir, broker, mut cfg) = fixture_broker_away().await;
     cfg.extra = "spool:\n  enabled: false\n".into();
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
@@ -521,8 +526,7 @@ async fn with_the_spool_disabled_a_broker_failure_is_503_and_nothing_is_recorded
 #[tokio::test]
 async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
     require_broker!();
-    let (_dir, broker, mut cfg) = fixture().await;
-    cfg.amqp_url = unreachable_amqp_url();
+    let (_dir, broker, mut cfg) = fixture_broker_away().await;
     cfg.extra = "spool:\n  max_bytes: 4KiB\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
@@ -545,17 +549,26 @@ async fn readyz_is_200_spooling_while_there_is_room_and_503_when_full() {
     broker.delete().await;
 }
 
-#[tokio::test]
-async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_room() {
-    require_broker!();
+/// A gateway (with `extra` config) connected to a broker whose queue holds one message,
+/// and the event `evt_fits` published to it: the queue is full from then on.
+async fn start_on_a_full_queue(
+    extra: &str,
+) -> (tempfile::TempDir, Broker, Gateway, reqwest::Client) {
     let broker = Broker::rejecting_beyond(1).await;
     let dir = tempfile::tempdir().expect("tempdir");
-    let cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.extra = extra.into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     wait_broker_connected(&client, &gw).await;
-
     gw.accept(&client, "evt_fits").await;
+    (dir, broker, gw, client)
+}
+
+#[tokio::test]
+async fn an_event_the_broker_nacks_is_spooled_and_arrives_once_the_queue_has_room() {
+    require_broker!();
+    let (_dir, broker, gw, client) = start_on_a_full_queue("").await;
     // The queue is full: the broker nacks the next publish. The event is spooled (200), and
     // the drainer retries until the queue has room.
     gw.accept(&client, "evt_nacked").await;
@@ -594,10 +607,7 @@ async fn on_a_full_disk_spooling_answers_503_and_nothing_is_published_until_the_
         })
         .await;
     assert_eq!(status, 200, "{why}");
-    let mut accepted: Vec<String> = (0..3).map(|i| format!("evt_{i:03}")).collect();
-    for id in &accepted {
-        gw.accept(&client, id).await;
-    }
+    let mut accepted = accept_numbered(&gw, &client, 3).await;
 
     // The disk fills. A spooled event that cannot be flushed is refused, not accepted.
     disk.fill();
@@ -1082,15 +1092,7 @@ async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_d
 #[tokio::test]
 async fn readiness_is_503_while_the_broker_keeps_refusing_the_spool_head_and_200_once_it_drains() {
     require_broker!();
-    let broker = Broker::rejecting_beyond(1).await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
-    cfg.extra = "spool:\n  stall_after: 4s\n".into();
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-    wait_broker_connected(&client, &gw).await;
-
-    gw.accept(&client, "evt_fits").await;
+    let (_dir, broker, gw, client) = start_on_a_full_queue("spool:\n  stall_after: 4s\n").await;
     // The queue is full: the broker nacks this one, and keeps nacking it from the spool.
     gw.accept(&client, "evt_nacked").await;
     let (status, why) = gw

@@ -155,12 +155,16 @@ impl Scheme {
                 encoding,
             } => body_hmac::verify(headers, header, prefix.as_deref(), *encoding, body, secrets),
             Scheme::StandardWebhooks { tolerance_secs } => {
-                standard_webhooks::verify(headers, body, secrets, now_secs, *tolerance_secs)
+                let window = SignedWindow::new(now_secs, *tolerance_secs);
+                standard_webhooks::verify(headers, body, secrets, window)
             }
             Scheme::Twilio { urls } => twilio::verify(urls, headers, query, body, secrets),
-            Scheme::Telnyx { tolerance_secs } => {
-                telnyx::verify(headers, body, secrets, now_secs, *tolerance_secs)
-            }
+            Scheme::Telnyx { tolerance_secs } => telnyx::verify(
+                headers,
+                body,
+                secrets,
+                SignedWindow::new(now_secs, *tolerance_secs),
+            ),
         }
     }
 }
@@ -186,15 +190,31 @@ pub fn hmac_parts(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     mac.finalize().into_bytes().as_slice().to_vec()
 }
 
-/// Checks that the signed Unix time `text` is within `tolerance_secs` of `now_secs`, either
-/// way. The difference is taken in u64 (`abs_diff`): a subtraction of two i64 overflows
-/// for a time such as i64::MIN, which is the sender's to choose.
-fn signed_time(text: &str, now_secs: i64, tolerance_secs: i64) -> Result<(), SignatureError> {
-    let ts: i64 = text.parse().map_err(|_| SignatureError::Malformed)?;
-    if now_secs.abs_diff(ts) > tolerance_secs.unsigned_abs() {
-        return Err(SignatureError::Stale);
+/// When a signed timestamp is accepted: within `tolerance_secs` of `now_secs`, either way.
+#[derive(Clone, Copy)]
+struct SignedWindow {
+    now_secs: i64,
+    tolerance_secs: i64,
+}
+
+impl SignedWindow {
+    fn new(now_secs: i64, tolerance_secs: i64) -> Self {
+        Self {
+            now_secs,
+            tolerance_secs,
+        }
     }
-    Ok(())
+
+    /// Checks the signed Unix time `text`: malformed when not a number, stale when outside
+    /// the window. The difference is taken in u64 (`abs_diff`): a subtraction of two i64
+    /// overflows for a time such as i64::MIN, which is the sender's to choose.
+    fn check(self, text: &str) -> Result<(), SignatureError> {
+        let ts: i64 = text.parse().map_err(|_| SignatureError::Malformed)?;
+        if self.now_secs.abs_diff(ts) > self.tolerance_secs.unsigned_abs() {
+            return Err(SignatureError::Stale);
+        }
+        Ok(())
+    }
 }
 
 /// Compares `given` with the MAC under every secret without stopping at the first match,

@@ -5,7 +5,7 @@ use base64::Engine;
 use http::HeaderMap;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::{decode, header_str, hmac_parts, matched, signed_time, SignatureError};
+use super::{decode, header_str, hmac_parts, matched, SignatureError, SignedWindow};
 use crate::config::Encoding;
 use crate::ingress::secrets::Secret;
 
@@ -24,12 +24,11 @@ pub(super) fn verify(
     headers: &HeaderMap,
     body: &[u8],
     secrets: &[Secret],
-    now_secs: i64,
-    tolerance_secs: i64,
+    window: SignedWindow,
 ) -> Result<(), SignatureError> {
     let id = header_str(headers, WEBHOOK_ID)?;
     let ts_text = header_str(headers, WEBHOOK_TIMESTAMP)?;
-    signed_time(ts_text, now_secs, tolerance_secs)?;
+    window.check(ts_text)?;
     let candidates: Vec<Vec<u8>> = header_str(headers, WEBHOOK_SIGNATURE)?
         .split_whitespace()
         .filter_map(|s| s.strip_prefix("v1,"))

@@ -3,7 +3,7 @@
 use base64::Engine;
 use http::HeaderMap;
 
-use super::{header_str, signed_time, SignatureError};
+use super::{header_str, SignatureError, SignedWindow};
 use crate::ingress::secrets::Secret;
 
 /// Header of the Telnyx profile: base64 ed25519 signature of `timestamp|body`.
@@ -16,8 +16,7 @@ pub(super) fn verify(
     headers: &HeaderMap,
     body: &[u8],
     secrets: &[Secret],
-    now_secs: i64,
-    tolerance_secs: i64,
+    window: SignedWindow,
 ) -> Result<(), SignatureError> {
     let signature = header_str(headers, TELNYX_SIGNATURE)?;
     let signature = base64::engine::general_purpose::STANDARD
@@ -26,7 +25,7 @@ pub(super) fn verify(
         .and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok())
         .ok_or(SignatureError::Malformed)?;
     let ts_text = header_str(headers, TELNYX_TIMESTAMP)?.trim();
-    signed_time(ts_text, now_secs, tolerance_secs)?;
+    window.check(ts_text)?;
     let mut message = Vec::with_capacity(ts_text.len() + 1 + body.len());
     message.extend_from_slice(ts_text.as_bytes());
     message.push(b'|');

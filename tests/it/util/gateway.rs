@@ -360,6 +360,14 @@ impl Gateway {
                 self.logs().join("\n")
             )
         });
+        Answer::read(resp).await
+    }
+}
+
+impl Answer {
+    /// The status, `Retry-After` and body of `resp`; a body that is not JSON is kept as a
+    /// JSON string.
+    async fn read(resp: reqwest::Response) -> Self {
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -372,6 +380,29 @@ impl Gateway {
             body: serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
         }
     }
+}
+
+/// Delivers `body` under `request_id` to the botix route at `url` (a [`Gateway::url`]) in a
+/// task of its own, for a delivery that hangs while the test goes on; the answer comes out
+/// of the handle.
+pub fn deliver_in_task(
+    client: &reqwest::Client,
+    url: String,
+    body: &str,
+    request_id: &str,
+) -> tokio::task::JoinHandle<Answer> {
+    let (client, body, request_id) = (client.clone(), body.to_owned(), request_id.to_owned());
+    tokio::spawn(async move {
+        let resp = client
+            .post(url)
+            .header("x-botix-signature", sign(SECRET, body.as_bytes()))
+            .header("x-botix-request-id", request_id)
+            .body(body)
+            .send()
+            .await
+            .expect("answer");
+        Answer::read(resp).await
+    })
 }
 
 impl Drop for Gateway {

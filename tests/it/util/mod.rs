@@ -24,7 +24,9 @@ pub use broker::Broker;
 pub use broker::Received;
 pub use cli::{hookgate, run_bounded};
 pub use disk::fixture_on_small_disk;
-pub use gateway::{admin_change, admin_token_file, Answer, Gateway, GatewayConfig};
+pub use gateway::{
+    admin_change, admin_token_file, deliver_in_task, Answer, Gateway, GatewayConfig,
+};
 pub use inprocess::InProcess;
 pub use metrics::{scrape, Exposition};
 pub use proxy::Proxy;
