@@ -42,12 +42,12 @@ impl TraceContext {
     /// A new trace: random trace and parent ids, flags `01` (sampled), so a consumer whose
     /// sampler follows its parent records it.
     pub fn new_root() -> Self {
-        // A v4 UUID has fixed version bits, so neither id can be all zeros.
-        let trace_id = uuid::Uuid::new_v4().simple().to_string();
-        let parent = uuid::Uuid::new_v4().simple().to_string();
-        let parent_id = parent.get(..16).unwrap_or("0000000000000001");
+        // From the thread's own generator, not the system's: a delivery makes no system
+        // call for its ids. All-zero ids are invalid, hence at least 1.
+        let trace_id = rand::random::<u128>().max(1);
+        let parent_id = rand::random::<u64>().max(1);
         Self {
-            traceparent: format!("00-{trace_id}-{parent_id}-01"),
+            traceparent: format!("00-{trace_id:032x}-{parent_id:016x}-01"),
             tracestate: None,
         }
     }
