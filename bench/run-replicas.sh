@@ -181,6 +181,6 @@ jq -s '
   | from_entries
   | . as $r
   | {open_rate: '"$OPEN_RATE"', targets: $r,
-     ratio_to_publish: ($r | with_entries(.value |= (try (.closed_rps / $r.publish.closed_rps) catch null)))}
+     ratio_to_publish: (if $r["publish"] then ($r | map_values(.closed_rps / $r["publish"].closed_rps)) else null end)}
 ' "$OUT"/*.json | tee "$OUT/summary.json"
 grep -h '"level":"ERROR"' "$TMP"/*.log | head -n 5 || true
