@@ -112,17 +112,7 @@ amqp:
   exchange: $EXCHANGE
   routing_key: "{event}"
   declare: true
-routes:
-  - name: botix
-    path: /webhooks/botix
-    profile: botix
-    secrets:
-      - secret_env: BENCH_SECRET
-    guard:
-      status:
-        events: [message.status, message.sent, message.delivered, message.failed]
-      keywords:
-        events: [message.received]
+$(<bench/route.yaml)
 EOF
 
 BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \

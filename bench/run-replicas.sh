@@ -110,17 +110,7 @@ amqp:
   routing_key: "{event}"
   declare: true
 $dedup
-routes:
-  - name: botix
-    path: /webhooks/botix
-    profile: botix
-    secrets:
-      - secret_env: BENCH_SECRET
-    guard:
-      status:
-        events: [message.status, message.sent, message.delivered, message.failed]
-      keywords:
-        events: [message.received]
+$(<bench/route.yaml)
 EOF
     BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/$name.yaml" --log-format json \
         >"$TMP/$name.log" 2>&1 &

@@ -124,17 +124,7 @@ store:
 amqp:
   url: "$RABBIT"
   exchange: $EXCHANGE
-routes:
-  - name: botix
-    path: /webhooks/botix
-    profile: botix
-    secrets:
-      - secret_env: BENCH_SECRET
-    guard:
-      status:
-        events: [message.status, message.sent, message.delivered, message.failed]
-      keywords:
-        events: [message.received]
+$(<bench/route.yaml)
 EOF
     start=$(now_ms)
     (BENCH_SECRET=$SECRET in_cgroup "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \
