@@ -36,8 +36,10 @@ LABEL org.opencontainers.image.title="hookgate" \
 
 COPY --from=build /out/hookgate /usr/local/bin/hookgate
 COPY --from=build --chown=65532:65532 /out/store /var/lib/hookgate
-# A documented default configuration; Kubernetes mounts the pod's own file over it.
-COPY config/production.yaml /etc/hookgate/hookgate.yaml
+# A documented default configuration; Kubernetes mounts the pod's own file over it. This is
+# the file config/production.yaml links to, named by its real path: the link is not in the
+# build context.
+COPY deploy/kubernetes/components/hookgate-config/hookgate.yaml /etc/hookgate/hookgate.yaml
 
 # Lets every subcommand (check-config, spool status) find the configuration without
 # --config, e.g. under `kubectl exec`; an explicit --config still wins.
