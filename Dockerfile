@@ -2,9 +2,9 @@
 # hookgate container image: a release build in the official Rust image, run from distroless.
 #
 # Build (BuildKit): docker build -t hookgate:0.1.0 .
-# The build context is an allowlist (.dockerignore): the manifest, the lock file, the crate's
-# sources (src, benches, examples, tests — whichever exist, since cargo reads the targets the
-# manifest declares) and the sample configuration. "COPY . ." therefore works whether or not
+# The build context is an allowlist (.dockerignore): the manifest, the lock file, the
+# workspace's sources (src, crates, benches, examples, tests — whichever exist, since cargo
+# reads the members and targets the manifest declares) and the production configuration. "COPY . ." therefore works whether or not
 # examples/ or benches/ exist, which a COPY naming each of them would not.
 
 FROM rust:1-bookworm AS build
