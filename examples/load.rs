@@ -1165,8 +1165,10 @@ async fn connect_publish(cli: &Cli) -> Result<Publish> {
         confirm_timeout: Duration::from_secs(5),
         ..Default::default()
     };
+    let nodes = hookgate::outbox::publish::BrokerNodes::parse(&config)?;
     let publisher = hookgate::outbox::publish::Publisher::start(
         config,
+        nodes,
         Arc::new(hookgate::metrics::Metrics::new()),
         tokio_util::sync::CancellationToken::new(),
     );

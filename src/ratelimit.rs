@@ -7,6 +7,7 @@ use std::net::IpAddr;
 use std::sync::{Mutex, PoisonError};
 
 use crate::clock::Clock;
+use crate::config::RateLimit;
 
 /// Peer prefixes remembered by a [`PeerLimiter`] at most; past it, the least recently used
 /// are forgotten, one per new peer. Bounds the memory an attacker with many prefixes can
@@ -51,14 +52,15 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    /// A full bucket refilled at `per_second`, holding at most `burst`.
-    pub fn new(per_second: u32, burst: u32, clock: Clock) -> Self {
+    /// A full bucket refilled at `limit.per_second`, holding at most `limit.burst`.
+    pub fn new(limit: &RateLimit, clock: Clock) -> Self {
         let now = clock();
+        let burst = f64::from(limit.burst.get());
         Self {
-            rate: f64::from(per_second),
-            burst: f64::from(burst),
+            rate: f64::from(limit.per_second.get()),
+            burst,
             clock,
-            state: Mutex::new(Bucket::full(f64::from(burst), now)),
+            state: Mutex::new(Bucket::full(burst, now)),
         }
     }
 
@@ -183,21 +185,20 @@ pub struct PeerLimiter {
 }
 
 impl PeerLimiter {
-    /// `per_second` failures sustained per peer prefix, `burst` at once.
-    pub fn new(per_second: u32, burst: u32, prefixes: PeerPrefixes, clock: Clock) -> Self {
-        Self::with_capacity(per_second, burst, prefixes, MAX_PEERS, clock)
+    /// `limit.per_second` failures sustained per peer prefix, `limit.burst` at once.
+    pub fn new(limit: &RateLimit, prefixes: PeerPrefixes, clock: Clock) -> Self {
+        Self::with_capacity(limit, prefixes, MAX_PEERS, clock)
     }
 
     fn with_capacity(
-        per_second: u32,
-        burst: u32,
+        limit: &RateLimit,
         prefixes: PeerPrefixes,
         capacity: usize,
         clock: Clock,
     ) -> Self {
         Self {
-            rate: f64::from(per_second),
-            burst: f64::from(burst),
+            rate: f64::from(limit.per_second.get()),
+            burst: f64::from(limit.burst.get()),
             prefixes,
             capacity,
             clock,
@@ -250,8 +251,17 @@ impl PeerLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::num::NonZeroU32;
     use std::sync::atomic::{AtomicI64, Ordering};
     use std::sync::Arc;
+
+    fn limit(per_second: u32, burst: u32) -> RateLimit {
+        let positive = |n| NonZeroU32::new(n).expect("a positive test limit");
+        RateLimit {
+            per_second: positive(per_second),
+            burst: positive(burst),
+        }
+    }
 
     /// A clock the test moves by hand.
     fn manual_clock() -> (Arc<AtomicI64>, Clock) {
@@ -263,7 +273,7 @@ mod tests {
     #[test]
     fn burst_then_refill() {
         let (now, clock) = manual_clock();
-        let b = TokenBucket::new(2, 3, clock);
+        let b = TokenBucket::new(&limit(2, 3), clock);
         for _ in 0..3 {
             assert_eq!(b.try_take(), Ok(()));
         }
@@ -284,7 +294,7 @@ mod tests {
     #[test]
     fn a_peer_is_refused_after_its_failures_and_others_are_not() {
         let (now, clock) = manual_clock();
-        let peers = PeerLimiter::new(1, 3, PeerPrefixes::default(), clock);
+        let peers = PeerLimiter::new(&limit(1, 3), PeerPrefixes::default(), clock);
         let attacker: IpAddr = [192, 0, 2, 1].into();
         let sender: IpAddr = [198, 51, 100, 7].into();
         for _ in 0..3 {
@@ -302,7 +312,7 @@ mod tests {
         let (now, clock) = manual_clock();
         (
             now,
-            PeerLimiter::with_capacity(1, 3, prefixes, capacity, clock),
+            PeerLimiter::with_capacity(&limit(1, 3), prefixes, capacity, clock),
         )
     }
 

@@ -2,6 +2,7 @@
 //! at shutdown that stops them in order.
 
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -16,7 +17,7 @@ use crate::http::serve_admin;
 use crate::http::token::AdminToken;
 use crate::http::webhook::{serve_webhooks, WebhookService};
 use crate::metrics::Metrics;
-use crate::outbox::publish::Publisher;
+use crate::outbox::publish::{BrokerNodes, Publisher};
 use crate::outbox::spool::Spool;
 use crate::outbox::Outbox;
 use crate::pipeline::{CompiledRoute, Pipeline, PipelineSettings, RouteRuntime};
@@ -26,7 +27,10 @@ use crate::store::Store;
 use crate::tls::TlsReloader;
 
 /// Connections the admin listener accepts at once.
-const ADMIN_MAX_CONNECTIONS: usize = 64;
+const ADMIN_MAX_CONNECTIONS: NonZeroUsize = match NonZeroUsize::new(64) {
+    Some(n) => n,
+    None => NonZeroUsize::MIN,
+};
 
 /// Serves until `shutdown` completes, then drains: readiness 503, stop accepting, finish
 /// in-flight requests within `shutdown_grace`, flush the store, close the broker.
@@ -40,6 +44,7 @@ pub async fn serve(
     let gateway = Gateway::start(
         resolved.config,
         &resolved.backend,
+        resolved.nodes,
         store,
         resolved.routes,
         resolved.tls,
@@ -86,6 +91,7 @@ impl Gateway {
     fn start(
         config: Config,
         backend: &BackendChoice,
+        nodes: BrokerNodes,
         store: Store,
         routes: Vec<CompiledRoute>,
         tls: Option<Arc<TlsReloader>>,
@@ -96,6 +102,7 @@ impl Gateway {
         let stop_background = CancellationToken::new();
         let publisher = Publisher::start(
             config.amqp.clone(),
+            nodes,
             metrics.clone(),
             stop_background.clone(),
         );

@@ -15,6 +15,7 @@ use crate::ingress::event::EventFields;
 use crate::ingress::secrets::{RouteSecrets, SecretError};
 use crate::ingress::signature::Scheme;
 use crate::liveness::Liveness;
+use crate::outbox::publish::{BrokerNodes, NodeUrlError};
 use crate::pipeline::CompiledRoute;
 use crate::reconcile::key::KeySource;
 use crate::state::BackendChoice;
@@ -35,8 +36,8 @@ pub enum AppError {
     Route { route: String, reason: String },
     #[error("url_env/urls_env: environment variable {0} is not set or empty")]
     UrlEnv(String),
-    #[error("{key}: {reason}")]
-    Url { key: String, reason: String },
+    #[error(transparent)]
+    BrokerUrl(#[from] NodeUrlError),
     #[error("{0}")]
     Backend(String),
     #[error(transparent)]
@@ -118,7 +119,7 @@ pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
             }
             // A URL named by `url_env` is only known where the gateway runs.
             if config.amqp.url_env.is_none() && config.amqp.urls_env.is_none() {
-                check_amqp_urls(&config.amqp)?;
+                BrokerNodes::parse(&config.amqp)?;
             }
             // So are a URL from the environment and the sentinels' password.
             let redis = &config.redis;
@@ -145,6 +146,7 @@ pub fn prepare(config: Config) -> Result<Prepared, AppError> {
 struct Resolved {
     config: Config,
     backend: BackendChoice,
+    nodes: BrokerNodes,
     routes: Vec<CompiledRoute>,
     tls: Option<Arc<TlsReloader>>,
     admin_token: Option<AdminToken>,
@@ -152,7 +154,7 @@ struct Resolved {
 
 fn resolve(mut config: Config) -> Result<Resolved, AppError> {
     take_urls_from_env(&mut config)?;
-    check_amqp_urls(&config.amqp)?;
+    let nodes = BrokerNodes::parse(&config.amqp)?;
     let routes = config
         .routes
         .iter()
@@ -175,6 +177,7 @@ fn resolve(mut config: Config) -> Result<Resolved, AppError> {
     Ok(Resolved {
         config,
         backend,
+        nodes,
         routes,
         tls,
         admin_token,
@@ -240,17 +243,6 @@ fn warn_short_secrets(route: &str, secrets: &RouteSecrets) {
     for source in secrets.short() {
         tracing::warn!(route = %route, %source, min_bytes = crate::ingress::secrets::MIN_SECRET_BYTES, "secret shorter than 16 bytes: use a long random key");
     }
-}
-
-/// Every broker node's URL parses; the error names the node's key.
-fn check_amqp_urls(amqp: &crate::config::Amqp) -> Result<(), AppError> {
-    for (i, url) in amqp.nodes().iter().enumerate() {
-        crate::outbox::publish::check_url(url).map_err(|reason| AppError::Url {
-            key: amqp.node_key(i),
-            reason,
-        })?;
-    }
-    Ok(())
 }
 
 fn url_from_env(var: &str) -> Result<String, AppError> {

@@ -1,12 +1,14 @@
 //! A route's `reconcile:` block (contract §10): where the sender's list API is, where its
 //! key comes from, and how often and how far back to walk it; with the rules across fields.
 
+use std::num::{NonZeroU16, NonZeroU32};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use url::Url;
 
-use super::units::duration;
+use super::units::{duration, positive};
 
 /// Most items the Botix list API gives in one page (`cursor_limit`).
 pub const MAX_PAGE_SIZE: u16 = 200;
@@ -17,8 +19,9 @@ pub const MAX_RETRIES_LIMIT: u32 = 10;
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Reconcile {
-    /// The list endpoint, e.g. `https://api.botix.pro/public/v1/messages` (http or https).
-    pub url: String,
+    /// The list endpoint, e.g. `https://api.botix.pro/public/v1/messages` (http or https),
+    /// parsed as the file is read into the form the HTTP client takes.
+    pub url: Url,
     /// Environment variable holding the API key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_env: Option<String>,
@@ -33,8 +36,11 @@ pub struct Reconcile {
     #[serde(default = "default_lookback", with = "duration")]
     pub lookback: Duration,
     /// Items asked for per page (`cursor_limit`), 1 to 200. Default 200.
-    #[serde(default = "default_page_size")]
-    pub page_size: u16,
+    #[serde(
+        default = "default_page_size",
+        deserialize_with = "positive::deserialize"
+    )]
+    pub page_size: NonZeroU16,
     /// Deadline of one request. Default 30s.
     #[serde(default = "default_timeout", with = "duration")]
     pub timeout: Duration,
@@ -43,8 +49,11 @@ pub struct Reconcile {
     #[serde(default = "default_min_remaining")]
     pub min_remaining: u32,
     /// Tries of one request on 429, 5xx or a timeout, 1 to 10. Default 5.
-    #[serde(default = "default_max_retries")]
-    pub max_retries: u32,
+    #[serde(
+        default = "default_max_retries",
+        deserialize_with = "positive::deserialize"
+    )]
+    pub max_retries: NonZeroU32,
     /// Longest wait between two tries of one request. Default 60s.
     #[serde(default = "default_max_backoff", with = "duration")]
     pub max_backoff: Duration,
@@ -56,8 +65,8 @@ fn default_interval() -> Duration {
 fn default_lookback() -> Duration {
     Duration::from_secs(26 * 3600)
 }
-fn default_page_size() -> u16 {
-    MAX_PAGE_SIZE
+fn default_page_size() -> NonZeroU16 {
+    NonZeroU16::new(MAX_PAGE_SIZE).unwrap_or(NonZeroU16::MIN)
 }
 fn default_timeout() -> Duration {
     Duration::from_secs(30)
@@ -65,8 +74,8 @@ fn default_timeout() -> Duration {
 fn default_min_remaining() -> u32 {
     5
 }
-fn default_max_retries() -> u32 {
-    5
+fn default_max_retries() -> NonZeroU32 {
+    NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN)
 }
 fn default_max_backoff() -> Duration {
     Duration::from_secs(60)
@@ -76,8 +85,7 @@ impl Reconcile {
     /// The rules across fields; `at` is the block's key path, `ttl` is `dedup.ttl`. The
     /// message names the key.
     pub fn validate(&self, at: &str, ttl: Duration) -> Result<(), String> {
-        let lower = self.url.to_ascii_lowercase();
-        if !(lower.starts_with("https://") || lower.starts_with("http://")) {
+        if !["https", "http"].contains(&self.url.scheme()) {
             return Err(format!("{at}.url: must be an http:// or https:// URL"));
         }
         match (&self.token_env, &self.token_file) {
@@ -111,13 +119,13 @@ impl Reconcile {
                 humantime::format_duration(ttl)
             ));
         }
-        if self.page_size == 0 || self.page_size > MAX_PAGE_SIZE {
+        if self.page_size.get() > MAX_PAGE_SIZE {
             return Err(format!("{at}.page_size: must be 1 to {MAX_PAGE_SIZE}"));
         }
         if self.timeout.is_zero() {
             return Err(format!("{at}.timeout: must be positive"));
         }
-        if self.max_retries == 0 || self.max_retries > MAX_RETRIES_LIMIT {
+        if self.max_retries.get() > MAX_RETRIES_LIMIT {
             return Err(format!(
                 "{at}.max_retries: must be 1 to {MAX_RETRIES_LIMIT}"
             ));
@@ -156,10 +164,10 @@ mod tests {
         let r = c.routes[0].reconcile.as_ref().expect("block");
         assert_eq!(r.interval.as_secs(), 3600);
         assert_eq!(r.lookback.as_secs(), 26 * 3600);
-        assert_eq!(r.page_size, 200);
+        assert_eq!(r.page_size.get(), 200);
         assert_eq!(r.timeout.as_secs(), 30);
         assert_eq!(r.min_remaining, 5);
-        assert_eq!(r.max_retries, 5);
+        assert_eq!(r.max_retries.get(), 5);
         assert_eq!(r.max_backoff.as_secs(), 60);
     }
 
@@ -241,13 +249,17 @@ mod tests {
             (
                 r.interval.as_secs(),
                 r.lookback.as_secs(),
-                r.page_size,
+                r.page_size.get(),
                 r.timeout.as_secs()
             ),
             (600, 7200, 50, 5)
         );
         assert_eq!(
-            (r.min_remaining, r.max_retries, r.max_backoff.as_secs()),
+            (
+                r.min_remaining,
+                r.max_retries.get(),
+                r.max_backoff.as_secs()
+            ),
             (2, 3, 20)
         );
         let printed = c.redacted_yaml();

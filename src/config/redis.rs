@@ -19,7 +19,8 @@ pub const REDIS_OP_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct Redis {
     /// `redis://` or `rediss://` URL. Default `redis://127.0.0.1:6379/0`. Redacted when printed.
     /// With `sentinels` or `cluster_nodes`, only its scheme (TLS or not), user, password and
-    /// database are used, for every data node.
+    /// database are used, for every data node. Parsed once, by `state::redis_link`, when the
+    /// config is resolved (the URL may come from `url_env`).
     pub url: String,
     /// Environment variable holding the whole URL (password included); overrides `url`.
     /// Default unset.
@@ -30,7 +31,7 @@ pub struct Redis {
     /// Sentinels (`host:port`) that watch the master named `master_name`; hookgate asks them
     /// for the master and asks again after a failover. Default empty (no Sentinel).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub sentinels: Vec<String>,
+    pub sentinels: Vec<HostPort>,
     /// The master's name in the sentinels' configuration. Default unset.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub master_name: Option<String>,
@@ -44,7 +45,7 @@ pub struct Redis {
     /// Seed nodes (`host:port`) of a Redis Cluster; the rest is discovered. Default empty
     /// (no cluster).
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub cluster_nodes: Vec<String>,
+    pub cluster_nodes: Vec<HostPort>,
     /// Replicas that must acknowledge a request's writes (`WAIT`) before its 200; 0 turns
     /// it off. Default 0.
     pub wait_replicas: u32,
@@ -98,10 +99,11 @@ impl Redis {
         in_flight_wait: Duration,
         confirm_timeout: Duration,
     ) -> Result<(), ConfigError> {
-        if !(self.url.starts_with("redis://") || self.url.starts_with("rediss://")) {
-            return invalid("redis.url: must start with redis:// or rediss://".into());
+        if !self.sentinels.is_empty() && !self.cluster_nodes.is_empty() {
+            return invalid(
+                "redis: sentinels and cluster_nodes exclude each other (a Redis Cluster fails over by itself)".into(),
+            );
         }
-        self.validate_nodes()?;
         self.validate_sentinel_keys()?;
         if !self.cluster_nodes.is_empty() && self.key_prefix.contains(['{', '}']) {
             return invalid(
@@ -116,26 +118,6 @@ impl Redis {
             ));
         }
         self.validate_lease(lease, in_flight_wait, confirm_timeout)
-    }
-
-    /// Sentinels or cluster nodes, not both, each `host:port`.
-    fn validate_nodes(&self) -> Result<(), ConfigError> {
-        if !self.sentinels.is_empty() && !self.cluster_nodes.is_empty() {
-            return invalid(
-                "redis: sentinels and cluster_nodes exclude each other (a Redis Cluster fails over by itself)".into(),
-            );
-        }
-        for (at, list) in [
-            ("redis.sentinels", &self.sentinels),
-            ("redis.cluster_nodes", &self.cluster_nodes),
-        ] {
-            for node in list {
-                if host_port(node).is_none() {
-                    return invalid(format!("{at}: {node:?} is not host:port"));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// `master_name` with the sentinels, and the keys only sentinels use only with them.
@@ -190,19 +172,72 @@ fn invalid(message: String) -> Result<(), ConfigError> {
     Err(ConfigError::Invalid(message))
 }
 
-/// `host:port` split, when it is one.
-pub fn host_port(node: &str) -> Option<(String, u16)> {
-    let (host, port) = node.rsplit_once(':')?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    if host.is_empty() || host.contains(['/', '@', ' ']) {
-        return None;
+/// A node's address as `host:port` (an IPv6 host in brackets), read once from the file.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct HostPort {
+    /// A name or an address, without brackets.
+    pub host: String,
+    /// Never 0.
+    pub port: u16,
+}
+
+impl TryFrom<String> for HostPort {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        let not = || format!("{text:?} is not host:port");
+        let (host, port) = text.rsplit_once(':').ok_or_else(not)?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() || host.contains(['/', '@', ' ']) {
+            return Err(not());
+        }
+        let port = port.parse().ok().filter(|p| *p > 0).ok_or_else(not)?;
+        Ok(Self {
+            host: host.to_owned(),
+            port,
+        })
     }
-    Some((host.to_owned(), port.parse().ok().filter(|p| *p > 0)?))
+}
+
+impl From<HostPort> for String {
+    fn from(node: HostPort) -> String {
+        if node.host.contains(':') {
+            format!("[{}]:{}", node.host, node.port)
+        } else {
+            format!("{}:{}", node.host, node.port)
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn node(text: &str) -> HostPort {
+        HostPort::try_from(text.to_owned()).expect("host:port")
+    }
+
+    #[test]
+    fn a_node_address_is_read_once_and_printed_as_written() {
+        for text in ["s1:26379", "[::1]:26380", "10.0.0.1:7000"] {
+            assert_eq!(String::from(node(text)), text);
+        }
+        let v6 = node("[::1]:26380");
+        assert_eq!((v6.host.as_str(), v6.port), ("::1", 26380));
+        for bad in ["s1", ":1", "s1:0", "s1:x", "a/b:1", "u@h:1"] {
+            let e = HostPort::try_from(bad.to_owned()).expect_err(bad);
+            assert_eq!(e, format!("{bad:?} is not host:port"));
+        }
+        let text = "listen: {addr: 127.0.0.1:0}\nroutes: [{name: r, path: /r, secrets: [{secret_env: A}]}]\ndedup: {backend: redis}\nredis: {sentinels: [s1], master_name: m}\n";
+        let e = crate::config::Config::parse(text)
+            .expect_err("not host:port")
+            .to_string();
+        assert!(
+            e.contains("redis.sentinels[0]: \"s1\" is not host:port"),
+            "{e}"
+        );
+    }
 
     fn lease_ok(r: &Redis, lease: u64) -> Result<(), ConfigError> {
         r.validate(
@@ -250,38 +285,33 @@ mod tests {
         };
         assert_eq!(check(&|_| {}), None);
         type Change<'a> = &'a dyn Fn(&mut Redis);
-        let cases: [(Change, &str); 6] = [
+        let cases: [(Change, &str); 4] = [
             (
-                &|r| r.sentinels = vec!["s1:26379".into()],
+                &|r| r.sentinels = vec![node("s1:26379")],
                 "redis.master_name",
             ),
             (
-                &|r| r.sentinels = vec!["s1".into()],
-                "redis.sentinels: \"s1\" is not host:port",
-            ),
-            (
                 &|r| {
-                    r.sentinels = vec!["s1:1".into()];
-                    r.cluster_nodes = vec!["c1:1".into()];
+                    r.sentinels = vec![node("s1:1")];
+                    r.cluster_nodes = vec![node("c1:1")];
                 },
                 "exclude each other",
             ),
             (&|r| r.master_name = Some("m".into()), "redis.sentinels"),
             (
                 &|r| {
-                    r.cluster_nodes = vec!["c1:7000".into()];
+                    r.cluster_nodes = vec![node("c1:7000")];
                     r.key_prefix = "{hg}:".into();
                 },
                 "redis.key_prefix",
             ),
-            (&|r| r.url = "http://x".into(), "redis.url"),
         ];
         for (change, needle) in cases {
             let e = check(change).expect("invalid");
             assert!(e.contains(needle), "{e} lacks {needle}");
         }
         let ok = check(&|r| {
-            r.sentinels = vec!["s1:26379".into(), "[::1]:26380".into()];
+            r.sentinels = vec![node("s1:26379"), node("[::1]:26380")];
             r.master_name = Some("main".into());
             r.sentinel_password_env = Some("SENTINEL_PASSWORD".into());
         });

@@ -2,12 +2,13 @@
 //! rules and reconciliation, with the defaults of the keys it may leave out.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::schema::default_clock_skew;
-use super::units::{duration, opt_duration};
+use super::units::{duration, opt_duration, positive};
 use super::{profiles, reconcile, SecretSource};
 
 /// Signature scheme of a route.
@@ -55,9 +56,11 @@ pub struct CustomSignature {
 #[serde(deny_unknown_fields)]
 pub struct RateLimit {
     /// Sustained requests per second.
-    pub per_second: u32,
+    #[serde(deserialize_with = "positive::deserialize")]
+    pub per_second: NonZeroU32,
     /// Bucket size: requests allowed in a burst.
-    pub burst: u32,
+    #[serde(deserialize_with = "positive::deserialize")]
+    pub burst: NonZeroU32,
 }
 
 /// JSON Pointers (RFC 6901) to the fields hookgate reads from a body.

@@ -2,12 +2,13 @@
 //! schema is in `route.rs`.
 
 use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::units::{duration, size};
+use super::units::{duration, positive, size};
 use super::{RateLimit, Redis, Route};
 
 /// The whole configuration file (contract §7).
@@ -253,10 +254,11 @@ impl Default for SpoolConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct Limits {
     /// Largest accepted body; larger → 413. Default 64KiB.
-    #[serde(with = "size")]
-    pub max_body_bytes: u64,
+    #[serde(with = "size::positive")]
+    pub max_body_bytes: NonZeroU64,
     /// Concurrent connections; more are refused. Default 10000.
-    pub max_connections: usize,
+    #[serde(deserialize_with = "positive::deserialize")]
+    pub max_connections: NonZeroUsize,
     /// Largest request head; larger → 431. Default 16KiB.
     #[serde(with = "size")]
     pub max_header_bytes: u64,
@@ -275,7 +277,8 @@ pub struct Limits {
     #[serde(with = "duration")]
     pub max_connection_age: Duration,
     /// Concurrent HTTP/2 streams per connection. Default 16.
-    pub h2_max_concurrent_streams: u32,
+    #[serde(deserialize_with = "positive::deserialize")]
+    pub h2_max_concurrent_streams: NonZeroU32,
     /// Bytes of request bodies held before their signature is checked, over all
     /// connections; beyond it reading waits (flow control) until bytes are freed or the
     /// body read times out. Default 32MiB.
@@ -300,18 +303,18 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Self {
-            max_body_bytes: 64 * 1024,
-            max_connections: 10_000,
+            max_body_bytes: NonZeroU64::new(64 * 1024).unwrap_or(NonZeroU64::MIN),
+            max_connections: NonZeroUsize::new(10_000).unwrap_or(NonZeroUsize::MIN),
             max_header_bytes: 16 * 1024,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connection_age: Duration::from_secs(600),
-            h2_max_concurrent_streams: 16,
+            h2_max_concurrent_streams: NonZeroU32::new(16).unwrap_or(NonZeroU32::MIN),
             max_unverified_body_bytes: 32 << 20,
             failed_verification_per_peer: RateLimit {
-                per_second: 5,
-                burst: 20,
+                per_second: NonZeroU32::new(5).unwrap_or(NonZeroU32::MIN),
+                burst: NonZeroU32::new(20).unwrap_or(NonZeroU32::MIN),
             },
             failed_verification_ipv4_prefix: 32,
             failed_verification_ipv6_prefix: 64,

@@ -2,6 +2,7 @@
 //! and printed back as the file wrote them.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU64;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer};
@@ -133,6 +134,27 @@ pub mod opt_duration {
     }
 }
 
+/// Counts where zero is invalid (`NonZeroU32`, `NonZeroUsize`, …): read as a number and
+/// refused as "must be positive" when zero, so the value's type carries the rule. Written
+/// out as the number (serde's own form of a `NonZero*`).
+pub mod positive {
+    use super::*;
+
+    pub fn deserialize<'de, D, N>(d: D) -> Result<N, D::Error>
+    where
+        D: Deserializer<'de>,
+        N: TryFrom<NonZeroU64>,
+    {
+        nonzero(u64::deserialize(d)?)
+    }
+
+    /// `n` as `N`, or the error a reader of the file gets.
+    pub(super) fn nonzero<N: TryFrom<NonZeroU64>, E: de::Error>(n: u64) -> Result<N, E> {
+        let n = NonZeroU64::new(n).ok_or_else(|| E::custom("must be positive"))?;
+        N::try_from(n).map_err(|_| E::custom(format!("{n} is too large")))
+    }
+}
+
 /// Byte sizes in and out of the file: a number of bytes or a size with its unit.
 pub mod size {
     use super::*;
@@ -178,6 +200,18 @@ pub mod size {
             .iter()
             .find(|(unit, _)| v.is_multiple_of(*unit))
             .map(|(unit, name)| format!("{}{name}", v / unit))
+    }
+
+    /// Sizes where zero is invalid, as [`positive`] reads counts.
+    pub mod positive {
+        use super::*;
+
+        pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<NonZeroU64, D::Error> {
+            super::super::positive::nonzero(super::deserialize(d)?)
+        }
+        pub fn serialize<S: serde::Serializer>(v: &NonZeroU64, s: S) -> Result<S::Ok, S::Error> {
+            super::serialize(&v.get(), s)
+        }
     }
 
     /// How `v` prints: [`unit_text`], else the number of bytes.

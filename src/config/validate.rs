@@ -66,12 +66,6 @@ impl Config {
     }
 
     fn validate_limits(&self) -> Result<(), ConfigError> {
-        if self.limits.max_body_bytes == 0 {
-            return invalid("limits.max_body_bytes: must be positive");
-        }
-        if self.limits.max_connections == 0 {
-            return invalid("limits.max_connections: must be positive");
-        }
         if self.limits.max_header_bytes < 1024 {
             return invalid("limits.max_header_bytes: must be at least 1KiB");
         }
@@ -97,10 +91,7 @@ impl Config {
     /// Limits that keep unauthenticated clients small (SECURITY.md).
     fn validate_hardening(&self) -> Result<(), ConfigError> {
         let l = &self.limits;
-        if l.h2_max_concurrent_streams == 0 {
-            return invalid("limits.h2_max_concurrent_streams: must be positive");
-        }
-        if l.max_unverified_body_bytes < l.max_body_bytes {
+        if l.max_unverified_body_bytes < l.max_body_bytes.get() {
             return invalid(
                 "limits.max_unverified_body_bytes: must hold at least one body of limits.max_body_bytes",
             );
@@ -111,12 +102,6 @@ impl Config {
             || l.max_connection_age.is_zero()
         {
             return invalid("limits: timeouts and max_connection_age must be positive");
-        }
-        let peer = &l.failed_verification_per_peer;
-        if peer.per_second == 0 || peer.burst == 0 {
-            return invalid(
-                "limits.failed_verification_per_peer: per_second and burst must be positive",
-            );
         }
         if !(1..=32).contains(&l.failed_verification_ipv4_prefix) {
             return invalid("limits.failed_verification_ipv4_prefix: must be 1 to 32");
@@ -184,13 +169,6 @@ fn check_route(at: &str, route: &Route, dedup_ttl: Duration) -> Result<(), Confi
             ("fields.message_id", &fields.message_id),
         ] {
             check_pointer(&format!("{at}.{name}"), ptr)?;
-        }
-    }
-    if let Some(rl) = &route.rate_limit {
-        if rl.per_second == 0 || rl.burst == 0 {
-            return invalid(format!(
-                "{at}.rate_limit: per_second and burst must be positive"
-            ));
         }
     }
     check_guard_pointers(at, route)?;

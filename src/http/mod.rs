@@ -9,6 +9,7 @@ pub mod webhook;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::num::NonZeroU64;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -112,7 +113,7 @@ macro_rules! configure_http2 {
         let window = h2_window(limits.max_body_bytes);
         $builder
             .timer(TokioTimer::new())
-            .max_concurrent_streams(limits.h2_max_concurrent_streams)
+            .max_concurrent_streams(limits.h2_max_concurrent_streams.get())
             .initial_stream_window_size(window)
             .initial_connection_window_size(window)
             .max_pending_accept_reset_streams(H2_MAX_PENDING_RESETS)
@@ -441,7 +442,7 @@ pub(crate) async fn accept_loop<F, Fut>(
     F: Fn(SocketAddr, Request<Incoming>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<FullResponse, Infallible>> + Send + 'static,
 {
-    let max = conns.limits.max_connections;
+    let max = conns.limits.max_connections.get();
     let permits = Arc::new(Semaphore::new(max));
     loop {
         let (stream, peer) = tokio::select! {
@@ -487,6 +488,6 @@ pub(crate) async fn accept_loop<F, Fut>(
 
 /// The HTTP/2 stream and connection window: no larger than the body limit, so a peer
 /// cannot park more than one body's bytes in hyper's buffers per connection.
-fn h2_window(max_body_bytes: u64) -> u32 {
-    u32::try_from(max_body_bytes.min(H2_MAX_WINDOW)).unwrap_or(u32::MAX)
+fn h2_window(max_body_bytes: NonZeroU64) -> u32 {
+    u32::try_from(max_body_bytes.get().min(H2_MAX_WINDOW)).unwrap_or(u32::MAX)
 }

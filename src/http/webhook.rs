@@ -60,7 +60,7 @@ impl WebhookService {
             ipv4: limits.failed_verification_ipv4_prefix,
             ipv6: limits.failed_verification_ipv6_prefix,
         };
-        let peers = PeerLimiter::new(per_peer.per_second, per_peer.burst, prefixes, clock);
+        let peers = PeerLimiter::new(per_peer, prefixes, clock);
         let budget = BodyBudget::new(
             limits.max_unverified_body_bytes,
             metrics.unverified_body_bytes.clone(),
@@ -90,7 +90,7 @@ pub async fn serve_webhooks(
     let open = metrics.connections_open.clone();
     metrics
         .connections_max
-        .set(i64::try_from(limits.max_connections).unwrap_or(i64::MAX));
+        .set(i64::try_from(limits.max_connections.get()).unwrap_or(i64::MAX));
     let handler = move |peer: SocketAddr, req: Request<Incoming>| {
         let service = service.clone();
         async move {
@@ -286,7 +286,7 @@ async fn read_body(
     charge: &mut Charge,
     metrics: &crate::metrics::Metrics,
 ) -> Result<Bytes, BodyError> {
-    let max = limits.max_body_bytes;
+    let max = limits.max_body_bytes.get();
     if body.size_hint().lower() > max {
         return Err(BodyError::TooLarge);
     }

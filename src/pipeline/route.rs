@@ -61,7 +61,7 @@ impl RouteRuntime {
             limiter: config
                 .rate_limit
                 .as_ref()
-                .map(|r| TokenBucket::new(r.per_second, r.burst, clock.clone())),
+                .map(|r| TokenBucket::new(r, clock.clone())),
             counters: metrics.route_counters(&config.name, &drop_reasons()),
             config,
             fields,

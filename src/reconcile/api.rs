@@ -1,6 +1,7 @@
 //! The sender's list API: one page request, and the pure reading of its answer (status,
 //! `X-RateLimit-*` and `Retry-After` headers, the page body) into a [`ListAnswer`].
 
+use std::num::NonZeroU16;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -260,7 +261,7 @@ fn read_item(item: &Value) -> Result<Listed, ItemError> {
 pub struct Client {
     http: reqwest::Client,
     url: reqwest::Url,
-    page_size: u16,
+    page_size: NonZeroU16,
 }
 
 /// Why a client could not be built.
@@ -270,14 +271,17 @@ pub struct ClientError(String);
 
 impl Client {
     /// A client of `url` asking for `page_size` items, each request under `timeout`.
-    pub fn new(url: &str, page_size: u16, timeout: Duration) -> Result<Self, ClientError> {
+    pub fn new(
+        url: reqwest::Url,
+        page_size: NonZeroU16,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
         let http = reqwest::Client::builder()
             .timeout(timeout)
             .connect_timeout(timeout)
             .user_agent(concat!("hookgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| ClientError(e.to_string()))?;
-        let url = reqwest::Url::parse(url).map_err(|e| ClientError(format!("{url}: {e}")))?;
         Ok(Self {
             http,
             url,

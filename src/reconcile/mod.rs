@@ -158,12 +158,11 @@ impl Reconcilers {
                 continue;
             };
             let name = route.config.name.clone();
-            let client = Client::new(&settings.url, settings.page_size, settings.timeout).map_err(
-                |source| StartError::Client {
+            let client = Client::new(settings.url.clone(), settings.page_size, settings.timeout)
+                .map_err(|source| StartError::Client {
                     route: name.clone(),
                     source,
-                },
-            )?;
+                })?;
             let control = Arc::new(Control::new(&name));
             let walker = Walker {
                 layout: items::Layout::of(&route.config),

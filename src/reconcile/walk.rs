@@ -440,7 +440,7 @@ impl Walker {
                 match pacing::after_too_many(
                     base,
                     tries.too_many,
-                    self.settings.max_retries,
+                    self.settings.max_retries.get(),
                     self.settings.max_backoff,
                     rand::random::<f64>(),
                 ) {
@@ -487,7 +487,7 @@ impl Walker {
         tracing::debug!(route = self.name(), %reason, tries = tries.transient, "list request failed; trying again");
         match pacing::after_transient(
             tries.transient,
-            self.settings.max_retries,
+            self.settings.max_retries.get(),
             self.settings.max_backoff,
             rand::random::<f64>(),
         ) {

@@ -15,7 +15,7 @@ use redis::{
     RedisResult, Value,
 };
 
-use crate::config::redis::{host_port, REDIS_OP_TIMEOUT};
+use crate::config::redis::{HostPort, REDIS_OP_TIMEOUT};
 use crate::config::Redis as RedisConfig;
 
 /// How hookgate reaches Redis, checked before any port is bound.
@@ -42,15 +42,11 @@ pub struct SentinelSettings {
 impl Topology {
     /// The topology `config` names; `sentinel_password` was read from its source.
     pub fn new(config: &RedisConfig, sentinel_password: Option<String>) -> Result<Self, String> {
-        let info = config
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| format!("redis.url: {e}"))?;
+        let info = parse_url(&config.url)?;
         let tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
-        let addr = |at: &str, node: &String| {
-            let (host, port) = host_port(node).ok_or(format!("{at}: {node:?} is not host:port"))?;
-            Ok::<_, String>(if tls {
+        let addr = |node: &HostPort| {
+            let (host, port) = (node.host.clone(), node.port);
+            if tls {
                 ConnectionAddr::TcpTls {
                     host,
                     port,
@@ -59,14 +55,10 @@ impl Topology {
                 }
             } else {
                 ConnectionAddr::Tcp(host, port)
-            })
+            }
         };
         if !config.sentinels.is_empty() {
-            let sentinels = config
-                .sentinels
-                .iter()
-                .map(|n| addr("redis.sentinels", n))
-                .collect::<Result<Vec<_>, _>>()?;
+            let sentinels = config.sentinels.iter().map(addr).collect();
             let settings = SentinelSettings {
                 sentinels,
                 master_name: config.master_name.clone().unwrap_or_default(),
@@ -78,15 +70,15 @@ impl Topology {
             return Ok(Topology::Sentinel(Box::new(settings)));
         }
         if !config.cluster_nodes.is_empty() {
-            let nodes = config
+            let nodes: Vec<_> = config
                 .cluster_nodes
                 .iter()
                 .map(|n| {
-                    addr("redis.cluster_nodes", n)
-                        .map(|a| info.clone().set_addr(a))
-                        .map(|i| i.set_redis_settings(info.redis_settings().clone()))
+                    info.clone()
+                        .set_addr(addr(n))
+                        .set_redis_settings(info.redis_settings().clone())
                 })
-                .collect::<Result<Vec<_>, _>>()?;
+                .collect();
             let client = redis::cluster::ClusterClient::builder(nodes)
                 .connection_timeout(REDIS_OP_TIMEOUT)
                 .response_timeout(REDIS_OP_TIMEOUT)
@@ -103,6 +95,16 @@ impl Topology {
     pub fn is_cluster(&self) -> bool {
         matches!(self, Topology::Cluster(_))
     }
+}
+
+/// The one reading of `redis.url` (or the URL `url_env` names): where the data nodes are
+/// and how to talk to them.
+fn parse_url(url: &str) -> Result<redis::ConnectionInfo, String> {
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+        return Err("redis.url: must start with redis:// or rediss://".into());
+    }
+    url.into_connection_info()
+        .map_err(|e| format!("redis.url: {e}"))
 }
 
 impl SentinelSettings {
@@ -286,3 +288,22 @@ fn is_read_only(e: &redis::RedisError) -> bool {
 
 /// How long a connection attempt or a call may take; see [`REDIS_OP_TIMEOUT`].
 pub const OP_TIMEOUT: Duration = REDIS_OP_TIMEOUT;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_url_is_read_once_and_a_bad_one_is_named() {
+        let info = parse_url("rediss://:pw@cache.example:6380/3").expect("parses");
+        assert!(matches!(
+            info.addr(),
+            ConnectionAddr::TcpTls { port: 6380, .. }
+        ));
+        assert_eq!(info.redis_settings().db(), 3);
+        for bad in ["http://x", "cache.example:6379", "redis://h:port/0"] {
+            let e = parse_url(bad).expect_err(bad);
+            assert!(e.starts_with("redis.url: "), "{bad}: {e}");
+        }
+    }
+}

@@ -130,6 +130,18 @@ async fn offline_check_reads_no_environment_and_prints_durations_as_written() {
     assert_eq!(bad.status.code(), Some(64), "{line}");
     assert!(line.contains("amqp.url"), "{line}");
     assert!(!line.contains("guest:guest"), "{line}");
+
+    // And the Redis URL the redis backend would use.
+    let mut cfg = GatewayConfig::new(dir.path(), "x");
+    cfg.extra = "dedup: {backend: redis}\nredis: {url: 'http://cache.example:6379'}\n".into();
+    std::fs::write(&path, cfg.yaml()).expect("write");
+    let bad = hookgate_with(&["check-config", "--offline"], &path, &[]).await;
+    let line = error_line(&bad);
+    assert_eq!(bad.status.code(), Some(64), "{line}");
+    assert!(
+        line.contains("redis.url: must start with redis://"),
+        "{line}"
+    );
 }
 
 #[tokio::test]

@@ -20,17 +20,16 @@ use lapin::{Channel, Connection, ConnectionProperties, Event, ExchangeKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::nodes::BrokerNode;
 use super::owner::{self, Job};
 use super::{short, short_constant, Inner, PublishError, BACKOFF_MAX, BACKOFF_MIN};
-use crate::config::{redact_url, Amqp};
+use crate::config::Amqp;
 
 /// Confirm-mode channels per connection, each with its owner task. An owner publishes a
 /// batch and waits for all of its confirms before the next, so while one waits the others
 /// take what has queued meanwhile: enough of them keep the broker busy, few enough that
 /// batches stay large (BENCHMARKS.md has the measurement).
 const CHANNELS: usize = 4;
-/// Heartbeat interval asked for when the URL does not set one.
-const DEFAULT_HEARTBEAT_SECS: u32 = 10;
 /// How long one connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a clean close may take before the connection is dropped as it is.
@@ -81,14 +80,13 @@ impl Live {
 
 /// Keeps a connection up until `stop` is cancelled.
 pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
-    let nodes = inner.config.nodes().to_vec();
+    let nodes = &inner.nodes;
     let mut backoff = Doubling::new(BACKOFF_MIN, BACKOFF_MAX);
     // Which nodes have had their warning in this outage.
     let mut warned = vec![false; nodes.len()];
     let mut first = 0;
     loop {
-        let Some((node, attempt)) = connect_round(&inner, &nodes, first, &mut warned, &stop).await
-        else {
+        let Some((node, attempt)) = connect_round(&inner, first, &mut warned, &stop).await else {
             if stop.is_cancelled() {
                 return;
             }
@@ -114,7 +112,7 @@ pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
         drop(jobs);
         inner.replace(Some(live.clone()));
         inner.connected.notify_waiters();
-        tracing::info!(url = %redact_url(&nodes[node]), node, nodes = nodes.len(), "broker connected");
+        tracing::info!(url = %nodes.shown(node), node, nodes = nodes.len(), "broker connected");
         backoff.reset();
         warned.fill(false);
         watch(&inner, &live, &mut events, &stop).await;
@@ -142,30 +140,24 @@ type Attempt = (Live, Vec<Channel>, mpsc::UnboundedReceiver<Job>);
 /// position, or `None` when none did (or `stop`).
 async fn connect_round(
     inner: &Inner,
-    nodes: &[String],
     first: usize,
     warned: &mut [bool],
     stop: &CancellationToken,
 ) -> Option<(usize, Attempt)> {
-    for node in round(first, nodes.len()) {
+    let nodes = &inner.nodes;
+    for (node, broker) in nodes.round(first) {
         let attempt = tokio::select! {
             _ = stop.cancelled() => return None,
-            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config, node, &nodes[node], stop)) => r,
+            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config, node, broker, stop)) => r,
         };
         let error = match attempt {
             Ok(Ok(parts)) => return Some((node, parts)),
             Ok(Err(error)) => error.to_string(),
             Err(_) => "connect timed out".to_owned(),
         };
-        let url = redact_url(&nodes[node]);
-        report_unreachable(&mut warned[node], &url, node, nodes.len(), &error);
+        report_unreachable(&mut warned[node], &broker.shown, node, nodes.len(), &error);
     }
     None
-}
-
-/// The nodes of one round, by position: all of them, from `first` on, wrapping around.
-fn round(first: usize, nodes: usize) -> impl Iterator<Item = usize> {
-    (0..nodes).map(move |step| (first + step) % nodes)
 }
 
 /// Watches `live` until it fails, is taken out of the slot, or `stop`; blocked and
@@ -229,26 +221,16 @@ fn jitter(base: Duration) -> Duration {
     half + half.mul_f64(rand::random::<f64>())
 }
 
-/// Adds a 10 s heartbeat unless the URL sets one. The broker's default (60 s) would take
-/// about two minutes to notice a black-holed link; until then every confirm times out.
-fn with_heartbeat(url: &str) -> String {
-    if url.contains("heartbeat=") {
-        return url.to_owned();
-    }
-    let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}heartbeat={DEFAULT_HEARTBEAT_SECS}")
-}
-
-/// A new connection to the node `url` (position `node`) with its channels (confirm mode)
-/// and the receiving end of its queue.
+/// A new connection to `broker` (position `node`) with its channels (confirm mode) and the
+/// receiving end of its queue.
 async fn connect(
     config: &Amqp,
     node: usize,
-    url: &str,
+    broker: &BrokerNode,
     stop: &CancellationToken,
 ) -> Result<Attempt, lapin::Error> {
     let props = ConnectionProperties::default().with_connection_name(LongString::from("hookgate"));
-    let connection = Connection::connect(&with_heartbeat(url), props).await?;
+    let connection = Connection::connect_uri(broker.uri.clone(), props).await?;
     let (jobs, queue) = mpsc::unbounded_channel();
     let live = Live {
         connection,
@@ -274,29 +256,4 @@ async fn connect(
             .await?;
     }
     Ok((live, channels, queue))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_round_tries_every_node_once_from_the_one_after_the_lost_one() {
-        assert_eq!(round(0, 1).collect::<Vec<_>>(), [0]);
-        assert_eq!(round(0, 3).collect::<Vec<_>>(), [0, 1, 2]);
-        assert_eq!(round(2, 3).collect::<Vec<_>>(), [2, 0, 1]);
-    }
-
-    #[test]
-    fn heartbeat_is_added_only_when_missing() {
-        assert_eq!(with_heartbeat("amqp://h/%2f"), "amqp://h/%2f?heartbeat=10");
-        assert_eq!(
-            with_heartbeat("amqp://h/%2f?frame_max=8192"),
-            "amqp://h/%2f?frame_max=8192&heartbeat=10"
-        );
-        assert_eq!(
-            with_heartbeat("amqp://h/%2f?heartbeat=2"),
-            "amqp://h/%2f?heartbeat=2"
-        );
-    }
 }

@@ -9,6 +9,7 @@
 //! spool without waiting for a reconnect.
 
 mod connection;
+mod nodes;
 mod owner;
 mod properties;
 
@@ -18,10 +19,11 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{redact_url, Amqp};
+use crate::config::Amqp;
 use crate::metrics::Metrics;
 use crate::outbox::message::Message;
 use connection::Live;
+pub use nodes::{BrokerNodes, NodeUrlError};
 pub use properties::properties;
 use properties::{short, short_constant};
 
@@ -47,6 +49,7 @@ pub enum PublishError {
 
 struct Inner {
     config: Amqp,
+    nodes: BrokerNodes,
     live: RwLock<Option<Arc<Live>>>,
     blocked: AtomicBool,
     metrics: Arc<Metrics>,
@@ -69,9 +72,15 @@ pub struct Publisher {
 impl Publisher {
     /// Starts the connection task. A broker that is down is not an error: the task keeps
     /// trying with capped, jittered backoff until `stop` is cancelled.
-    pub fn start(config: Amqp, metrics: Arc<Metrics>, stop: CancellationToken) -> Self {
+    pub fn start(
+        config: Amqp,
+        nodes: BrokerNodes,
+        metrics: Arc<Metrics>,
+        stop: CancellationToken,
+    ) -> Self {
         let inner = Arc::new(Inner {
             config,
+            nodes,
             live: RwLock::new(None),
             blocked: AtomicBool::new(false),
             metrics,
@@ -224,11 +233,3 @@ fn node_gauge(node: usize) -> i64 {
 /// Reconnect backoff bounds.
 const BACKOFF_MIN: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(10);
-
-/// Checks that `url` is an AMQP URL a connection can be made from, without connecting.
-/// The reason never holds the password.
-pub fn check_url(url: &str) -> Result<(), String> {
-    url.parse::<lapin::uri::AMQPUri>()
-        .map(|_| ())
-        .map_err(|reason| reason.replace(url, &redact_url(url)))
-}
