@@ -195,9 +195,8 @@ mod tests {
         assert_eq!(decode(b"junk"), None);
     }
 
-    #[test]
-    fn claim_done_release_and_expiry_in_memory_and_on_disk() {
-        let dir = tempfile::tempdir().expect("tempdir");
+    /// The journal in `dir`, on the real disk, with or without its threads.
+    fn open_journal(dir: &std::path::Path, background: bool) -> Arc<Journal> {
         let settings = expiring_lsm::journal::Settings {
             hot_entries: usize::MAX,
             ttl: Duration::from_secs(86_400),
@@ -206,10 +205,40 @@ mod tests {
             commit_interval: Duration::from_millis(1),
             needs_restart: Arc::new(|_| {}),
             disk: disk_seam::real(),
-            background: true,
+            background,
         };
         let legacy = Arc::new(expiring_lsm::NoLegacy);
-        let journal = Journal::open(legacy, dir.path(), 0, settings).expect("open");
+        Journal::open(legacy, dir, 0, settings).expect("open")
+    }
+
+    #[test]
+    fn a_claim_stays_in_memory_and_a_done_mark_outlives_a_reopen() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let lease = Duration::from_secs(30);
+        let marks = JournalMarks::new(open_journal(dir.path(), false), lease);
+        let (claimed, done) = (
+            StoreKey::event("r", "claimed"),
+            StoreKey::event("r", "done"),
+        );
+        for (key, token) in [(&claimed, 1), (&done, 2)] {
+            assert_eq!(
+                marks.try_claim(key, token, 0).expect("claim"),
+                Claim::Claimed
+            );
+        }
+        marks.mark_done(&[&done], 60_000, 0).expect("done");
+        marks.journal.write_now().expect("commit");
+        drop(marks);
+        let marks = JournalMarks::new(open_journal(dir.path(), false), lease);
+        let state = |key| marks.state(key, 1).expect("state");
+        assert_eq!(state(&claimed), KeyState::Free, "a claim reached the disk");
+        assert_eq!(state(&done), KeyState::Done, "a done mark was lost");
+    }
+
+    #[test]
+    fn claim_done_release_and_expiry_in_memory_and_on_disk() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = open_journal(dir.path(), true);
         let marks = JournalMarks::new(journal.clone(), Duration::from_secs(30));
         let key = StoreKey::event("r", "e1");
         let claim = |token, now| marks.try_claim(&key, token, now).expect("claim");

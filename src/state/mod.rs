@@ -8,8 +8,6 @@ mod engine;
 pub mod keys;
 pub mod locks;
 pub mod marks;
-#[cfg(test)]
-mod model;
 pub mod redis;
 pub mod redis_link;
 

@@ -1,71 +1,106 @@
-//! The state store's model-checked crash test: a seeded generator of operations on the
-//! journal, its runs and its marks, on a simulated disk that loses what was not synced at a
-//! power cut and fails writes, syncs, renames and removals on demand, checked after every
-//! step against a plain in-memory model.
+//! The store's model-checked crash test: a seeded generator of operations on the journal and
+//! its runs, on a simulated disk that loses what was not synced at a power cut and fails
+//! writes, syncs, renames and removals on demand, checked after every step against a plain
+//! in-memory model.
 //!
-//! The generator claims, marks done and releases dedup marks; writes guard state with
-//! short and unbounded lifetimes; moves the clock across the lifetimes and `dedup.ttl`
-//! (when runs are rewritten); commits, flushes to runs, merges, rewrites, sweeps and
-//! prepares segments; reopens cleanly; cuts the power at once or before a random later
-//! file operation (between any two, a rename and an unlink included); and injects ENOSPC
-//! and EIO. The store runs without its threads: every step is a call the seed chose.
+//! Keys are digests the test makes, in two groups. Claimed keys take memory-only values
+//! through a read-and-change ([`Journal::modify`], set only while the key holds nothing that
+//! counts: a claim), durable puts that count for the dedup window (a done mark), and the
+//! forgetting of a memory-only value that is still theirs ([`Journal::forget_volatile_if`]:
+//! a release). Put keys take durable puts with short, long and unbounded lifetimes. The
+//! generator also moves the clock across the lifetimes and `ttl` (when runs are rewritten);
+//! commits, flushes to runs, merges, rewrites, sweeps and prepares segments; reopens cleanly;
+//! cuts the power at once or before a random later file operation (between any two, a rename
+//! and an unlink included); and injects ENOSPC and EIO. The store runs without its threads:
+//! every step is a call the seed chose.
 //!
-//! What is checked, for every key after every step: the value the store returns, judged
-//! the way its callers judge it (a mark or a guard state past its own expiry counts as
-//! absent), is the model's latest value. After a power cut or a reopen it is the latest
+//! Every value the test writes carries its own end: like the store's callers, the test
+//! counts a value past it as absent (expired values stay readable until a sweep or a merge
+//! drops them). What is checked, for every key after every step: the value the store returns,
+//! judged so, is the model's latest value. After a power cut or a reopen it is the latest
 //! value a successful commit covered, or a later one, never an earlier one; the model then
 //! takes what survived as its own and as durable: a value a clean restart reads back must
 //! outlive the next power cut, even one a failed sync left only in the page cache.
 //!
-//! `HOOKGATE_MODEL_SEED=<n>` replays one seed; `HOOKGATE_MODEL_SEEDS=<n>` runs that many
-//! (from `HOOKGATE_MODEL_FIRST`, default 0); `HOOKGATE_MODEL_SECONDS=<s>` runs seeds from a
-//! random first one until the time is up. A failing seed prints itself and its replay
-//! command.
+//! `EXPIRING_LSM_MODEL_SEED=<n>` replays one seed; `EXPIRING_LSM_MODEL_SEEDS=<n>` runs that
+//! many (from `EXPIRING_LSM_MODEL_FIRST`, default 0); `EXPIRING_LSM_MODEL_SECONDS=<s>` runs
+//! seeds from a random first one until the time is up. A failing seed prints itself and its
+//! replay command.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use disk_seam::sim::{Fault, OpKind, Rng, SimDisk};
-use expiring_lsm::journal::{Journal, Settings};
+use expiring_lsm::journal::{Change, Journal, Settings};
+use expiring_lsm::{Digest, NoLegacy};
 
-use crate::state::keys::StoreKey;
-use crate::state::marks::{classify, decode, encode, Claim, JournalMarks, KeyState, Mark};
-use crate::store::Store;
-
-/// Seeds plain `cargo test` runs (about 30 s in a debug build on two busy cores).
+/// Seeds plain `cargo test` runs (about 5 s in a debug build, 30 s on two busy cores).
 const CI_SEEDS: u64 = 250;
 /// Steps of one seed.
 const STEPS: usize = 400;
-const MARK_KEYS: usize = 16;
-const GUARD_KEYS: usize = 16;
-/// The in-flight lease of claims.
+/// Keys that take claims, releases and puts for the dedup window.
+const CLAIMED_KEYS: usize = 16;
+/// Keys that take puts with short, long and unbounded lifetimes.
+const PUT_KEYS: usize = 16;
+/// A claim counts this long; the store may forget it after twice as long.
 const LEASE_MS: i64 = 30_000;
-/// `dedup.ttl`: marks live this long, and a run is rewritten this long after it was written.
+/// `ttl`, the dedup window: done puts count this long, and a run is rewritten this long
+/// after it was written.
 const TTL_MS: i64 = 60_000;
 /// Small, so that commits roll segments.
 const SEGMENT_BYTES: u64 = 2048;
-const STORE_DIR: &str = "/var/lib/hookgate";
+const STORE_DIR: &str = "/var/lib/store";
 /// Failing seeds reported before the test stops.
 const FAILURES_KEPT: usize = 5;
+/// How a failing seed is run again.
+const REPLAY: &str = "cargo test -p expiring-lsm --test model";
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Mark,
-    Guard,
+/// A value as the test writes it: memory-only or durable, a number no other write has, and
+/// the time from which it counts as absent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Value {
+    memory_only: bool,
+    id: u64,
+    counts_until: i64,
+}
+
+impl Value {
+    /// A tag byte, then `id` and `counts_until` little-endian.
+    fn encode(&self) -> [u8; 17] {
+        let mut out = [0; 17];
+        out[0] = if self.memory_only { 1 } else { 2 };
+        out[1..9].copy_from_slice(&self.id.to_le_bytes());
+        out[9..].copy_from_slice(&self.counts_until.to_le_bytes());
+        out
+    }
+
+    /// [`Value::encode`]'s form; `None` for bytes no write of the test made.
+    fn decode(bytes: &[u8]) -> Option<Self> {
+        let memory_only = match (bytes.len(), bytes.first()) {
+            (17, Some(1)) => true,
+            (17, Some(2)) => false,
+            _ => return None,
+        };
+        Some(Self {
+            memory_only,
+            id: u64::from_le_bytes(bytes[1..9].try_into().ok()?),
+            counts_until: i64::from_le_bytes(bytes[9..].try_into().ok()?),
+        })
+    }
 }
 
 /// What the model knows of one key.
 struct Model {
-    key: StoreKey,
-    kind: Kind,
+    name: String,
+    digest: Digest,
     /// Values written durably, oldest first.
-    history: Vec<Vec<u8>>,
+    history: Vec<Value>,
     /// How many of `history` a successful commit covered.
     acked: usize,
-    /// A claim (memory only): token and start.
-    claim: Option<(u64, i64)>,
+    /// A memory-only value over the last of `history`.
+    claim: Option<Value>,
 }
 
 /// Figures of a run of seeds.
@@ -84,9 +119,9 @@ struct World {
     rng: Rng,
     disk: SimDisk,
     now: Arc<AtomicI64>,
-    store: Store,
     journal: Option<Arc<Journal>>,
     keys: Vec<Model>,
+    /// The last id a value took.
     next_id: u64,
     /// The last steps, for a failure's message.
     log: Vec<String>,
@@ -97,27 +132,15 @@ struct World {
 type Checked = Result<(), String>;
 
 impl World {
-    fn new(seed: u64, store: Store) -> Result<Self, String> {
-        let mut keys = Vec::new();
-        for i in 0..MARK_KEYS {
-            keys.push(Model::new(
-                StoreKey::event("r", &format!("e{i}")),
-                Kind::Mark,
-            ));
-        }
-        for i in 0..GUARD_KEYS {
-            keys.push(Model::new(
-                StoreKey::raw(format!("g{i}").as_bytes()),
-                Kind::Guard,
-            ));
-        }
+    fn new(seed: u64) -> Result<Self, String> {
+        let claimed = (0..CLAIMED_KEYS).map(|i| Model::new(format!("claimed/{i}")));
+        let put = (0..PUT_KEYS).map(|i| Model::new(format!("put/{i}")));
         let mut world = Self {
             rng: Rng::new(seed),
             disk: SimDisk::new(seed ^ 0x5eed),
             now: Arc::new(AtomicI64::new(1_700_000_000_000)),
-            store,
             journal: None,
-            keys,
+            keys: claimed.chain(put).collect(),
             next_id: 0,
             log: Vec::new(),
             crashes: 0,
@@ -137,6 +160,11 @@ impl World {
             .ok_or_else(|| "no open journal".to_owned())
     }
 
+    fn new_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
     fn note(&mut self, step: usize, what: String) {
         if self.log.len() == 30 {
             self.log.remove(0);
@@ -148,7 +176,6 @@ impl World {
     /// Opens the store on the disk as it is; a failure a fault explains is tried again,
     /// then with faults off; a store that does not open on a sound disk fails the test.
     fn open(&mut self) -> Checked {
-        let clock_now = self.now.clone();
         let mut last = String::new();
         let mut failed = 0;
         while failed < 4 {
@@ -160,7 +187,7 @@ impl World {
                 self.disk = self.disk.crash();
                 self.crashes += 1;
             }
-            let now = clock_now.clone();
+            let now = self.now.clone();
             let settings = Settings {
                 hot_entries: usize::MAX,
                 ttl: Duration::from_millis(TTL_MS as u64),
@@ -171,8 +198,8 @@ impl World {
                 background: false,
                 needs_restart: Arc::new(|_| {}),
             };
-            let tree = Arc::new(self.store.tree("state").map_err(|e| e.to_string())?);
-            match Journal::open(tree, Path::new(STORE_DIR), self.now(), settings) {
+            let legacy = Arc::new(NoLegacy);
+            match Journal::open(legacy, Path::new(STORE_DIR), self.now(), settings) {
                 Ok(journal) => {
                     self.journal = Some(journal);
                     return Ok(());
@@ -220,19 +247,17 @@ impl World {
     }
 
     /// After a restart: each key holds the latest value a commit covered or a later one
-    /// (judged as its callers would); the model takes it as its own.
+    /// (counted as its callers would); the model takes it as its own.
     fn resolve(&mut self) -> Checked {
         let now = self.now();
         let journal = self.journal()?.clone();
         for k in &mut self.keys {
+            // Memory-only values never outlive the process.
             k.claim = None;
-            let raw = journal
-                .get(&k.key.digest())
-                .map_err(|e| format!("read of {} failed: {e}", k.name()))?;
+            let read = k.read(&journal)?;
             let from = k.acked.saturating_sub(1);
-            let exact = raw
-                .as_ref()
-                .and_then(|r| (from..k.history.len()).rev().find(|&i| k.history[i] == *r));
+            let exact =
+                read.and_then(|r| (from..k.history.len()).rev().find(|&i| k.history[i] == r));
             if let Some(i) = exact {
                 k.history.truncate(i + 1);
                 // What reads back is durable: after a power cut it is what the disk kept;
@@ -241,50 +266,45 @@ impl World {
                 k.acked = i + 1;
                 continue;
             }
-            let seen = k.visible(raw.as_deref(), now);
             let absent_allowed = k.acked == 0
                 || k.history[from..]
                     .iter()
-                    .any(|v| k.visible(Some(v), now).is_none());
-            if seen.is_none() && absent_allowed {
-                // Nothing visible survived: only a new write makes the key visible again.
+                    .any(|v| counting(Some(*v), now).is_none());
+            if counting(read, now).is_none() && absent_allowed {
+                // Nothing that counts survived: only a new write makes the key count again.
                 k.history.clear();
                 k.acked = 0;
                 continue;
             }
-            let older = raw
-                .as_ref()
-                .and_then(|r| k.history[..from].iter().rposition(|v| v == r));
+            let older = read.and_then(|r| k.history[..from].iter().rposition(|v| *v == r));
             return Err(format!(
                 "after a restart {} reads {} ({}); the latest committed value is {} and {} were written after it",
-                k.name(),
-                show(raw.as_deref()),
+                k.name,
+                show(read),
                 match older {
                     Some(i) => format!("write {i} of {}, superseded by a committed one", k.history.len()),
                     None => "no value the model allows".to_owned(),
                 },
-                show(k.history.get(from).map(Vec::as_slice).filter(|_| k.acked > 0)),
+                show(k.history.get(from).copied().filter(|_| k.acked > 0)),
                 k.history.len() - k.acked,
             ));
         }
         Ok(())
     }
 
-    /// Every key reads as the model's latest value, judged as its callers judge it.
+    /// Every key reads as the model's latest value, counted as its callers count it.
     fn check(&self) -> Checked {
         let now = self.now();
         let journal = self.journal()?;
         for k in &self.keys {
-            let raw = journal
-                .get(&k.key.digest())
-                .map_err(|e| format!("read of {} failed: {e}", k.name()))?;
+            let read = k.read(journal)?;
             let expected = k.expected();
-            if k.visible(raw.as_deref(), now) != k.visible(expected.as_deref(), now) {
+            if counting(read, now) != counting(expected, now) {
                 return Err(format!(
                     "{} reads {}, the model holds {}",
-                    k.name(),
-                    show(raw.as_deref()),
-                    show(expected.as_deref())
+                    k.name,
+                    show(read),
+                    show(expected)
                 ));
             }
         }
@@ -295,15 +315,14 @@ impl World {
     fn step(&mut self, step: usize) -> Checked {
         let now = self.now();
         let journal = self.journal()?.clone();
-        let marks = JournalMarks::new(journal.clone(), Duration::from_millis(LEASE_MS as u64));
         let roll = self.rng.below(100);
-        let mark = self.rng.below(MARK_KEYS as u64) as usize;
-        let guard = MARK_KEYS + self.rng.below(GUARD_KEYS as u64) as usize;
+        let claimed = self.rng.below(CLAIMED_KEYS as u64) as usize;
+        let put = CLAIMED_KEYS + self.rng.below(PUT_KEYS as u64) as usize;
         let what = match roll {
-            0..=14 => self.claim(&marks, mark, now)?,
-            15..=26 => self.mark_done(&marks, mark, now)?,
-            27..=31 => self.release(&marks, mark),
-            32..=46 => self.put_guard(&journal, guard, now)?,
+            0..=14 => self.claim(&journal, claimed, now)?,
+            15..=26 => self.put_for_ttl(&journal, claimed, now)?,
+            27..=31 => self.release(&journal, claimed),
+            32..=46 => self.put_with_lifetime(&journal, put, now)?,
             47..=58 => self.acked_if_ok("commit", journal.write_now()),
             59..=64 => self.acked_if_ok("flush", journal.flush_to_run()),
             65..=69 => format!("merge -> {}", ok(&journal.merge_now())),
@@ -311,12 +330,12 @@ impl World {
             74..=75 => format!("spare -> {}", ok(&journal.prepare_spare())),
             76..=87 => self.advance_clock(),
             88..=89 => {
-                drop((journal, marks));
+                drop(journal);
                 self.note(step, "clean reopen".into());
                 return self.reopen();
             }
             90..=91 => {
-                drop((journal, marks));
+                drop(journal);
                 self.note(step, "power cut now".into());
                 return self.crash_and_reopen();
             }
@@ -328,92 +347,117 @@ impl World {
         Ok(())
     }
 
-    /// Claims mark key `mark`: the store must answer as the model expects.
-    fn claim(&mut self, marks: &JournalMarks, mark: usize, now: i64) -> Result<String, String> {
-        let token = self.rng.next_u64();
-        let k = &mut self.keys[mark];
-        let expected = match k
-            .visible(k.expected().as_deref(), now)
-            .as_deref()
-            .and_then(decode)
-        {
-            Some(Mark::Done { .. }) => Claim::Done,
-            Some(Mark::InFlight { .. }) => Claim::InFlight,
-            None => Claim::Claimed,
+    /// Claims key `key`: a memory-only value, set by a read-and-change only while the key
+    /// holds nothing that counts; the store must answer as the model expects.
+    fn claim(&mut self, journal: &Journal, key: usize, now: i64) -> Result<String, String> {
+        let claim = Value {
+            memory_only: true,
+            id: self.new_id(),
+            counts_until: now + LEASE_MS,
         };
-        let got = marks
-            .try_claim(&k.key, token, now)
+        let bytes = claim.encode();
+        let k = &mut self.keys[key];
+        let expected = counting(k.expected(), now);
+        let held = journal
+            .modify(&k.digest, now, |current| {
+                match counting(current.and_then(Value::decode), now) {
+                    Some(held) => (Change::Keep, Some(held)),
+                    None => {
+                        let change = Change::Put {
+                            value: &bytes,
+                            expires_ms: now + 2 * LEASE_MS,
+                            durable: false,
+                        };
+                        (change, None)
+                    }
+                }
+            })
             .map_err(|e| format!("claim failed: {e}"))?;
-        let what = format!("claim {} -> {got:?}", k.name());
-        if got != expected {
-            return Err(format!("{what}, the model expects {expected:?}"));
+        let what = match held {
+            None => format!("claim {} -> claimed #{}", k.name, claim.id),
+            Some(held) => format!("claim {} -> held by {}", k.name, show(Some(held))),
+        };
+        if held != expected {
+            return Err(format!(
+                "{what}, the model expects it held by {}",
+                show(expected)
+            ));
         }
-        if got == Claim::Claimed {
-            k.claim = Some((token, now));
+        if held.is_none() {
+            k.claim = Some(claim);
         }
         Ok(what)
     }
 
-    /// Marks mark key `mark` done, sometimes with another key in the same call.
-    fn mark_done(&mut self, marks: &JournalMarks, mark: usize, now: i64) -> Result<String, String> {
-        let expires = now + TTL_MS + self.rng.below(1000) as i64;
-        let two = self.rng.below(3) == 0;
-        let other = self.rng.below(MARK_KEYS as u64) as usize;
-        let chosen: Vec<usize> = if two && other != mark {
-            vec![mark, other]
-        } else {
-            vec![mark]
+    /// A durable put that counts for `ttl` (a done mark) of key `key`, sometimes with
+    /// another claimed key in the same step.
+    fn put_for_ttl(&mut self, journal: &Journal, key: usize, now: i64) -> Result<String, String> {
+        let value = Value {
+            memory_only: false,
+            id: self.new_id(),
+            counts_until: now + TTL_MS + self.rng.below(1000) as i64,
         };
-        let keys: Vec<&StoreKey> = chosen.iter().map(|&i| &self.keys[i].key).collect();
-        marks
-            .mark_done(&keys, expires, now)
-            .map_err(|e| format!("mark_done failed: {e}"))?;
-        let value = encode(&Mark::Done {
-            expires_ms: expires,
-        })
-        .to_vec();
+        let two = self.rng.below(3) == 0;
+        let other = self.rng.below(CLAIMED_KEYS as u64) as usize;
+        let chosen: Vec<usize> = if two && other != key {
+            vec![key, other]
+        } else {
+            vec![key]
+        };
         for &i in &chosen {
             let k = &mut self.keys[i];
-            k.history.push(value.clone());
+            journal
+                .put(&k.digest, &value.encode(), value.counts_until, now)
+                .map_err(|e| format!("put of {} failed: {e}", k.name))?;
+            k.history.push(value);
             k.claim = None;
         }
-        Ok(format!("done {chosen:?} until {expires}"))
+        Ok(format!(
+            "put {chosen:?} #{} until {}",
+            value.id, value.counts_until
+        ))
     }
 
-    /// Releases mark key `mark`, mostly with its claim's token, sometimes with another.
-    fn release(&mut self, marks: &JournalMarks, mark: usize) -> String {
-        let k = &mut self.keys[mark];
+    /// Forgets key `key`'s memory-only value if it is the claim of a token: mostly its
+    /// claim's, sometimes another.
+    fn release(&mut self, journal: &Journal, key: usize) -> String {
+        let k = &mut self.keys[key];
         let token = match (k.claim, self.rng.below(4)) {
-            (Some((token, _)), 1..) => token,
+            (Some(claim), 1..) => claim.id,
             _ => self.rng.next_u64(),
         };
-        marks.release(&k.key, token);
-        if k.claim.is_some_and(|(t, _)| t == token) {
+        journal.forget_volatile_if(&k.digest, |bytes| {
+            Value::decode(bytes).is_some_and(|v| v.memory_only && v.id == token)
+        });
+        if k.claim.is_some_and(|c| c.id == token) {
             k.claim = None;
         }
-        format!("release {}", self.keys[mark].name())
+        format!("release {} of #{token}", k.name)
     }
 
-    /// Writes guard key `guard` with an unbounded, a short or a long lifetime.
-    fn put_guard(&mut self, journal: &Journal, guard: usize, now: i64) -> Result<String, String> {
-        self.next_id += 1;
-        let expires = match self.rng.below(3) {
+    /// A durable put of key `key` with an unbounded, a short or a long lifetime.
+    fn put_with_lifetime(
+        &mut self,
+        journal: &Journal,
+        key: usize,
+        now: i64,
+    ) -> Result<String, String> {
+        let counts_until = match self.rng.below(3) {
             0 => i64::MAX,
             1 => now + 1 + self.rng.below(5_000) as i64,
             _ => now + 1 + self.rng.below(3 * TTL_MS as u64) as i64,
         };
-        let mut value = self.next_id.to_le_bytes().to_vec();
-        value.extend_from_slice(&expires.to_le_bytes());
-        let k = &mut self.keys[guard];
+        let value = Value {
+            memory_only: false,
+            id: self.new_id(),
+            counts_until,
+        };
+        let k = &mut self.keys[key];
         journal
-            .put(&k.key.digest(), &value, expires, now)
+            .put(&k.digest, &value.encode(), counts_until, now)
             .map_err(|e| format!("put failed: {e}"))?;
         k.history.push(value);
-        Ok(format!(
-            "put {} #{} until {expires}",
-            k.name(),
-            self.next_id
-        ))
+        Ok(format!("put {} #{} until {counts_until}", k.name, value.id))
     }
 
     /// A commit (or a flush, which commits first) that succeeded covers every write.
@@ -430,14 +474,11 @@ impl World {
         if done.is_ok() {
             self.acked_all();
         }
-        format!(
-            "sweep -> {}",
-            done.map(|n| n.to_string())
-                .unwrap_or_else(|e| e.to_string())
-        )
+        let what = done.map_or_else(|e| e.to_string(), |n| n.to_string());
+        format!("sweep -> {what}")
     }
 
-    /// Moves the clock: mostly a little, sometimes across a lifetime or `dedup.ttl`.
+    /// Moves the clock: mostly a little, sometimes across a lifetime or `ttl`.
     fn advance_clock(&mut self) -> String {
         let by = match self.rng.below(10) {
             0 => TTL_MS + self.rng.below(TTL_MS as u64) as i64,
@@ -477,41 +518,37 @@ impl World {
 }
 
 impl Model {
-    fn new(key: StoreKey, kind: Kind) -> Self {
+    fn new(name: String) -> Self {
         Self {
-            key,
-            kind,
+            digest: Digest::of(name.as_bytes()),
+            name,
             history: Vec::new(),
             acked: 0,
             claim: None,
         }
     }
 
-    /// The key, readable.
-    fn name(&self) -> String {
-        String::from_utf8_lossy(self.key.as_bytes()).replace('\0', "/")
+    /// The value the store should hold now: a claim over the last durable value.
+    fn expected(&self) -> Option<Value> {
+        self.claim.or(self.history.last().copied())
     }
 
-    /// The value the store should hold now: a claim over the last written value.
-    fn expected(&self) -> Option<Vec<u8>> {
-        match self.claim {
-            Some((token, since_ms)) => Some(encode(&Mark::InFlight { token, since_ms }).to_vec()),
-            None => self.history.last().cloned(),
-        }
+    /// What the store returns for the key; bytes no write made fail the test.
+    fn read(&self, journal: &Journal) -> Result<Option<Value>, String> {
+        let raw = journal
+            .get(&self.digest)
+            .map_err(|e| format!("read of {} failed: {e}", self.name))?;
+        raw.map(|bytes| {
+            Value::decode(&bytes)
+                .ok_or_else(|| format!("{} reads {bytes:?}, which no write made", self.name))
+        })
+        .transpose()
     }
+}
 
-    /// `value` if its callers would count it at `now` (`None` if absent or expired).
-    fn visible(&self, value: Option<&[u8]>, now: i64) -> Option<Vec<u8>> {
-        let value = value?;
-        let counts = match self.kind {
-            Kind::Mark => classify(decode(value).as_ref(), now, LEASE_MS) != KeyState::Free,
-            Kind::Guard => value
-                .get(8..16)
-                .and_then(|b| b.try_into().ok())
-                .is_some_and(|b| i64::from_le_bytes(b) > now),
-        };
-        counts.then(|| value.to_vec())
-    }
+/// `value` if a caller counts it at `now` (`None` if absent or past its end).
+fn counting(value: Option<Value>, now: i64) -> Option<Value> {
+    value.filter(|v| v.counts_until > now)
 }
 
 fn ok<T, E: std::fmt::Display>(result: &Result<T, E>) -> String {
@@ -521,25 +558,18 @@ fn ok<T, E: std::fmt::Display>(result: &Result<T, E>) -> String {
     }
 }
 
-fn show(value: Option<&[u8]>) -> String {
+fn show(value: Option<Value>) -> String {
     match value {
         None => "nothing".into(),
-        Some(v) => match (decode(v), v.len()) {
-            (Some(mark), _) => format!("{mark:?}"),
-            (None, 16) => {
-                let id = u64::from_le_bytes(v[..8].try_into().unwrap_or_default());
-                let expires = i64::from_le_bytes(v[8..].try_into().unwrap_or_default());
-                format!("guard value #{id} until {expires}")
-            }
-            _ => format!("{v:?}"),
-        },
+        Some(v) if v.memory_only => format!("claim #{} until {}", v.id, v.counts_until),
+        Some(v) => format!("durable #{} until {}", v.id, v.counts_until),
     }
 }
 
 /// Runs one seed; an error names the step, what differed, and the last steps and file
 /// operations.
-fn run_seed(seed: u64, store: &Store, totals: &mut Totals) -> Checked {
-    let mut world = World::new(seed, store.clone())?;
+fn run_seed(seed: u64, totals: &mut Totals) -> Checked {
+    let mut world = World::new(seed)?;
     let mut outcome = Ok(());
     let mut steps = 0;
     for step in 0..STEPS {
@@ -574,31 +604,35 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok()?.parse().ok()
 }
 
+/// The first seed, and whether a seed is still to run: one seed, a time limit from a random
+/// first one, or a count.
+fn seeds_to_run(started: Instant) -> (u64, Box<dyn Fn(u64) -> bool>) {
+    if let Some(seed) = env_u64("EXPIRING_LSM_MODEL_SEED") {
+        (seed, Box::new(move |s| s == seed))
+    } else if let Some(seconds) = env_u64("EXPIRING_LSM_MODEL_SECONDS") {
+        let first = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let limit = Duration::from_secs(seconds);
+        (first, Box::new(move |_| started.elapsed() < limit))
+    } else {
+        let first = env_u64("EXPIRING_LSM_MODEL_FIRST").unwrap_or(0);
+        let count = env_u64("EXPIRING_LSM_MODEL_SEEDS").unwrap_or(CI_SEEDS);
+        (first, Box::new(move |s| s < first + count))
+    }
+}
+
 #[test]
 fn the_store_matches_its_model_through_crashes_and_faults() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    // The journal reads a sled tree left by older stores: here an empty one, shared.
-    let store = Store::open(dir.path()).expect("sled store");
     let started = Instant::now();
-    let (first, until): (u64, Box<dyn Fn(u64) -> bool>) =
-        if let Some(seed) = env_u64("HOOKGATE_MODEL_SEED") {
-            (seed, Box::new(move |s| s == seed))
-        } else if let Some(seconds) = env_u64("HOOKGATE_MODEL_SECONDS") {
-            let first = crate::clock::system_clock()() as u64;
-            let limit = Duration::from_secs(seconds);
-            (first, Box::new(move |_| started.elapsed() < limit))
-        } else {
-            let first = env_u64("HOOKGATE_MODEL_FIRST").unwrap_or(0);
-            let count = env_u64("HOOKGATE_MODEL_SEEDS").unwrap_or(CI_SEEDS);
-            (first, Box::new(move |s| s < first + count))
-        };
+    let (first, until) = seeds_to_run(started);
     let mut totals = Totals::default();
     let mut failures = Vec::new();
     let mut seed = first;
     while until(seed) && failures.len() < FAILURES_KEPT {
-        if let Err(failure) = run_seed(seed, &store, &mut totals) {
+        if let Err(failure) = run_seed(seed, &mut totals) {
             eprintln!(
-                "model test failed: {failure}\nreplay: HOOKGATE_MODEL_SEED={seed} cargo test --lib state::model\n"
+                "model test failed: {failure}\nreplay: EXPIRING_LSM_MODEL_SEED={seed} {REPLAY}\n"
             );
             failures.push(seed);
         }
@@ -616,7 +650,7 @@ fn the_store_matches_its_model_through_crashes_and_faults() {
     );
     assert!(
         failures.is_empty(),
-        "the store differs from its model on seeds {failures:?}; replay one with HOOKGATE_MODEL_SEED={} cargo test --lib state::model",
+        "the store differs from its model on seeds {failures:?}; replay one with EXPIRING_LSM_MODEL_SEED={} {REPLAY}",
         failures[0]
     );
 }
