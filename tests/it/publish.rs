@@ -419,3 +419,22 @@ async fn the_senders_trace_context_or_a_new_one_travels_in_the_message_headers()
     assert_eq!(got[0].header("tracestate").as_deref(), Some("rojo=1"));
     broker.delete().await;
 }
+
+#[tokio::test]
+async fn a_broker_node_named_by_an_ipv6_address_is_reached_at_that_address() {
+    require_broker!();
+    // The broker answers here only on [::1], through a forwarder; this machine's
+    // `localhost` is 127.0.0.1, where nothing listens on that port.
+    let proxy = Proxy::start_on("[::1]:0", RABBITMQ).await;
+    let (_dir, broker, mut cfg) = fixture().await;
+    cfg.amqp_url = proxy.amqp_url("");
+    assert!(cfg.amqp_url.contains("@[::1]:"), "{}", cfg.amqp_url);
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    // The sentinel arrives through the node (nothing else was sent).
+    let before = ids_before_sentinel(&client, &gw, &broker).await;
+    assert!(before.is_empty(), "{before:?}");
+    assert!(proxy.accepted() > 0, "the node was reached elsewhere");
+    broker.delete().await;
+}

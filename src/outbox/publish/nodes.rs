@@ -51,13 +51,8 @@ impl BrokerNodes {
     }
 
     /// How many nodes there are.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.0.len()
-    }
-
-    /// Never: the section names at least one node.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 
     /// One round of connection attempts: every node once with its position, from `first`
@@ -84,6 +79,13 @@ fn parse_node(url: &str) -> Result<BrokerNode, String> {
         // lapin's message may quote the URL whole, password included.
         reason.replace(url, &shown)
     })?;
+    // lapin's parser takes the host from `Url::domain`, which an IPv6 literal is not, and
+    // falls back to `localhost`: the node would be looked for on this machine.
+    if let Ok(url) = url::Url::parse(url) {
+        if let Some(url::Host::Ipv6(address)) = url.host() {
+            uri.authority.host = address.to_string();
+        }
+    }
     uri.query.heartbeat.get_or_insert(DEFAULT_HEARTBEAT_SECS);
     Ok(BrokerNode { uri, shown })
 }
@@ -121,6 +123,28 @@ mod tests {
             BrokerNodes::parse(&amqp(&["amqp://a", "amqp://b", "amqp://c"])).expect("three parse");
         assert_eq!(positions(&three, 0), [0, 1, 2]);
         assert_eq!(positions(&three, 2), [2, 0, 1]);
+    }
+
+    #[test]
+    fn a_node_is_reached_at_the_host_its_url_names_a_name_or_an_address() {
+        let nodes = BrokerNodes::parse(&amqp(&[
+            "amqp://u:p@rabbit-0.example:5672/%2f",
+            "amqp://10.1.2.3:5673/%2f",
+            "amqps://[fd00::7]:5671/v",
+        ]))
+        .expect("all parse");
+        let hosts: Vec<_> = nodes
+            .round(0)
+            .map(|(_, n)| (n.uri.authority.host.clone(), n.uri.authority.port))
+            .collect();
+        assert_eq!(
+            hosts,
+            [
+                ("rabbit-0.example".to_owned(), 5672),
+                ("10.1.2.3".to_owned(), 5673),
+                ("fd00::7".to_owned(), 5671)
+            ]
+        );
     }
 
     #[test]

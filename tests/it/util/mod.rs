@@ -29,7 +29,7 @@ pub use gateway::{
 };
 pub use inprocess::InProcess;
 pub use metrics::{scrape, Exposition};
-pub use proxy::Proxy;
+pub use proxy::{Proxy, RABBITMQ};
 pub use raw::{
     accept_on, raw_exchange, read_until, read_until_closed, read_until_closed_or, signed_request,
 };

@@ -28,6 +28,10 @@ pub enum Mode {
     Stall,
 }
 
+/// The local RabbitMQ.
+pub const RABBITMQ: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 5672);
+
 /// A running proxy on 127.0.0.1; stops when dropped.
 pub struct Proxy {
     pub addr: SocketAddr,
@@ -62,7 +66,12 @@ impl PublishBudget {
 impl Proxy {
     /// Listens on 127.0.0.1:0 and forwards to `upstream`.
     pub async fn start(upstream: SocketAddr) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("proxy bind");
+        Self::start_on("127.0.0.1:0", upstream).await
+    }
+
+    /// Listens on `listen` and forwards to `upstream`.
+    pub async fn start_on(listen: &str, upstream: SocketAddr) -> Self {
+        let listener = TcpListener::bind(listen).await.expect("proxy bind");
         let addr = listener.local_addr().expect("proxy addr");
         let (mode, rx) = watch::channel(Mode::Open);
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -96,7 +105,7 @@ impl Proxy {
 
     /// Forwards to the local RabbitMQ.
     pub async fn to_rabbitmq() -> Self {
-        Self::start(SocketAddr::from(([127, 0, 0, 1], 5672))).await
+        Self::start(RABBITMQ).await
     }
 
     /// An AMQP URL through the proxy, with `query` appended (e.g. `heartbeat=2`).
