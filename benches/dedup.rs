@@ -1,5 +1,5 @@
 //! Dedup cost per request: claim the event key, then record it done (what an accepted
-//! delivery does in the sled backend's journal), each iteration with a new event id.
+//! delivery does in the local backend's journal), each iteration with a new event id.
 //!
 //! `cargo bench --bench dedup`
 

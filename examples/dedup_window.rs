@@ -1,4 +1,4 @@
-//! The sled backend holding a dedup window of COUNT live marks: what it costs in memory,
+//! The local backend holding a dedup window of COUNT live marks: what it costs in memory,
 //! on disk and per lookup, and how long a restart takes.
 //!
 //! Loads COUNT / 2 events as accepted deliveries leave them (a claim of the event key, the

@@ -376,7 +376,7 @@ fn each_refusal_names_its_key() {
             "store.hot_entries",
         ),
         (
-            "a sled cache under 1MiB",
+            "a spool cache under 1MiB",
             format!("{MINIMAL}store: {{cache: 1000KiB}}\n"),
             "store.cache",
         ),

@@ -77,7 +77,7 @@ pub struct Metrics {
     pub spool_drainer_stalled: Gauge,
     /// Dedup/guard store operations that failed (the request got a 503).
     pub store_errors: Counter,
-    /// Dedup marks and guard states held by the sled backend (set when scraped).
+    /// Dedup marks and guard states of the local backend (set when scraped).
     pub state_entries: Gauge,
     /// Webhook connections closed by hookgate, by [`CloseReason`].
     pub connections_closed: ReasonCounters<CloseReason>,
@@ -259,7 +259,7 @@ impl Metrics {
         );
         registry.register(
             "state_entries",
-            "Dedup marks and guard states held by the sled backend, in memory and in runs on disk",
+            "Dedup marks and guard states of the local backend, in memory and in runs on disk",
             self.state_entries.clone(),
         );
     }

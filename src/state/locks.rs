@@ -1,4 +1,4 @@
-//! Per-key locks of the sled backend: guard keys are serialised in process.
+//! Per-key locks of the local backend: guard keys are serialised in process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, Weak};

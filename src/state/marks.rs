@@ -84,7 +84,7 @@ pub fn decode(bytes: &[u8]) -> Option<Mark> {
     }
 }
 
-/// Dedup marks of the sled backend, kept in the state [`Journal`].
+/// Dedup marks of the local backend, kept in the state [`Journal`].
 #[derive(Clone)]
 pub struct JournalMarks {
     journal: Arc<Journal>,

@@ -1,4 +1,4 @@
-//! The sled backend's bounded state window (a hot set in memory, sorted runs on disk): a store
+//! The local backend's bounded state window (a hot set in memory, sorted runs on disk): a store
 //! written by the previous state format keeps its marks and guard state, and the gateway's
 //! memory stays flat while unique events flow through the real binary.
 
