@@ -540,7 +540,7 @@ mod tests {
             .lock(&StoreKey::raw(b"key"))
             .await
             .expect("first lock");
-        // Bounded by the test, so the old unbounded wait fails instead of hanging.
+        // Bounded by the test too, so a lock wait without a bound fails here instead of hanging.
         let second =
             tokio::time::timeout(Duration::from_secs(10), state.lock(&StoreKey::raw(b"key")))
                 .await
