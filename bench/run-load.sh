@@ -155,17 +155,8 @@ LOAD_SECRET=$SECRET "$LOAD" --serve-baseline publish --listen "127.0.0.1:$PORT_P
 PID_publish=$!
 PIDS+=("$PID_publish")
 
-wait_for() { # name command...
-    local name=$1
-    shift
-    for _ in $(seq 1 100); do
-        if "$@" >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "$name did not come up" >&2
-    cat "$TMP/$name.log" >&2 || true
-    exit 1
-}
+# shellcheck source=bench/wait.sh
+source bench/wait.sh
 wait_for hookgate curl -sf "http://127.0.0.1:$PORT_ADMIN/readyz"
 [[ -z $BASELINE ]] || wait_for baseline curl -sf "http://127.0.0.1:$PORT_BASE_ADMIN/readyz"
 [[ -z $PRELOADED ]] || wait_for preloaded curl -sf "http://127.0.0.1:$PORT_PRE_ADMIN/readyz"

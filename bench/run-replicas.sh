@@ -54,16 +54,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for() { # what command...: retries for 10 s
-    local what=$1
-    shift
-    for _ in $(seq 1 100); do
-        if "$@" >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "$what did not come up" >&2
-    exit 1
-}
+# shellcheck source=bench/wait.sh
+source bench/wait.sh
 
 redis() { # name port [redis-server args...]
     local name=$1 port=$2
