@@ -216,11 +216,12 @@ impl RequestId {
             Profile::Telnyx => return Self::generated(),
             Profile::Botix | Profile::Custom => REQUEST_ID,
         };
-        // A sender's id that looks like reconciliation's would make its message say
-        // `x-source: reconcile`; it is replaced like a missing one.
+        // A sender's id that looks like reconciliation's or a replay's would make its
+        // message say `x-source: reconcile` or `replay`; it is replaced like a missing one.
         let usable = |v: &String| {
             v.len() <= MAX_ID_BYTES
                 && !v.starts_with(crate::outbox::message::RECONCILE_REQUEST_PREFIX)
+                && !v.starts_with(crate::outbox::message::REPLAY_REQUEST_PREFIX)
         };
         match header_text(headers, name).filter(usable) {
             Some(value) => Self {
@@ -463,6 +464,18 @@ mod tests {
             request_id,
             TraceContext::new_root(),
         )
+    }
+
+    #[test]
+    fn a_senders_request_id_that_looks_like_reconciliations_or_a_replays_is_replaced() {
+        for taken in ["reconcile:botix:1", "replay:botix:1"] {
+            let v = verified("{}", &[(REQUEST_ID, taken)]);
+            let id = RequestId::of(&v.0.headers, Profile::Botix);
+            assert!(!id.from_sender, "{taken}");
+            assert_ne!(id.value, taken);
+        }
+        let v = verified("{}", &[(REQUEST_ID, "req_replay:1")]);
+        assert!(RequestId::of(&v.0.headers, Profile::Botix).from_sender);
     }
 
     fn twilio_fields() -> EventFields {

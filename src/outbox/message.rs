@@ -6,8 +6,8 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
-/// Header naming the path that brought the event: [`SOURCE_WEBHOOK`] or
-/// [`SOURCE_RECONCILE`].
+/// Header naming the path that brought the event: [`SOURCE_WEBHOOK`], [`SOURCE_RECONCILE`]
+/// or [`SOURCE_REPLAY`].
 pub const SOURCE_HEADER: &str = "x-source";
 /// `x-source` of an event a delivery brought.
 pub const SOURCE_WEBHOOK: &str = "webhook";
@@ -17,6 +17,11 @@ pub const SOURCE_RECONCILE: &str = "reconcile";
 /// ingress replaces such an id). The source is read from it, so it survives the spool,
 /// whose record holds the request id, without a change of the record's layout.
 pub const RECONCILE_REQUEST_PREFIX: &str = "reconcile:";
+/// `x-source` of an event an operator's replay published again.
+pub const SOURCE_REPLAY: &str = "replay";
+/// Starts the request id of every event a replay publishes, and no sender's; read like
+/// [`RECONCILE_REQUEST_PREFIX`], so `x-source: replay` survives the spool too.
+pub const REPLAY_REQUEST_PREFIX: &str = "replay:";
 /// Header carrying the full event id when it is too long for `message_id`.
 pub const EVENT_ID_HEADER: &str = "x-event-id";
 /// Header carrying the per-publish id: unique for each publish of this process (a retry, a
@@ -75,6 +80,8 @@ impl Message<'_> {
     pub fn source(&self) -> &'static str {
         if self.request_id.starts_with(RECONCILE_REQUEST_PREFIX) {
             SOURCE_RECONCILE
+        } else if self.request_id.starts_with(REPLAY_REQUEST_PREFIX) {
+            SOURCE_REPLAY
         } else {
             SOURCE_WEBHOOK
         }
@@ -93,4 +100,42 @@ pub fn fitted_message_id(id: &str) -> String {
     }
     let digest = sha2::Sha256::digest(id.as_bytes());
     format!("{}{FITTED_MARK}{}", &id[..cut], hex::encode(digest))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with_request_id(request_id: &str) -> Message<'_> {
+        Message {
+            routing_key: Cow::Borrowed("k"),
+            message_id: Cow::Borrowed("evt_1"),
+            timestamp_secs: 0,
+            request_id: Cow::Borrowed(request_id),
+            event_type: Cow::Borrowed("message.status"),
+            attempt: None,
+            route: Cow::Borrowed("botix"),
+            received_at: String::new(),
+            order_key: None,
+            body: Bytes::new(),
+            content_type: None,
+            traceparent: None,
+            tracestate: None,
+        }
+    }
+
+    #[test]
+    fn the_source_is_read_from_the_request_ids_prefix() {
+        assert_eq!(with_request_id("req_1").source(), SOURCE_WEBHOOK);
+        assert_eq!(
+            with_request_id("reconcile:botix:1").source(),
+            SOURCE_RECONCILE
+        );
+        assert_eq!(with_request_id("replay:botix:1").source(), SOURCE_REPLAY);
+        assert_eq!(
+            with_request_id("reconcile:replay:1").source(),
+            SOURCE_RECONCILE,
+            "a walk of a route named replay is a walk"
+        );
+    }
 }
