@@ -35,6 +35,31 @@ label_values! {
     }
 }
 
+impl GuardDrop {
+    /// Whether the dropped event says what the stored state already says (the same status,
+    /// a STOP of a contact already out, ...): a repeat of the newest fact, not an older one.
+    pub const fn is_repeat(self) -> bool {
+        matches!(
+            self,
+            GuardDrop::RepeatedStatus
+                | GuardDrop::RepeatedStop
+                | GuardDrop::RepeatedStart
+                | GuardDrop::RepeatedHelp
+        )
+    }
+}
+
+/// A verdict as a replay takes it. A replay republishes what a consumer lost, and what it
+/// lost is most often the very event the stored state came from: an event that repeats the
+/// newest state is published again, the state unchanged; one older than it (`stale_*`) is
+/// still dropped.
+pub fn for_replay<S>(verdict: Verdict<S>) -> Verdict<S> {
+    match verdict {
+        Verdict::Drop(reason) if reason.is_repeat() => Verdict::Accept(None),
+        other => other,
+    }
+}
+
 /// The guard's answer. `Accept(Some(s))`: publish, then store `s`. `Accept(None)`: publish, state unchanged.
 ///
 /// `Drop` never carries a state: a dropped event must leave the stored state exactly as it was.

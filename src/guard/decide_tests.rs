@@ -38,6 +38,38 @@ fn strings(words: &[&str]) -> Vec<String> {
 // ---- GuardDrop ----
 
 #[test]
+fn a_replay_publishes_a_repeat_of_the_newest_state_and_drops_an_older_one() {
+    let ranks = StatusRanks::default();
+    let delivered = st("delivered", 3, 2_000);
+    let again = decide_status(Some(&delivered), "delivered", 2_000, &ranks);
+    assert_eq!(again, Verdict::Drop(GuardDrop::RepeatedStatus));
+    assert_eq!(for_replay(again), Verdict::Accept(None), "state unchanged");
+    let older = decide_status(Some(&delivered), "sent", 1_000, &ranks);
+    assert_eq!(for_replay(older), Verdict::Drop(GuardDrop::StaleStatus));
+    let newer = decide_status(Some(&st("sent", 2, 1_000)), "delivered", 2_000, &ranks);
+    assert_eq!(for_replay(newer.clone()), newer);
+    let repeats: Vec<_> = GuardDrop::ALL
+        .into_iter()
+        .filter(|r| r.is_repeat())
+        .collect();
+    assert_eq!(
+        repeats.iter().map(|r| r.as_str()).collect::<Vec<_>>(),
+        [
+            "repeated_status",
+            "repeated_stop",
+            "repeated_start",
+            "repeated_help"
+        ]
+    );
+    for stale in [GuardDrop::StaleStatus, GuardDrop::StaleKeyword] {
+        assert_eq!(
+            for_replay(Verdict::<StatusState>::Drop(stale)),
+            Verdict::Drop(stale)
+        );
+    }
+}
+
+#[test]
 fn drop_reasons_match_spec_strings() {
     let strs: Vec<&str> = GuardDrop::ALL.iter().map(|d| d.as_str()).collect();
     assert_eq!(

@@ -119,6 +119,24 @@ pub enum Check {
     Drop(GuardDrop),
 }
 
+/// Whose event a check judges.
+#[derive(Clone, Copy)]
+enum Judging {
+    /// A delivery's or a reconciliation walk's: the rules as they are.
+    Delivery,
+    /// A replay's: repeats of the newest state pass ([`decide::for_replay`]).
+    Replay,
+}
+
+impl Judging {
+    fn apply<S>(self, verdict: Verdict<S>) -> Verdict<S> {
+        match self {
+            Judging::Delivery => verdict,
+            Judging::Replay => decide::for_replay(verdict),
+        }
+    }
+}
+
 /// Guard state of every route, with per-key locks, in the chosen state store.
 pub struct GuardState {
     store: Arc<StateStore>,
@@ -139,6 +157,31 @@ impl GuardState {
         event: &Event,
         now_ms: i64,
     ) -> Result<Check, StoreError> {
+        self.check_as(route, rules, event, now_ms, Judging::Delivery)
+            .await
+    }
+
+    /// [`GuardState::check`] for an event a replay publishes again: a repeat of the newest
+    /// state is accepted, the state unchanged ([`decide::for_replay`]).
+    pub async fn check_replayed(
+        &self,
+        route: &str,
+        rules: &RouteGuard,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Check, StoreError> {
+        self.check_as(route, rules, event, now_ms, Judging::Replay)
+            .await
+    }
+
+    async fn check_as(
+        &self,
+        route: &str,
+        rules: &RouteGuard,
+        event: &Event,
+        now_ms: i64,
+        judging: Judging,
+    ) -> Result<Check, StoreError> {
         let ts = event.timestamp_ms.unwrap_or(now_ms);
         if let Some(r) = rules
             .status
@@ -153,6 +196,7 @@ impl GuardState {
             let lock = self.store.lock(&key).await?;
             let state = self.load::<StatusState>(&key, now_ms).await;
             let verdict = state.map(|s| decide_status(s.as_ref(), &status, ts, &r.ranks));
+            let verdict = verdict.map(|v| judging.apply(v));
             return self
                 .held(key, lock, verdict, Some(now_ms + r.retention_ms))
                 .await;
@@ -172,6 +216,7 @@ impl GuardState {
             let lock = self.store.lock(&key).await?;
             let state = self.load::<KeywordState>(&key, now_ms).await;
             let verdict = state.map(|s| decide_keyword(s.as_ref(), keyword, ts, r.help_window_ms));
+            let verdict = verdict.map(|v| judging.apply(v));
             return self
                 .held(key, lock, verdict, r.retention_ms.map(|d| now_ms + d))
                 .await;
