@@ -240,6 +240,43 @@ impl Pipeline {
         }
     }
 
+    /// Publishes again an event an operator's replay made of a listed message: routing
+    /// keys, freshness, then the guard under its key's lock ([`GuardState::check_replayed`]:
+    /// a repeat of the newest state passes, an older event is dropped) and publish-or-spool.
+    /// The dedup marks are neither consulted nor written: a replay exists to publish what
+    /// they say was published. Its message carries `x-source: replay` (its request id says
+    /// so). Not counted as a request: the replay counts what it publishes.
+    ///
+    /// [`GuardState::check_replayed`]: crate::guard::GuardState::check_replayed
+    pub async fn handle_replayed(&self, route: &RouteRuntime, event: &Event) -> Outcome {
+        let name = route.config.name.as_str();
+        let now_ms = self.now_ms();
+        if !self.routing_keys_fit(route, event) {
+            return Outcome::BadRequest(ParseError::RoutingKeyTooLong);
+        }
+        if let Some(reason) = self.freshness(event, now_ms) {
+            return Outcome::Dropped {
+                event_id: event.id.clone(),
+                reason: reason.as_str(),
+            };
+        }
+        let delivered = match self
+            .guards
+            .check_replayed(name, &route.guard, event, now_ms)
+            .await
+        {
+            Ok(check) => self.deliver_checked(route, event, check, now_ms).await,
+            Err(error) => Err(error),
+        };
+        delivered.unwrap_or_else(|error| {
+            self.store_errors.inc();
+            tracing::warn!(route = name, event_id = %event.id, %error, "store failed; the replay stops here");
+            Outcome::Unavailable {
+                retry_after: error.retry_after_secs(),
+            }
+        })
+    }
+
     /// The steps of an event past its signature: its routing keys must fit, it must be
     /// fresh, and then it is deduplicated, guarded and delivered.
     async fn admit(
@@ -377,7 +414,21 @@ impl Pipeline {
         now_ms: i64,
     ) -> Result<Outcome, StoreError> {
         let name = route.config.name.as_str();
-        let held = match self.guards.check(name, &route.guard, event, now_ms).await? {
+        let check = self.guards.check(name, &route.guard, event, now_ms).await?;
+        self.deliver_checked(route, event, check, now_ms).await
+    }
+
+    /// Publishes (or spools) an event the guard accepted and commits its check, or answers
+    /// the guard's drop.
+    async fn deliver_checked(
+        &self,
+        route: &RouteRuntime,
+        event: &Event,
+        check: Check,
+        now_ms: i64,
+    ) -> Result<Outcome, StoreError> {
+        let name = route.config.name.as_str();
+        let held = match check {
             Check::Drop(reason) => {
                 self.publish_drop_copy(route, event, now_ms).await;
                 return Ok(Outcome::Dropped {
