@@ -1,5 +1,6 @@
-//! The admin endpoints: `/healthz`, `/readyz`, `/metrics`, and the spool's (`/spool`,
-//! `/spool/parked`, for `hookgate spool`). Answers only; `http` serves them.
+//! The admin endpoints: `/healthz`, `/readyz`, `/metrics`, the spool's (`/spool`,
+//! `/spool/parked`, for `hookgate spool`) and the reconcilers' (`/reconcile`, for
+//! `hookgate reconcile`). Answers only; `http` serves them.
 
 use std::sync::Arc;
 
@@ -11,7 +12,8 @@ use crate::liveness::Liveness;
 use crate::metrics::{Format, Metrics};
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::{Spool, SpoolError};
-use crate::reconcile::{Reconcilers, RunError};
+use crate::reconcile::replay::ReplayRequest;
+use crate::reconcile::{Reconcilers, ReplayError, RunError};
 use crate::state::StateStore;
 
 /// Path of the spool status endpoint.
@@ -25,6 +27,10 @@ pub const REPUBLISH: &str = "republish";
 /// {RECONCILE_PATH}/<route>/run[/<seconds>]` asks for a walk now (reaching back that many
 /// seconds).
 pub const RECONCILE_PATH: &str = "/reconcile";
+/// Last path segment of a route's replay: `POST {RECONCILE_PATH}/<route>/{REPLAY}?since=<s>
+/// [&until=<s>][&events=<type>,…][&dry_run=true]` asks for one (202, its status), `GET`
+/// shows the last one.
+pub const REPLAY: &str = "replay";
 
 /// An answer: status code, content type, body.
 pub type Answer = (u16, &'static str, String);
@@ -35,6 +41,8 @@ pub struct AdminRequest<'a> {
     pub method: &'a str,
     /// The path, without the query.
     pub path: &'a str,
+    /// The query, without the `?`, if any.
+    pub query: Option<&'a str>,
     /// The `Accept` header, if any: `/metrics` answers OpenMetrics when it asks for it.
     pub accept: Option<&'a str>,
     /// Whether the peer is on this host. Changing the spool is only allowed from there:
@@ -77,6 +85,9 @@ impl Admin {
     /// Answers any admin request: `GET`s through [`Admin::respond`], and the operator's
     /// changes to parked spool entries.
     pub async fn handle(&self, req: AdminRequest<'_>) -> Answer {
+        if let Some(route) = replay_route(req.path) {
+            return self.replay(&req, route);
+        }
         if req.method == "GET" {
             if req.path == "/metrics" {
                 return self.metrics(Format::from_accept(req.accept));
@@ -155,6 +166,43 @@ impl Admin {
             Ok(()) => (200, "text/plain", "walk asked for\n".into()),
             Err(e @ RunError::NoSuchRoute(_)) => (404, "text/plain", format!("{e}\n")),
             Err(e) => (409, "text/plain", format!("{e}\n")),
+        }
+    }
+
+    /// `GET` or `POST <route>/replay`: the last replay of `route`, or a new one.
+    fn replay(&self, req: &AdminRequest<'_>, route: &str) -> Answer {
+        match req.method {
+            "GET" => match self.reconcile.replay_status(route) {
+                Ok(Some(status)) => json_answer(&status),
+                Ok(None) => (
+                    404,
+                    "text/plain",
+                    format!("no replay of route {route} yet\n"),
+                ),
+                Err(e) => (404, "text/plain", format!("{e}\n")),
+            },
+            "POST" => {
+                if let Some(refused) = self.refuse_change(req, "asking for a replay") {
+                    return refused;
+                }
+                let request = match replay_request(req.query.unwrap_or("")) {
+                    Ok(r) => r,
+                    Err(why) => return (400, "text/plain", format!("{why}\n")),
+                };
+                let now_ms = (self.health.clock)();
+                match self.reconcile.replay(route, &request, now_ms) {
+                    Ok(status) => {
+                        let (_, content_type, body) = json_answer(&status);
+                        (202, content_type, body)
+                    }
+                    Err(e @ ReplayError::Run(RunError::NoSuchRoute(_))) => {
+                        (404, "text/plain", format!("{e}\n"))
+                    }
+                    Err(e @ ReplayError::Request(_)) => (400, "text/plain", format!("{e}\n")),
+                    Err(e) => (409, "text/plain", format!("{e}\n")),
+                }
+            }
+            _ => (405, "text/plain", "method not allowed\n".into()),
         }
     }
 
@@ -248,6 +296,49 @@ impl Admin {
     }
 }
 
+/// The route of a `{RECONCILE_PATH}/<route>/{REPLAY}` path.
+fn replay_route(path: &str) -> Option<&str> {
+    let rest = path.strip_prefix(RECONCILE_PATH)?.strip_prefix('/')?;
+    let route = rest.strip_suffix(REPLAY)?.strip_suffix('/')?;
+    (!route.is_empty() && !route.contains('/')).then_some(route)
+}
+
+/// A replay request of a query: `since` and `until` in seconds back from now, `events` a
+/// comma list, `dry_run` `true` or `false`. Pure.
+fn replay_request(query: &str) -> Result<ReplayRequest, String> {
+    let secs = |name: &str, v: &str| {
+        v.parse::<u64>()
+            .map(std::time::Duration::from_secs)
+            .map_err(|_| format!("{name} must be a number of seconds"))
+    };
+    let (mut since, mut until, mut events, mut dry_run) = (None, None, Vec::new(), false);
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        match name.as_ref() {
+            "since" => since = Some(secs("since", &value)?),
+            "until" => until = Some(secs("until", &value)?),
+            "events" => events.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|e| !e.is_empty())
+                    .map(str::to_owned),
+            ),
+            "dry_run" => {
+                dry_run = value
+                    .parse()
+                    .map_err(|_| "dry_run must be true or false".to_owned())?
+            }
+            other => return Err(format!("unknown parameter {other:?}")),
+        }
+    }
+    Ok(ReplayRequest {
+        since: since.ok_or("since is required")?,
+        until,
+        events,
+        dry_run,
+    })
+}
+
 /// `value` as a JSON answer; a value that cannot be encoded is a 500 that says so, never an
 /// empty 200.
 fn json_answer(value: &impl serde::Serialize) -> Answer {
@@ -258,5 +349,53 @@ fn json_answer(value: &impl serde::Serialize) -> Answer {
             "text/plain",
             format!("cannot encode the answer: {e}\n"),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_replay_path_names_its_route() {
+        assert_eq!(replay_route("/reconcile/botix/replay"), Some("botix"));
+        for other in [
+            "/reconcile/replay",
+            "/reconcile//replay",
+            "/reconcile/a/b/replay",
+            "/reconcile/botix/run",
+            "/reconcile/botixreplay",
+        ] {
+            assert_eq!(replay_route(other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_replay_query_is_read_and_a_bad_one_refused() {
+        let r = replay_request(
+            "since=21600&until=3600&events=message.status,%20message.received&dry_run=true",
+        )
+        .expect("request");
+        assert_eq!(
+            r,
+            ReplayRequest {
+                since: Duration::from_secs(21_600),
+                until: Some(Duration::from_secs(3600)),
+                events: vec!["message.status".into(), "message.received".into()],
+                dry_run: true,
+            }
+        );
+        let r = replay_request("since=60").expect("request");
+        assert_eq!((r.until, r.events.len(), r.dry_run), (None, 0, false));
+        for (query, why) in [
+            ("", "since is required"),
+            ("since=6h", "since must be a number of seconds"),
+            ("since=60&until=-1", "until must be a number of seconds"),
+            ("since=60&dry_run=yes", "dry_run must be true or false"),
+            ("since=60&force=1", "unknown parameter \"force\""),
+        ] {
+            assert_eq!(replay_request(query), Err(why.to_owned()), "{query}");
+        }
     }
 }

@@ -60,6 +60,7 @@ pub async fn serve_admin(
                 .handle(AdminRequest {
                     method: req.method().as_str(),
                     path: req.uri().path(),
+                    query: req.uri().query(),
                     accept: req
                         .headers()
                         .get(http::header::ACCEPT)

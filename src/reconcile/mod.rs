@@ -1,11 +1,11 @@
 //! Reconciliation (contract §10): for each route with a `reconcile:` block, a task that
 //! walks the sender's list API every `interval` and hands what it lists to the pipeline,
 //! so what the webhook missed is published once. Holding the route's lease, it walks;
-//! the status and a manual run are reached through [`Reconcilers`].
+//! the status, a manual run and a replay are reached through [`Reconcilers`].
 //!
 //! `api` reads the API's answers, `pacing` decides waits (pure), `items` makes events of
-//! listed messages (pure), `walk` walks, `position` stores where a walk stands, `key`
-//! reads the API key and `metrics` counts.
+//! listed messages (pure), `walk` walks, `replay` walks a window to publish it again,
+//! `position` stores where a walk stands, `key` reads the API key and `metrics` counts.
 
 pub mod api;
 pub mod items;
@@ -13,8 +13,10 @@ pub mod key;
 pub mod metrics;
 pub mod pacing;
 pub mod position;
+pub mod replay;
 pub mod walk;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -30,6 +32,7 @@ use crate::reconcile::api::Client;
 use crate::reconcile::key::{ApiKey, KeySource};
 use crate::reconcile::metrics::WalkResult;
 use crate::reconcile::position::{Position, Positions};
+use crate::reconcile::replay::{Job, ReplayRequest, ReplayStatus, RequestError};
 use crate::reconcile::walk::{WalkEnd, Walker};
 use crate::state::StateStore;
 
@@ -73,10 +76,16 @@ pub struct Control {
     status: Mutex<RouteStatus>,
     requested: Mutex<Option<Request>>,
     wake: Notify,
+    /// The route's `lookback`, the furthest a replay may reach.
+    lookback: Duration,
+    /// A replay asked for and not yet begun.
+    replay_asked: Mutex<Option<Job>>,
+    /// The last replay asked for, underway or ended.
+    replay: Mutex<Option<ReplayStatus>>,
 }
 
 impl Control {
-    fn new(route: &str) -> Self {
+    fn new(route: &str, lookback: Duration) -> Self {
         Self {
             status: Mutex::new(RouteStatus {
                 route: route.to_owned(),
@@ -84,7 +93,27 @@ impl Control {
             }),
             requested: Mutex::new(None),
             wake: Notify::new(),
+            lookback,
+            replay_asked: Mutex::new(None),
+            replay: Mutex::new(None),
         }
+    }
+
+    /// The last replay's status, if one was asked for.
+    pub fn replay_status(&self) -> Option<ReplayStatus> {
+        self.replay.lock().ok().and_then(|r| r.clone())
+    }
+
+    fn update_replay(&self, change: impl FnOnce(&mut ReplayStatus)) {
+        if let Ok(mut r) = self.replay.lock() {
+            if let Some(status) = r.as_mut() {
+                change(status);
+            }
+        }
+    }
+
+    fn take_replay(&self) -> Option<Job> {
+        self.replay_asked.lock().ok().and_then(|mut r| r.take())
     }
 
     /// The route's status now.
@@ -114,11 +143,24 @@ pub enum RunError {
     KeyRefused(String),
 }
 
+/// Why a replay was not started.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Run(#[from] RunError),
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error("a replay of route {0} is underway; wait for its end")]
+    Underway(String),
+}
+
 /// The running reconcilers, by route.
 #[derive(Default)]
 pub struct Reconcilers {
     controls: Vec<(String, Arc<Control>)>,
     tasks: Mutex<JoinSet<()>>,
+    /// The number of the last replay asked for.
+    replays: AtomicU64,
 }
 
 /// What a reconciler needs, handed over by `app`.
@@ -163,7 +205,7 @@ impl Reconcilers {
                     route: name.clone(),
                     source,
                 })?;
-            let control = Arc::new(Control::new(&name));
+            let control = Arc::new(Control::new(&name, settings.lookback));
             let walker = Walker {
                 layout: items::Layout::of(&route.config),
                 route: route.clone(),
@@ -181,16 +223,12 @@ impl Reconcilers {
         Ok(Self {
             controls,
             tasks: Mutex::new(tasks),
+            replays: AtomicU64::new(0),
         })
     }
 
-    /// Each reconciling route's status, in config order.
-    pub fn statuses(&self) -> Vec<RouteStatus> {
-        self.controls.iter().map(|(_, c)| c.status()).collect()
-    }
-
-    /// Asks `route`'s reconciler for a walk now, reaching back `since` if given.
-    pub fn run_now(&self, route: &str, since: Option<Duration>) -> Result<(), RunError> {
+    /// The reconciler of `route` that may be asked for a walk now.
+    fn ready_control(&self, route: &str) -> Result<&Arc<Control>, RunError> {
         let Some((_, control)) = self.controls.iter().find(|(n, _)| n == route) else {
             return Err(RunError::NoSuchRoute(route.to_owned()));
         };
@@ -201,6 +239,73 @@ impl Reconcilers {
         if !status.leader {
             return Err(RunError::NotLeader(route.to_owned()));
         }
+        Ok(control)
+    }
+
+    /// Asks `route`'s reconciler for a replay of `request`'s window, measured back from
+    /// `now_ms`; it begins once a walk underway ends. Its status as asked for.
+    pub fn replay(
+        &self,
+        route: &str,
+        request: &ReplayRequest,
+        now_ms: i64,
+    ) -> Result<ReplayStatus, ReplayError> {
+        let control = self.ready_control(route)?;
+        let window = replay::window(request, control.lookback, now_ms)?;
+        let mut last = control
+            .replay
+            .lock()
+            .map_err(|_| ReplayError::Underway(route.to_owned()))?;
+        if last.as_ref().is_some_and(|r| r.running) {
+            return Err(ReplayError::Underway(route.to_owned()));
+        }
+        let id = self.replays.fetch_add(1, Ordering::Relaxed) + 1;
+        let status = ReplayStatus {
+            id,
+            route: route.to_owned(),
+            dry_run: request.dry_run,
+            since: rfc3339(window.since_ms),
+            until: window.until_ms.map(rfc3339),
+            events: request.events.clone(),
+            running: true,
+            ..ReplayStatus::default()
+        };
+        let job = Job {
+            window,
+            events: request.events.clone(),
+            dry_run: request.dry_run,
+            request_id: format!(
+                "{}{route}:{now_ms}:{id}",
+                crate::outbox::message::REPLAY_REQUEST_PREFIX
+            ),
+        };
+        if let Ok(mut asked) = control.replay_asked.lock() {
+            *asked = Some(job);
+        }
+        *last = Some(status.clone());
+        drop(last);
+        control.wake.notify_one();
+        Ok(status)
+    }
+
+    /// The last replay of `route`: `Err` when no route of that name reconciles, `None`
+    /// when none was asked for.
+    pub fn replay_status(&self, route: &str) -> Result<Option<ReplayStatus>, RunError> {
+        self.controls
+            .iter()
+            .find(|(n, _)| n == route)
+            .map(|(_, c)| c.replay_status())
+            .ok_or_else(|| RunError::NoSuchRoute(route.to_owned()))
+    }
+
+    /// Each reconciling route's status, in config order.
+    pub fn statuses(&self) -> Vec<RouteStatus> {
+        self.controls.iter().map(|(_, c)| c.status()).collect()
+    }
+
+    /// Asks `route`'s reconciler for a walk now, reaching back `since` if given.
+    pub fn run_now(&self, route: &str, since: Option<Duration>) -> Result<(), RunError> {
+        let control = self.ready_control(route)?;
         if let Ok(mut r) = control.requested.lock() {
             *r = Some(since);
         }
@@ -312,6 +417,10 @@ impl Reconciler {
     async fn turn(&mut self) -> Result<(), Next> {
         let key = self.read_key().await?;
         self.take_lease().await?;
+        if let Some(job) = self.control.take_replay() {
+            self.replay(&key, &job).await;
+            return Ok(());
+        }
         let mut position = self.load_position().await?;
         let requested = self.control.take_request();
         let due = pacing::until_due(
@@ -388,6 +497,42 @@ impl Reconciler {
             self.walker.metrics.last_complete.set(end / 1000);
         }
         Ok(position)
+    }
+
+    /// Runs a replay while the lease is kept, and shows how it ended.
+    async fn replay(&mut self, key: &ApiKey, job: &Job) {
+        self.control.update_replay(|s| s.started = true);
+        let replay_stop = self.stop.child_token();
+        let keeper = tokio::spawn(keep_lease(
+            self.walker.positions.clone(),
+            replay_stop.clone(),
+            self.name.clone(),
+        ));
+        let control = self.control.clone();
+        let progress = move |counts: &replay::ReplayCounts| {
+            control.update_replay(|s| s.counts = counts.clone());
+        };
+        let (end, counts) = self.walker.replay(key, job, &replay_stop, &progress).await;
+        replay_stop.cancel();
+        keeper.abort();
+        let (result, error) = replay::ending(&end);
+        tracing::info!(
+            route = %self.name,
+            dry_run = job.dry_run,
+            result,
+            listed = counts.listed,
+            selected = counts.selected,
+            published = counts.published,
+            dropped = counts.dropped_total(),
+            failed = counts.failed,
+            "replay ended"
+        );
+        self.control.update_replay(|s| {
+            s.running = false;
+            s.result = Some(result.into());
+            s.error = error;
+            s.counts = counts;
+        });
     }
 
     /// Walks while the lease is kept, reports how the walk ended, and after a refused key

@@ -40,7 +40,7 @@ pub enum WalkEnd {
 }
 
 /// What one paced request got.
-enum Fetched {
+pub(super) enum Fetched {
     Page(Page),
     CursorInvalid,
     KeyRefused(u16),
@@ -49,9 +49,9 @@ enum Fetched {
 }
 
 /// Where a walk stands in the list.
-struct Cursors {
+pub(super) struct Cursors {
     /// The cursor of the next page; `None` for the first.
-    next: Option<String>,
+    pub(super) next: Option<String>,
     /// Every cursor this walk has met, so a page that repeats one ends it.
     seen: HashSet<String>,
     /// How often the API refused a cursor in this walk.
@@ -60,7 +60,7 @@ struct Cursors {
 
 impl Cursors {
     /// At `cursor`, where an unfinished walk stopped, or at the first page.
-    fn resume(cursor: Option<String>) -> Self {
+    pub(super) fn resume(cursor: Option<String>) -> Self {
         Self {
             seen: cursor.iter().cloned().collect(),
             next: cursor,
@@ -102,7 +102,7 @@ pub struct Walker {
 }
 
 impl Walker {
-    fn name(&self) -> &str {
+    pub(super) fn name(&self) -> &str {
         &self.route.config.name
     }
 
@@ -270,7 +270,11 @@ impl Walker {
 
     /// The cursor of the next page; the walk ends instead when there is none, or when the
     /// API gave one this walk has met before (it would go round for ever).
-    fn next_cursor(&self, next: Option<String>, cursors: &mut Cursors) -> Result<String, WalkEnd> {
+    pub(super) fn next_cursor(
+        &self,
+        next: Option<String>,
+        cursors: &mut Cursors,
+    ) -> Result<String, WalkEnd> {
         let Some(next) = next else {
             // read_page refuses has_more without a cursor; kept total all the same.
             return Err(WalkEnd::GaveUp("has_more without next_cursor".into()));
@@ -345,7 +349,7 @@ impl Walker {
 
     /// One page, paced: waits for `Reset` when the last answer left too few requests, and
     /// tries again on 429, 5xx and timeouts as the sender's rules say.
-    async fn fetch(
+    pub(super) async fn fetch(
         &mut self,
         key: &ApiKey,
         cursor: Option<&str>,
