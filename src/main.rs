@@ -165,6 +165,12 @@ fn reconcile(config_path: &Path, command: &cli::reconcile::ReconcileCommand) -> 
             return ExitCode::from(EXIT_USAGE);
         }
     };
+    // A replay the config already refuses (its route, its window) is a usage error.
+    if let cli::reconcile::ReconcileCommand::Replay(args) = command {
+        if let Err(e) = cli::replay::check(&config, args) {
+            return finish(Err(e), EXIT_USAGE);
+        }
+    }
     finish(cli::reconcile::run(&config, command), 1)
 }
 

@@ -59,7 +59,7 @@ pub fn request(
 }
 
 /// One request, with the token as a bearer credential when given: (status, body).
-fn send(
+pub fn send(
     addr: std::net::SocketAddr,
     method: &str,
     path: &str,

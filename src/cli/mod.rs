@@ -1,8 +1,9 @@
-//! The commands of the `hookgate` binary besides `run`: `sign`, `spool` and `reconcile`, the
-//! admin requests they make to a running gateway, and logging.
+//! The commands of the `hookgate` binary besides `run`: `sign`, `spool` and `reconcile`
+//! (with its `replay`), the admin requests they make to a running gateway, and logging.
 
 pub mod admin;
 pub mod logging;
 pub mod reconcile;
+pub mod replay;
 pub mod sign;
 pub mod spool;

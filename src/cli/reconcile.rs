@@ -1,5 +1,6 @@
 //! `hookgate reconcile status` and `hookgate reconcile run --route NAME [--since 6h]`:
 //! through the running gateway's admin listener, since the reconcilers run inside it.
+//! `hookgate reconcile replay` is in [`crate::cli::replay`].
 
 use std::time::{Duration, Instant};
 
@@ -32,6 +33,10 @@ pub enum ReconcileCommand {
         #[arg(long, value_parser = hookgate::config::parse_duration)]
         since: Option<Duration>,
     },
+    /// Publish a window of the sender's list again, with `x-source: replay`: through the
+    /// guard (an event older than what it holds is still dropped) but past the dedup
+    /// marks. Asks first above --confirm-above events.
+    Replay(crate::cli::replay::ReplayArgs),
 }
 
 /// Runs a `reconcile` subcommand against the gateway of `config`.
@@ -51,6 +56,10 @@ pub fn run(config: &Config, command: &ReconcileCommand) -> anyhow::Result<()> {
         ReconcileCommand::Run { route, since } => {
             let token = admin::token(config)?;
             run_walk(addr, token.as_ref(), route, *since)
+        }
+        ReconcileCommand::Replay(args) => {
+            let request = crate::cli::replay::check(config, args)?;
+            crate::cli::replay::run(config, args, &request)
         }
     }
 }
