@@ -21,6 +21,7 @@ mod providers;
 mod publish;
 mod reconcile;
 mod redis;
+mod replay;
 mod request_id;
 mod rotation;
 mod spool;

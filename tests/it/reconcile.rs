@@ -10,15 +10,15 @@ use crate::util::fake_botix::{message, FakeBotix, Logged, Scripted};
 use crate::util::*;
 
 /// The key the fake accepts.
-const KEY: &str = "botix_test_key_5d1e";
+pub(crate) const KEY: &str = "botix_test_key_5d1e";
 /// The gateway's admin token, where a test asks for a walk.
-const ADMIN_TOKEN: &str = "reconcile-admin-token-7c3a";
+pub(crate) const ADMIN_TOKEN: &str = "reconcile-admin-token-7c3a";
 /// Messages are listed with this age, well inside any lookback.
 const AGE_SECS: i64 = -120;
 
 /// A gateway config whose route reconciles with `fake` (key in a file), with the spec's
 /// guard, page size 2 and `extra` keys of the block (indented six spaces).
-fn reconciling(mut cfg: GatewayConfig, fake: &FakeBotix, extra: &str) -> GatewayConfig {
+pub(crate) fn reconciling(mut cfg: GatewayConfig, fake: &FakeBotix, extra: &str) -> GatewayConfig {
     let key_path = cfg.dir.join("botix-api-key");
     if !key_path.exists() {
         std::fs::write(&key_path, format!("{KEY}\n")).expect("key file");
@@ -32,7 +32,7 @@ fn reconciling(mut cfg: GatewayConfig, fake: &FakeBotix, extra: &str) -> Gateway
     cfg
 }
 
-fn outbound(id: &str, status: &str) -> serde_json::Value {
+pub(crate) fn outbound(id: &str, status: &str) -> serde_json::Value {
     message(
         id,
         "outbound",
@@ -44,7 +44,7 @@ fn outbound(id: &str, status: &str) -> serde_json::Value {
     )
 }
 
-fn inbound(id: &str, from: &str, text: &str) -> serde_json::Value {
+pub(crate) fn inbound(id: &str, from: &str, text: &str) -> serde_json::Value {
     message(
         id,
         "inbound",
@@ -57,7 +57,12 @@ fn inbound(id: &str, from: &str, text: &str) -> serde_json::Value {
 }
 
 /// The route's reconciliation metric `name` (with `kind`, if given).
-async fn metric(client: &reqwest::Client, gw: &Gateway, name: &str, kind: Option<&str>) -> f64 {
+pub(crate) async fn metric(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    name: &str,
+    kind: Option<&str>,
+) -> f64 {
     let e = scrape(client, gw).await;
     match kind {
         Some(kind) => e.get(name, &[("route", "botix"), ("kind", kind)]),
@@ -66,7 +71,7 @@ async fn metric(client: &reqwest::Client, gw: &Gateway, name: &str, kind: Option
 }
 
 /// Waits until the route has `n` complete walks.
-async fn complete_walks(client: &reqwest::Client, gw: &Gateway, n: f64) {
+pub(crate) async fn complete_walks(client: &reqwest::Client, gw: &Gateway, n: f64) {
     let done = eventually(POLL_DEADLINE * 2, || async {
         metric(
             client,
@@ -93,7 +98,7 @@ async fn fake_fixture() -> (tempfile::TempDir, Broker, GatewayConfig, FakeBotix)
 }
 
 /// Starts a gateway on `cfg` and waits for its route's first complete walk.
-async fn start_walked(cfg: &GatewayConfig) -> (Gateway, reqwest::Client) {
+pub(crate) async fn start_walked(cfg: &GatewayConfig) -> (Gateway, reqwest::Client) {
     let gw = Gateway::start(cfg).await;
     let client = client(None);
     complete_walks(&client, &gw, 1.0).await;
@@ -101,13 +106,17 @@ async fn start_walked(cfg: &GatewayConfig) -> (Gateway, reqwest::Client) {
 }
 
 /// The messages published before a webhook sentinel event delivered now.
-async fn published(client: &reqwest::Client, gw: &Gateway, broker: &Broker) -> Vec<Received> {
+pub(crate) async fn published(
+    client: &reqwest::Client,
+    gw: &Gateway,
+    broker: &Broker,
+) -> Vec<Received> {
     let sentinel = unique("sentinel");
     gw.accept(client, &sentinel).await;
     broker.until(&sentinel).await
 }
 
-fn source(m: &Received) -> String {
+pub(crate) fn source(m: &Received) -> String {
     m.header("x-source").unwrap_or_default()
 }
 
@@ -213,7 +222,7 @@ async fn a_walk_publishes_each_listed_event_once_with_x_source_reconcile() {
 
 /// Every request after an answer whose `Remaining` was below `min_remaining` came at or
 /// after that answer's `Reset`; returns how many such waits the log holds.
-fn waits_for_reset(log: &[Logged], min_remaining: u64) -> usize {
+pub(crate) fn waits_for_reset(log: &[Logged], min_remaining: u64) -> usize {
     let mut waits = 0;
     for pair in log.windows(2) {
         if pair[0].remaining < min_remaining {
