@@ -116,6 +116,19 @@ impl Control {
         self.replay_asked.lock().ok().and_then(|mut r| r.take())
     }
 
+    /// Ends a replay asked for and not begun as `end` says: the reconciler stops before it
+    /// could begin (the sender refused the key), and its caller is waiting.
+    fn end_asked_replay(&self, end: &WalkEnd) {
+        if self.take_replay().is_some() {
+            let (result, error) = replay::ending(end);
+            self.update_replay(|s| {
+                s.running = false;
+                s.result = Some(result.into());
+                s.error = error;
+            });
+        }
+    }
+
     /// The route's status now.
     pub fn status(&self) -> RouteStatus {
         self.status.lock().map(|s| s.clone()).unwrap_or_default()
@@ -557,6 +570,7 @@ impl Reconciler {
         self.control.update(|s| s.walking = false);
         let refused = report(&self.walker, &self.control, &self.name, end);
         if let Some(status) = refused {
+            self.control.end_asked_replay(&WalkEnd::KeyRefused(status));
             let (walker, control, source) = (&self.walker, &self.control, &self.source);
             if !wait_for_new_key(walker, control, source, key, &self.stop, &self.name, status).await
             {
