@@ -265,10 +265,11 @@ impl Reconcilers {
     ) -> Result<ReplayStatus, ReplayError> {
         let control = self.ready_control(route)?;
         let window = replay::window(request, control.lookback, now_ms)?;
+        // A panic while the status was held leaves it readable: the status is plain data.
         let mut last = control
             .replay
             .lock()
-            .map_err(|_| ReplayError::Underway(route.to_owned()))?;
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if last.as_ref().is_some_and(|r| r.running) {
             return Err(ReplayError::Underway(route.to_owned()));
         }
