@@ -240,6 +240,13 @@ async fn the_command_asks_above_its_threshold_and_refuses_without_a_terminal() {
     let fake = FakeBotix::start(KEY, 100, 60).await;
     fake.push((0..3).map(|i| outbound(&format!("msg_{i}"), "delivered")));
     let (gw, client) = walked_with_token(&dir, cfg, &fake, "").await;
+    // The webhook brings msg_2's `read`: its listed `delivered` is older.
+    gw.accept_body(
+        &client,
+        "evt_2_read",
+        &status_body("evt_2_read", "msg_2", "read"),
+    )
+    .await;
     let _ = published(&client, &gw, &broker).await;
     let config = cli_config(&gw);
 
@@ -247,6 +254,7 @@ async fn the_command_asks_above_its_threshold_and_refuses_without_a_terminal() {
     let out = replay_command(&config, &[&since[..], &["--confirm-above", "2"]].concat()).await;
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(1), "{stdout}{stderr}");
+    println!("$ hookgate reconcile replay --route botix --since 1h --confirm-above 2 </dev/null\n{stdout}{stderr}");
     assert!(
         stdout.contains("3 events would be handed to the guard"),
         "{stdout}"
@@ -267,12 +275,17 @@ async fn the_command_asks_above_its_threshold_and_refuses_without_a_terminal() {
     assert!(out.status.success(), "{stdout}{stderr}");
     println!("$ hookgate reconcile replay --route botix --since 1h\n{stdout}{stderr}");
     assert!(
-        stdout.contains("listed 3, selected 3, published 3, dropped 0, failed 0"),
+        stdout.contains("listed 3, selected 3, published 2, dropped 1 (stale_status 1), failed 0"),
         "{stdout}"
     );
     let got = published(&client, &gw, &broker).await;
-    assert_eq!(got.len(), 3);
-    assert!(got.iter().all(|m| source(m) == "replay"));
+    assert_eq!(
+        ids_and_sources(&got),
+        vec![
+            ("reconcile:msg_0:delivered".into(), "replay".into()),
+            ("reconcile:msg_1:delivered".into(), "replay".into()),
+        ]
+    );
 
     let out = replay_command(&config, &[&since[..], &["--yes"]].concat()).await;
     assert!(out.status.success(), "{:?}", text(&out));
@@ -280,7 +293,7 @@ async fn the_command_asks_above_its_threshold_and_refuses_without_a_terminal() {
         !text(&out).0.contains("dry run"),
         "--yes asks no count first"
     );
-    assert_eq!(published(&client, &gw, &broker).await.len(), 3);
+    assert_eq!(published(&client, &gw, &broker).await.len(), 2);
     broker.delete().await;
 }
 
