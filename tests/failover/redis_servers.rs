@@ -259,8 +259,12 @@ pub async fn load_through_failover(
         .map(|i| format!("{name}_{i}"))
         .filter(|e| !answered.contains_key(e))
         .collect();
+    // An event whose request was cut off by the failover may have left its claim on the
+    // promoted master; the claim is a crash leftover only after `dedup.in_flight_lease`,
+    // and until then a retry is answered 503 (busy), as it should be.
+    let claim_left_over = hookgate::config::Dedup::default().in_flight_lease;
     for event in &unanswered {
-        let deadline = Instant::now() + POLL_DEADLINE;
+        let deadline = Instant::now() + claim_left_over + POLL_DEADLINE;
         loop {
             let (status, _) = post(&c, &gws[0], event).await;
             if status == 200 {

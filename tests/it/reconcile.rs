@@ -44,6 +44,26 @@ pub(crate) fn outbound(id: &str, status: &str) -> serde_json::Value {
     )
 }
 
+/// Five listed messages: two statuses, two inbound (a STOP among them) and an outbound
+/// message with no status yet, which makes no event.
+pub(crate) fn five_listed() -> [serde_json::Value; 5] {
+    [
+        outbound("msg_a", "delivered"),
+        outbound("msg_b", "sent"),
+        inbound("msg_c", "+15550111", "hi there"),
+        message(
+            "msg_d",
+            "outbound",
+            None,
+            "+1",
+            "+2",
+            "no status yet",
+            &rfc3339_from_now(AGE_SECS),
+        ),
+        inbound("msg_e", "+15550112", "STOP"),
+    ]
+}
+
 pub(crate) fn inbound(id: &str, from: &str, text: &str) -> serde_json::Value {
     message(
         id,
@@ -124,21 +144,7 @@ pub(crate) fn source(m: &Received) -> String {
 async fn a_walk_publishes_each_listed_event_once_with_x_source_reconcile() {
     require_broker!();
     let (_dir, broker, cfg, fake) = fake_fixture().await;
-    fake.push([
-        outbound("msg_a", "delivered"),
-        outbound("msg_b", "sent"),
-        inbound("msg_c", "+15550111", "hi there"),
-        message(
-            "msg_d",
-            "outbound",
-            None,
-            "+1",
-            "+2",
-            "no status yet",
-            &rfc3339_from_now(AGE_SECS),
-        ),
-        inbound("msg_e", "+15550112", "STOP"),
-    ]);
+    fake.push(five_listed());
     let (gw, client) = start_walked(&reconciling(cfg, &fake, "")).await;
 
     let got = published(&client, &gw, &broker).await;

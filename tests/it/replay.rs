@@ -8,11 +8,11 @@ use std::time::Duration;
 use hookgate::reconcile::replay::ReplayStatus;
 
 use crate::reconcile::{
-    inbound, outbound, published, reconciling, source, start_walked, waits_for_reset, ADMIN_TOKEN,
-    KEY,
+    five_listed, outbound, published, reconciling, source, start_walked, waits_for_reset,
+    ADMIN_TOKEN, KEY,
 };
 use crate::require_broker;
-use crate::util::fake_botix::{message, FakeBotix};
+use crate::util::fake_botix::FakeBotix;
 use crate::util::*;
 
 const PATH: &str = "/reconcile/botix/replay";
@@ -68,21 +68,7 @@ async fn a_replay_publishes_the_window_again_with_x_source_replay_and_drops_a_st
     require_broker!();
     let (dir, broker, cfg) = fixture().await;
     let fake = FakeBotix::start(KEY, 100, 60).await;
-    fake.push([
-        outbound("msg_a", "delivered"),
-        outbound("msg_b", "sent"),
-        inbound("msg_c", "+15550111", "hi there"),
-        message(
-            "msg_d",
-            "outbound",
-            None,
-            "+1",
-            "+2",
-            "no status yet",
-            &rfc3339_from_now(-120),
-        ),
-        inbound("msg_e", "+15550112", "STOP"),
-    ]);
+    fake.push(five_listed());
     let (gw, client) = walked_with_token(&dir, cfg, &fake, "").await;
     let walked = published(&client, &gw, &broker).await;
     assert_eq!(walked.len(), 4, "the walk published the four events");
