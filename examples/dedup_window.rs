@@ -28,6 +28,7 @@ use hookgate::state::JOURNAL_TREE;
 use hookgate::store::{Store, DEFAULT_CACHE_BYTES};
 
 // The gateway's allocator, so that resident sizes compare.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -17,6 +17,7 @@ use cli::spool::{spool_command, SpoolCommand};
 // An accepted event allocates and frees often: mimalloc spends less per call than glibc's
 // allocator and keeps per-thread heaps. Without transparent huge pages (feature no_thp),
 // so a growing heap does not make the kernel clear a fresh 2 MiB page each time.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

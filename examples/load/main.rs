@@ -16,8 +16,14 @@
 //! `--serve-baseline http` reads the body and answers 200; `--serve-baseline publish` also
 //! verifies the botix HMAC and publishes with a confirm through hookgate's own publisher
 //! (the same channel owners, batches and pairing of returns; mandatory, persistent, the
-//! message's properties and headers built by hookgate's own function). Helpers for bench/run-load.sh: `--gen-cert DIR`, `--amqp-setup`,
-//! `--amqp-teardown`, and `--consume` (the handler behind the gateway, draining the queue).
+//! message's properties and headers built by hookgate's own function); `--serve-baseline
+//! durable` also appends a record per delivery to a log in `--log-dir` after the confirm and
+//! answers once its group commit's `fdatasync` returned (`group_log.rs`): what durability
+//! must cost on this machine. Helpers for bench/run-load.sh: `--gen-cert DIR`,
+//! `--amqp-setup`, `--amqp-teardown`, and `--consume` (the handler behind the gateway,
+//! draining the queue).
+
+mod group_log;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
@@ -49,6 +55,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 // The same allocator as hookgate, so the baselines are not slower for want of it.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -126,6 +133,9 @@ struct Cli {
     /// Baseline TLS key (PEM).
     #[arg(long)]
     key: Option<PathBuf>,
+    /// Folder of the durable baseline's log (created if missing).
+    #[arg(long, default_value = "target/bench-durable")]
+    log_dir: PathBuf,
     /// Broker for the publish baseline and the setup helpers.
     #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
     amqp_url: String,
@@ -164,6 +174,8 @@ enum Baseline {
     Http,
     /// Verify the HMAC, publish with a confirm, answer 200.
     Publish,
+    /// As `publish`, then append a record to a log and answer once its group commit synced.
+    Durable,
 }
 
 fn main() -> Result<()> {
@@ -1038,6 +1050,8 @@ struct Publish {
     exchange: String,
     scheme: hookgate::ingress::signature::Scheme,
     secrets: Vec<hookgate::ingress::secrets::Secret>,
+    /// The durable baseline's log; `None` for the publish baseline.
+    log: Option<group_log::GroupLog>,
 }
 
 async fn serve_baseline(cli: &Cli, kind: Baseline) -> Result<()> {
@@ -1054,7 +1068,16 @@ async fn serve_baseline(cli: &Cli, kind: Baseline) -> Result<()> {
     };
     let publish = match kind {
         Baseline::Http => None,
-        Baseline::Publish => Some(Arc::new(connect_publish(cli).await?)),
+        Baseline::Publish => Some(Arc::new(connect_publish(cli, None).await?)),
+        Baseline::Durable => {
+            std::fs::create_dir_all(&cli.log_dir)?;
+            let path = cli
+                .log_dir
+                .join(format!("durable-{}.log", std::process::id()));
+            let log = group_log::GroupLog::open(&path)
+                .with_context(|| format!("cannot open {}", path.display()))?;
+            Some(Arc::new(connect_publish(cli, Some(log)).await?))
+        }
     };
     let listener = TcpListener::bind(cli.listen).await?;
     println!("baseline {kind:?} listening on {}", listener.local_addr()?);
@@ -1145,7 +1168,24 @@ async fn baseline_answer(
         tracestate: None,
     };
     match p.publisher.publish(&p.exchange, &msg).await {
-        Ok(()) => answer(StatusCode::OK, r#"{"status":"accepted"}"#),
+        Ok(()) => match &p.log {
+            None => answer(StatusCode::OK, r#"{"status":"accepted"}"#),
+            // The record is about as large as hookgate's two done marks (digest and value
+            // each): the request id and the moment it was accepted.
+            Some(log) => {
+                let mut record = Vec::with_capacity(request_id.len() + 9);
+                record.extend_from_slice(request_id.as_bytes());
+                record.extend_from_slice(&now_ms.to_le_bytes());
+                record.push(b'\n');
+                match log.append(record).await {
+                    Ok(()) => answer(StatusCode::OK, r#"{"status":"accepted"}"#),
+                    Err(_) => answer(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        r#"{"error":"unavailable"}"#,
+                    ),
+                }
+            }
+        },
         Err(hookgate::outbox::publish::PublishError::Unfit(_)) => {
             answer(StatusCode::BAD_REQUEST, r#"{"error":"bad_request"}"#)
         }
@@ -1156,7 +1196,7 @@ async fn baseline_answer(
     }
 }
 
-async fn connect_publish(cli: &Cli) -> Result<Publish> {
+async fn connect_publish(cli: &Cli, log: Option<group_log::GroupLog>) -> Result<Publish> {
     // hookgate's publisher: its connection, channel owners and confirm handling.
     let config = hookgate::config::Amqp {
         url: cli.amqp_url.clone(),
@@ -1186,6 +1226,7 @@ async fn connect_publish(cli: &Cli) -> Result<Publish> {
         secrets: vec![hookgate::ingress::secrets::Secret::new(
             cli.secret.as_bytes(),
         )],
+        log,
     })
 }
 

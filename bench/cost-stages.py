@@ -1,0 +1,268 @@
+#!/usr/bin/env python3
+"""Turns bench/cost-model.sh's counts into the cost model's tables (Markdown on stdout).
+
+Inputs in --out: TARGET.strace (strace -c), TARGET-switches.json, TARGET.callgrind (a
+profile of --vg-requests deliveries), TARGET-W.dhat and TARGET-(W+N).dhat (two heap
+profiles whose difference is N deliveries). A missing input leaves its rows out.
+"""
+
+import argparse
+import json
+import re
+import subprocess
+from pathlib import Path
+
+# Components, by the crate a function belongs to (self cost: the instructions spent in the
+# function's own body). Generic code is counted under the crate that defines it, so drops
+# and moves of hookgate's types show as `core`.
+COMPONENTS = [
+    ("TLS (rustls, ring)", {"rustls", "tokio_rustls", "ring"}),
+    ("HTTP (hyper, httparse)", {"hyper", "hyper_util", "httparse", "http", "h2", "http_body",
+                                "http_body_util", "want", "try_lock"}),
+    ("HMAC and digests (hmac, sha2)", {"hmac", "sha2", "digest", "subtle", "hex",
+                                       "block_buffer"}),
+    ("JSON (serde_json)", {"serde_json", "serde", "unicode_normalization"}),
+    ("state store (expiring_lsm)", {"expiring_lsm", "crc32fast", "disk_seam", "nohash_hasher"}),
+    ("AMQP (lapin)", {"lapin", "amq_protocol", "amq_protocol_types", "amq_protocol_uri",
+                      "tcp_stream", "flume", "pinky_swear", "async_rs", "executor_trait",
+                      "reactor_trait", "cookie_factory"}),
+    ("metrics (prometheus_client)", {"prometheus_client"}),
+    ("logs and spans (tracing)", {"tracing", "tracing_core", "tracing_subscriber",
+                                  "sharded_slab", "thread_local"}),
+    ("runtime (tokio, futures)", {"tokio", "mio", "futures_util", "futures_core",
+                                  "futures_channel", "parking_lot", "parking_lot_core",
+                                  "crossbeam_channel", "crossbeam_utils", "tokio_util",
+                                  "event_listener", "async_task", "slab"}),
+    ("hookgate's own code", {"hookgate"}),
+    ("core, alloc, std (moves, drops, formatting, maps)", {"core", "alloc", "std",
+                                                           "hashbrown", "bytes", "smallvec",
+                                                           "itoa", "ryu", "time", "uuid",
+                                                           "rand", "rand_core", "base64"}),
+]
+ALLOCATOR = "allocator (malloc, mimalloc)"
+MEMORY = "memcpy, memmove, memset"
+LIBC = "libc (syscall wrappers, threads)"
+OTHER = "other"
+ALLOC_SYMBOL = re.compile(r"^(_?mi_|mi_|malloc|free|realloc|calloc|cfree|posix_memalign|"
+                          r"_int_malloc|_int_free|_int_realloc|malloc_consolidate|"
+                          r"__libc_(malloc|free|realloc|calloc)|tcache_|unlink_chunk|"
+                          r"aligned_alloc|__rust_(alloc|dealloc|realloc))")
+MEMORY_SYMBOL = re.compile(r"^(__)?mem(cpy|move|set|cmp)|^__memcpy|^__memmove|^__memset|"
+                           r"^__memcmp|^__nss|^bcmp")
+RING_SYMBOL = re.compile(r"^(ring_core_|aes_|gcm_|chacha|x25519|fiat_|bn_|sha256_block|"
+                         r"sha512_block|GFp_|LIMBS_|ecp_nistz)")
+
+# hookgate's stages, by the inclusive cost of the functions that run them: each pattern
+# names one function of the release build (with LTO, the async steps that are not named here
+# are inlined into their callers). A stage whose function the build no longer has shows as
+# "inlined". The guard's row covers its lock, reads, decision, the publish and the commit.
+STAGES = [
+    ("TLS and HTTP (self cost of rustls, ring, hyper)", None),
+    ("signature check", r"^hookgate::ingress::signature::Scheme::verify_request$"),
+    ("parse (fields, event)", r"^hookgate::ingress::event::parse$"),
+    ("trace context (a new root)", r"^hookgate::ingress::trace::TraceContext::new_root$"),
+    ("dedup keys (digests)", r"^hookgate::pipeline::DedupKeys::of$"),
+    ("dedup claim", r"^hookgate::state::StateStore::try_claim::\{\{closure\}\}$"),
+    ("guard, publish and commit", r"^hookgate::pipeline::Pipeline::decide_and_deliver::\{\{closure\}\}$"),
+    ("  of which: the AMQP message", r"^hookgate::pipeline::message::message$"),
+    ("  of which: hand-off to a channel owner", r"^hookgate::outbox::publish::Publisher::publish_with::\{\{closure\}\}$"),
+    ("  of which: wait for the journal's sync", r"^expiring_lsm::journal::Journal::durable::\{\{closure\}\}$"),
+    ("channel owners (batches, confirms)", r"^hookgate::outbox::publish::owner::run::\{\{closure\}\}$"),
+    ("journal writer thread", r"^expiring_lsm::journal::threads::write_loop$"),
+    ("metrics (self cost)", None),
+    ("logs and spans (self cost)", None),
+    ("answer (status body, headers)", r"^hookgate::http::webhook::(status_body|with_request_id|json)$"),
+]
+# Rows whose figure is a component of the self-cost table rather than a function's.
+STAGE_COMPONENTS = {
+    "TLS and HTTP (self cost of rustls, ring, hyper)": ["TLS (rustls, ring)", "HTTP (hyper, httparse)"],
+    "metrics (self cost)": ["metrics (prometheus_client)"],
+    "logs and spans (self cost)": ["logs and spans (tracing)"],
+}
+
+LINE = re.compile(r"^\s*([\d,]+)\s+(?:\([\s\d.]+%\)\s+)?(\S.*?):(.+?)(?:\s+\[.*\])?$")
+
+
+def annotate(path, inclusive):
+    """Function name -> instructions, from callgrind_annotate."""
+    text = subprocess.run(
+        ["callgrind_annotate", f"--inclusive={'yes' if inclusive else 'no'}",
+         "--threshold=100", str(path)],
+        check=True, capture_output=True, text=True).stdout
+    costs = {}
+    for line in text.splitlines():
+        m = LINE.match(line)
+        if m:
+            name = m.group(3).strip()
+            costs[name] = costs.get(name, 0) + int(m.group(1).replace(",", ""))
+    return costs
+
+
+def crate_of(name):
+    name = name.lstrip("<&*").replace("mut ", "").replace("dyn ", "")
+    return name.split("::", 1)[0] if "::" in name else None
+
+
+def component(name):
+    if ALLOC_SYMBOL.match(name):
+        return ALLOCATOR
+    if MEMORY_SYMBOL.match(name):
+        return MEMORY
+    if RING_SYMBOL.match(name):
+        return COMPONENTS[0][0]
+    crate = crate_of(name)
+    if crate is None:
+        return LIBC
+    if crate in ("mimalloc", "libmimalloc_sys"):
+        return ALLOCATOR
+    for label, crates in COMPONENTS:
+        if crate in crates:
+            return label
+    return OTHER
+
+
+def callgrind_tables(out, targets, n):
+    totals, by_target = {}, {}
+    for t in targets:
+        path = out / f"{t}.callgrind"
+        if not path.exists():
+            continue
+        groups = {}
+        for name, cost in annotate(path, inclusive=False).items():
+            label = component(name)
+            groups[label] = groups.get(label, 0) + cost
+        by_target[t] = groups
+        totals[t] = sum(groups.values())
+    if not by_target:
+        return
+    cols = list(by_target)
+    labels = [c for c, _ in COMPONENTS] + [ALLOCATOR, MEMORY, LIBC, OTHER]
+    print(f"### Instructions per delivery, by component (self cost, {n} deliveries)\n")
+    print("| component | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for label in labels:
+        if any(by_target[t].get(label, 0) for t in cols):
+            print(f"| {label} | " + " | ".join(
+                f"{by_target[t].get(label, 0) / n:,.0f}" for t in cols) + " |")
+    print("| **total (user space)** | " + " | ".join(
+        f"**{totals[t] / n:,.0f}**" for t in cols) + " |\n")
+    if "hookgate" in by_target:
+        inclusive = annotate(out / "hookgate.callgrind", inclusive=True)
+        print("### hookgate's stages (instructions per delivery)\n")
+        print("| stage | instructions | function |")
+        print("|---|---:|---|")
+        for label, pattern in STAGES:
+            if pattern is None:
+                cost = sum(by_target["hookgate"].get(c, 0) for c in STAGE_COMPONENTS[label])
+                print(f"| {label} | {cost / n:,.0f} | |")
+                continue
+            rx = re.compile(pattern)
+            hits = [(c, f) for f, c in inclusive.items() if rx.search(f)]
+            cost = sum(c for c, _ in hits)
+            shown = ", ".join(f"`{f.split('::')[-1] if '{{' not in f else f.split('::')[-2]}`" for _, f in hits)
+            print(f"| {label} | {cost / n:,.0f} | {shown or 'inlined'} |" if hits
+                  else f"| {label} | | inlined |")
+        print()
+
+
+def dhat_totals(path):
+    data = json.loads(path.read_text())
+    # dhat's totals per allocation point: "tbk" blocks, "tb" bytes.
+    return (sum(p.get("tbk", 0) for p in data["pps"]), sum(p.get("tb", 0) for p in data["pps"]))
+
+
+SKIP_FRAME = re.compile(r": (malloc|calloc|realloc|posix_memalign|memalign|aligned_alloc|"
+                        r"__rust_|alloc::|<alloc::|core::|<core::|bytes::|<bytes::|"
+                        r"hashbrown::|std::|<std::)")
+
+
+def heap_sites(path):
+    """Allocation site (the first frame outside the allocator and std) -> bytes."""
+    data = json.loads(path.read_text())
+    frames = data["ftbl"]
+    sites = {}
+    for p in data["pps"]:
+        site = next((frames[i] for i in p["fs"] if not SKIP_FRAME.search(frames[i])), "?")
+        site = re.sub(r"^0x[0-9A-F]+: ", "", site)
+        site = re.sub(r" \(in /.*\)$| \([^()]*:\d+\)$", "", site)
+        sites[site] = sites.get(site, 0) + p.get("tb", 0)
+    return sites
+
+
+def heap_table(out, targets, warm, n):
+    rows = []
+    for t in targets:
+        a, b = out / f"{t}-{warm}.dhat", out / f"{t}-{warm + n}.dhat"
+        if a.exists() and b.exists():
+            (blocks_a, bytes_a), (blocks_b, bytes_b) = dhat_totals(a), dhat_totals(b)
+            rows.append((t, (blocks_b - blocks_a) / n, (bytes_b - bytes_a) / n))
+    if rows:
+        print(f"### Heap allocations per delivery ({n} deliveries, system allocator)\n")
+        print("| server | blocks | bytes |")
+        print("|---|---:|---:|")
+        for t, blocks, size in rows:
+            print(f"| {t} | {blocks:,.1f} | {size:,.0f} |")
+        print()
+    a, b = out / f"hookgate-{warm}.dhat", out / f"hookgate-{warm + n}.dhat"
+    if a.exists() and b.exists():
+        before, after = heap_sites(a), heap_sites(b)
+        growth = sorted(((after[k] - before.get(k, 0)) / n, k) for k in after)[::-1][:10]
+        print("hookgate's largest allocation sites (bytes per delivery; the first frame"
+              " outside the allocator, std and bytes):\n")
+        print("| bytes | site |")
+        print("|---:|---|")
+        for size, site in growth:
+            print(f"| {size:,.0f} | `{site[:110]}` |")
+        print()
+
+
+def strace_counts(path):
+    counts = {}
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) >= 5 and parts[0].replace(".", "").isdigit() and parts[-1] != "total":
+            calls = parts[3]
+            if calls.isdigit():
+                counts[parts[-1]] = int(calls)
+    return counts
+
+
+def syscall_table(out, targets, n):
+    by_target = {t: strace_counts(out / f"{t}.strace") for t in targets
+                 if (out / f"{t}.strace").exists()}
+    if not by_target:
+        return
+    cols = list(by_target)
+    names = sorted({s for c in by_target.values() for s in c},
+                   key=lambda s: -max(by_target[t].get(s, 0) for t in cols))
+    print(f"### System calls per delivery ({n} deliveries)\n")
+    print("| call | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for s in names:
+        if max(by_target[t].get(s, 0) for t in cols) / n >= 0.05:
+            print(f"| {s} | " + " | ".join(f"{by_target[t].get(s, 0) / n:.2f}" for t in cols) + " |")
+    print("| **all** | " + " | ".join(
+        f"**{sum(by_target[t].values()) / n:.2f}**" for t in cols) + " |")
+    switches = []
+    for t in cols:
+        p = out / f"{t}-switches.json"
+        switches.append(f"{json.loads(p.read_text())['context_switches_per_request']:.2f}"
+                        if p.exists() else "")
+    print("| context switches (all threads) | " + " | ".join(switches) + " |\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--requests", type=int, required=True)
+    ap.add_argument("--vg-requests", type=int, required=True)
+    ap.add_argument("--warm", type=int, required=True)
+    ap.add_argument("--targets", nargs="+", required=True)
+    a = ap.parse_args()
+    syscall_table(a.out, a.targets, a.requests)
+    callgrind_tables(a.out, a.targets, a.vg_requests)
+    heap_table(a.out, a.targets, a.warm, a.vg_requests)
+
+
+if __name__ == "__main__":
+    main()
