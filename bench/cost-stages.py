@@ -58,17 +58,19 @@ RING_SYMBOL = re.compile(r"^(ring_core_|aes_|gcm_|chacha|x25519|fiat_|bn_|sha256
 # "inlined". The guard's row covers its lock, reads, decision, the publish and the commit.
 STAGES = [
     ("TLS and HTTP (self cost of rustls, ring, hyper)", None),
-    ("signature check", r"^hookgate::ingress::signature::Scheme::verify_request$"),
+    ("signature check", r"^hookgate::ingress::signature::Scheme::verify(_request)?$"),
     ("parse (fields, event)", r"^hookgate::ingress::event::parse$"),
     ("trace context (a new root)", r"^hookgate::ingress::trace::TraceContext::new_root$"),
     ("dedup keys (digests)", r"^hookgate::pipeline::DedupKeys::of$"),
     ("dedup claim", r"^hookgate::state::StateStore::try_claim::\{\{closure\}\}$"),
     ("guard, publish and commit", r"^hookgate::pipeline::Pipeline::decide_and_deliver::\{\{closure\}\}$"),
     ("  of which: the AMQP message", r"^hookgate::pipeline::message::message$"),
-    ("  of which: hand-off to a channel owner", r"^hookgate::outbox::publish::Publisher::publish_with::\{\{closure\}\}$"),
+    ("  of which: hand-off to a channel owner", r"^hookgate::outbox::publish::Publisher::publish(_with)?::\{\{closure\}\}$"),
     ("  of which: wait for the journal's sync", r"^expiring_lsm::journal::Journal::durable::\{\{closure\}\}$"),
     ("channel owners (batches, confirms)", r"^hookgate::outbox::publish::owner::run::\{\{closure\}\}$"),
     ("journal writer thread", r"^expiring_lsm::journal::threads::write_loop$"),
+    ("the ceiling's log: append and wait", r"^load::group_log::GroupLog::append::\{\{closure\}\}$"),
+    ("the ceiling's log: writer thread", r"^load::group_log::write_groups$"),
     ("metrics (self cost)", None),
     ("logs and spans (self cost)", None),
     ("answer (status body, headers)", r"^hookgate::http::webhook::(status_body|with_request_id|json)$"),
@@ -147,22 +149,76 @@ def callgrind_tables(out, targets, n):
     print("| **total (user space)** | " + " | ".join(
         f"**{totals[t] / n:,.0f}**" for t in cols) + " |\n")
     if "hookgate" in by_target:
-        inclusive = annotate(out / "hookgate.callgrind", inclusive=True)
-        print("### hookgate's stages (instructions per delivery)\n")
-        print("| stage | instructions | function |")
-        print("|---|---:|---|")
-        for label, pattern in STAGES:
-            if pattern is None:
-                cost = sum(by_target["hookgate"].get(c, 0) for c in STAGE_COMPONENTS[label])
-                print(f"| {label} | {cost / n:,.0f} | |")
-                continue
+        stage_table(out, by_target, cols, n)
+
+
+def stage_table(out, by_target, cols, n):
+    """The stages' instructions per delivery; the ceilings run hookgate's own verify,
+    message and publisher, so those rows compare like with like."""
+    inclusive = {t: annotate(out / f"{t}.callgrind", inclusive=True) for t in cols}
+    print("### The stages (instructions per delivery)\n")
+    print("| stage | " + " | ".join(cols) + " | function |")
+    print("|---|" + "---:|" * len(cols) + "---|")
+    for label, pattern in STAGES:
+        if pattern is None:
+            costs = [sum(by_target[t].get(c, 0) for c in STAGE_COMPONENTS[label]) for t in cols]
+            shown = ""
+        else:
             rx = re.compile(pattern)
-            hits = [(c, f) for f, c in inclusive.items() if rx.search(f)]
-            cost = sum(c for c, _ in hits)
-            shown = ", ".join(f"`{f.split('::')[-1] if '{{' not in f else f.split('::')[-2]}`" for _, f in hits)
-            print(f"| {label} | {cost / n:,.0f} | {shown or 'inlined'} |" if hits
-                  else f"| {label} | | inlined |")
-        print()
+            costs, names = [], set()
+            for t in cols:
+                hits = [(c, f) for f, c in inclusive[t].items() if rx.search(f)]
+                costs.append(sum(c for c, _ in hits))
+                names.update(f for _, f in hits)
+            shown = ", ".join(sorted(f"`{short(f)}`" for f in names)) or "inlined"
+        print(f"| {label} | " + " | ".join(f"{c / n:,.0f}" if c else "" for c in costs)
+              + f" | {shown} |")
+    print()
+
+
+def short(function):
+    """The last name of a function's path (its async body's parent for a closure)."""
+    parts = [p for p in function.split("::") if not p.startswith("{{")]
+    return parts[-1]
+
+
+KERNEL = "kernel"
+
+
+def perf_shares(path):
+    """Component -> share of the profile's samples (self time, kernel included)."""
+    text = subprocess.run(
+        ["perf", "report", "-i", str(path), "--no-children", "--sort", "sym", "--stdio",
+         "--percent-limit", "0"],
+        check=True, capture_output=True, text=True).stdout
+    shares = {}
+    for line in text.splitlines():
+        m = re.match(r"^\s*([\d.]+)%\s+\[(.)\]\s+(.+?)\s*$", line)
+        if m:
+            label = KERNEL if m.group(2) == "k" else component(m.group(3))
+            shares[label] = shares.get(label, 0) + float(m.group(1)) / 100
+    return shares
+
+
+def cpu_table(out, targets):
+    rows = {}
+    for t in targets:
+        profile, total = out / f"{t}.perf", out / f"{t}-cpu.json"
+        if profile.exists() and total.exists():
+            rows[t] = (json.loads(total.read_text())["cpu_us_per_request"], perf_shares(profile))
+    if not rows:
+        return
+    cols = list(rows)
+    n = json.loads((out / f"{cols[0]}-cpu.json").read_text())["requests"]
+    labels = [c for c, _ in COMPONENTS] + [ALLOCATOR, MEMORY, LIBC, KERNEL, OTHER]
+    print(f"### CPU time per delivery, µs, by component ({n:,} deliveries, sampled)\n")
+    print("| component | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for label in labels:
+        if any(rows[t][1].get(label, 0) for t in cols):
+            print(f"| {label} | " + " | ".join(
+                f"{rows[t][0] * rows[t][1].get(label, 0):.1f}" for t in cols) + " |")
+    print("| **total** | " + " | ".join(f"**{rows[t][0]:.1f}**" for t in cols) + " |\n")
 
 
 def dhat_totals(path):
@@ -259,6 +315,7 @@ def main():
     ap.add_argument("--warm", type=int, required=True)
     ap.add_argument("--targets", nargs="+", required=True)
     a = ap.parse_args()
+    cpu_table(a.out, a.targets)
     syscall_table(a.out, a.targets, a.requests)
     callgrind_tables(a.out, a.targets, a.vg_requests)
     heap_table(a.out, a.targets, a.warm, a.vg_requests)
