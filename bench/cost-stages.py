@@ -69,8 +69,6 @@ STAGES = [
     ("  of which: wait for the journal's sync", r"^expiring_lsm::journal::Journal::durable::\{\{closure\}\}$"),
     ("channel owners (batches, confirms)", r"^hookgate::outbox::publish::owner::run::\{\{closure\}\}$"),
     ("journal writer thread", r"^expiring_lsm::journal::threads::write_loop$"),
-    ("the ceiling's log: append and wait", r"^load::group_log::GroupLog::append::\{\{closure\}\}$"),
-    ("the ceiling's log: writer thread", r"^load::group_log::write_groups$"),
     ("metrics (self cost)", None),
     ("logs and spans (self cost)", None),
     ("answer (status body, headers)", r"^hookgate::http::webhook::(status_body|with_request_id|json)$"),
