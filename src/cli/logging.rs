@@ -1,8 +1,17 @@
-//! Logging to stderr, in text or JSON, at a level the config can change once it is read.
+//! Logging to stderr, in text or JSON, at a level the config can change once it is read;
+//! a library's lines at the level their meaning has for an operator.
 
 use std::io::IsTerminal;
 
 use clap::ValueEnum;
+use tracing::callsite::DefaultCallsite;
+use tracing::field::{Field, Value, Visit};
+use tracing::metadata::Kind;
+use tracing::{Event, Level, Metadata, Subscriber};
+use tracing_subscriber::filter::filter_fn;
+use tracing_subscriber::fmt::{self, MakeWriter};
+use tracing_subscriber::layer::{Context, Layer};
+use tracing_subscriber::registry::LookupSpan;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -47,22 +56,193 @@ pub fn init_logging(format: LogFormat) -> LogLevel {
         LogFormat::Auto => !terminal,
     };
     let (level, handle) = tracing_subscriber::reload::Layer::new(filter("info"));
-    let json_layer = json.then(|| {
-        tracing_subscriber::fmt::layer()
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
-            .with_writer(std::io::stderr)
-    });
-    let text_layer = (!json).then(|| {
-        tracing_subscriber::fmt::layer()
-            .with_ansi(terminal)
-            .with_writer(std::io::stderr)
-    });
     tracing_subscriber::registry()
         .with(level)
-        .with(json_layer)
-        .with(text_layer)
+        .with(output(json, terminal, std::io::stderr))
         .init();
     LogLevel(handle)
+}
+
+type BoxedLayer<S> = Box<dyn Layer<S> + Send + Sync>;
+
+/// The layers that write the log: every event as it is, but lapin's ERROR lines, which go
+/// out at WARN (`LapinAsWarn`).
+fn output<S, W>(json: bool, ansi: bool, writer: W) -> Vec<BoxedLayer<S>>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    W: for<'w> MakeWriter<'w> + Clone + Send + Sync + 'static,
+{
+    let format = |writer: W| -> BoxedLayer<S> {
+        if json {
+            fmt::layer()
+                .json()
+                .flatten_event(true)
+                .with_current_span(false)
+                .with_writer(writer)
+                .boxed()
+        } else {
+            fmt::layer().with_ansi(ansi).with_writer(writer).boxed()
+        }
+    };
+    let not_lapin_error = filter_fn(|meta| !is_lapin_error(meta));
+    vec![
+        format(writer.clone()).with_filter(not_lapin_error).boxed(),
+        LapinAsWarn(format(writer)).boxed(),
+    ]
+}
+
+/// lapin logs at ERROR what an operator meets at every broker restart (`Socket was readable
+/// but we read 0…`, `error doing IO`, `Connection error`), while hookgate reports the lost
+/// connection itself at WARN and reconnects: ERROR is for data at risk or an operator who
+/// must act (docs/operations.md). So lapin's ERROR events are written at WARN, with their
+/// message and fields, by this layer, and the writing layer above skips them.
+struct LapinAsWarn<S>(BoxedLayer<S>);
+
+fn is_lapin_error(meta: &Metadata<'_>) -> bool {
+    *meta.level() == Level::ERROR
+        && (meta.target() == "lapin" || meta.target().starts_with("lapin::"))
+}
+
+static LAPIN_WARN_CALLSITE: DefaultCallsite = DefaultCallsite::new(&LAPIN_WARN);
+static LAPIN_WARN: Metadata<'static> = tracing_core::metadata! {
+    name: "lapin",
+    target: "lapin",
+    level: Level::WARN,
+    fields: &["message", "fields"],
+    callsite: &LAPIN_WARN_CALLSITE,
+    kind: Kind::EVENT,
+};
+
+impl<S: Subscriber> Layer<S> for LapinAsWarn<S> {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        if !is_lapin_error(event.metadata()) {
+            return;
+        }
+        let mut text = EventText::default();
+        event.record(&mut text);
+        let names = LAPIN_WARN.fields();
+        let (Some(message), Some(fields)) = (names.field("message"), names.field("fields")) else {
+            return;
+        };
+        let fields_text = tracing::field::display(&text.fields);
+        let values: [(&Field, Option<&dyn Value>); 2] = [
+            (&message, Some(&text.message as &dyn Value)),
+            (
+                &fields,
+                (!text.fields.is_empty()).then_some(&fields_text as &dyn Value),
+            ),
+        ];
+        self.0
+            .on_event(&Event::new(&LAPIN_WARN, &names.value_set(&values)), ctx);
+    }
+}
+
+/// An event's message, and its other fields as `name=value` pairs.
+#[derive(Default)]
+struct EventText {
+    message: String,
+    fields: String,
+}
+
+impl Visit for EventText {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write;
+        if field.name() == "message" {
+            let _ = write!(self.message, "{value:?}");
+        } else {
+            let gap = if self.fields.is_empty() { "" } else { " " };
+            let _ = write!(self.fields, "{gap}{}={value:?}", field.name());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[derive(Clone, Default)]
+    struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Buffer {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .map_err(|_| std::io::Error::other("poisoned"))?
+                .extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl<'w> MakeWriter<'w> for Buffer {
+        type Writer = Buffer;
+        fn make_writer(&'w self) -> Buffer {
+            self.clone()
+        }
+    }
+
+    /// The lines written while `emit` runs under the gateway's output layers.
+    fn lines(json: bool, emit: impl FnOnce()) -> Vec<String> {
+        let buffer = Buffer::default();
+        let subscriber = tracing_subscriber::registry().with(output(json, false, buffer.clone()));
+        tracing::subscriber::with_default(subscriber, emit);
+        let bytes = buffer.0.lock().map(|b| b.clone()).unwrap_or_default();
+        String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn lapin_disconnect() {
+        // What lapin's I/O loop logs when the broker goes away.
+        tracing::error!(target: "lapin::io_loop", error = ?"connection reset", "error doing IO");
+        tracing::error!(target: "lapin::io_loop", "Socket was readable but we read 0.");
+        tracing::warn!(target: "lapin::channel", "a warning stays a warning");
+        tracing::error!(target: "lapinator", "another crate's error stays an error");
+        tracing::error!(target: "hookgate::outbox", "hookgate's own error stays an error");
+    }
+
+    #[test]
+    fn lapin_errors_are_written_at_warn_with_their_message_and_fields_and_others_stay() {
+        let text = lines(false, lapin_disconnect);
+        assert_eq!(text.len(), 5, "{text:#?}");
+        assert!(
+            text[0].contains("WARN") && text[0].contains("error doing IO"),
+            "{}",
+            text[0]
+        );
+        assert!(
+            text[0].contains(r#"error="connection reset""#),
+            "{}",
+            text[0]
+        );
+        assert!(
+            text[1].contains("WARN") && text[1].contains("read 0"),
+            "{}",
+            text[1]
+        );
+        assert!(text[2].contains("WARN") && text[2].contains("stays a warning"));
+        assert!(text[3].contains("ERROR") && text[3].contains("lapinator"));
+        assert!(text[4].contains("ERROR") && text[4].contains("hookgate::outbox"));
+        assert!(
+            text.iter().take(3).all(|l| !l.contains("ERROR")),
+            "{text:#?}"
+        );
+    }
+
+    #[test]
+    fn in_json_a_lapin_error_is_a_warn_line_of_target_lapin() {
+        let json = lines(true, lapin_disconnect);
+        assert_eq!(json.len(), 5, "{json:#?}");
+        let first: serde_json::Value = serde_json::from_str(&json[0]).unwrap_or_default();
+        assert_eq!(first["level"], "WARN", "{}", json[0]);
+        assert_eq!(first["target"], "lapin", "{}", json[0]);
+        assert_eq!(first["message"], "error doing IO", "{}", json[0]);
+        let last: serde_json::Value = serde_json::from_str(&json[4]).unwrap_or_default();
+        assert_eq!(last["level"], "ERROR", "{}", json[4]);
+    }
 }
