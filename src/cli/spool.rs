@@ -104,13 +104,13 @@ fn spool_change_or_list(
                 let parked_at =
                     std::time::UNIX_EPOCH + std::time::Duration::from_secs(e.parked_at_secs);
                 println!(
-                    "{}\tparked {}\tevent {}\troute {}\trouting key {}\t{} bytes\t{}",
+                    "{}\tparked {}\tevent {}\troute {}\trouting key {}\t{}\t{}",
                     e.id,
                     humantime::format_rfc3339_seconds(parked_at),
                     e.event_id.as_deref().unwrap_or("?"),
                     e.route.as_deref().unwrap_or("?"),
                     e.routing_key.as_deref().unwrap_or("?"),
-                    e.bytes,
+                    size(e.bytes),
                     e.reason
                 );
             }
@@ -140,15 +140,20 @@ fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
         |s| humantime::format_duration(std::time::Duration::from_secs(s)).to_string(),
     );
     println!(
-        "depth: {}\nbytes: {}\noldest: {}\nheld: {}\nparked: {}\ndrainer stalled: {}",
+        "depth: {}\nsize: {}\noldest: {}\nheld: {}\nparked: {}\ndrainer stalled: {}",
         status.depth,
-        status.bytes,
+        size(status.bytes),
         age,
         status.held,
         status.parked,
         if status.stalled { "yes" } else { "no" }
     );
     Ok(())
+}
+
+/// A byte count as people read it (`1.5 MiB`); the admin API's JSON keeps the exact count.
+fn size(bytes: u64) -> String {
+    bytesize::ByteSize::b(bytes).display().iec().to_string()
 }
 
 fn parked_entries(
