@@ -10,6 +10,11 @@
 //! made under a lease is therefore fenced: a script writes it only if the writer's token
 //! still holds the lease, in the same step, so a late writer cannot overwrite a newer
 //! decision.
+//!
+//! With `redis.wait_replicas`, every write an answer rests on is sent with its `WAIT` in one
+//! pipeline, on a connection of `WAIT`'s own ([`Link::exclusive`]): the `WAIT` covers that
+//! connection's last write, and a connection that fails is closed, never reconnected
+//! between a write and its `WAIT`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -93,6 +98,27 @@ for _, key in ipairs(KEYS) do
   redis.call('SET', key, ARGV[3], 'PX', ARGV[2])
 end
 return 1
+"#;
+
+/// A duplicate's check under `WAIT`: counts the keys that are done (`ARGV[1]`) and
+/// rewrites each one's expiry as it stands. The rewrite is a write, so it moves the calling
+/// connection's replication offset past the mark, and the `WAIT` after it covers the mark
+/// whichever connection wrote it; a mark the master no longer has (lost in a failover)
+/// counts nothing.
+const TOUCH_DONE: &str = r#"
+local done = 0
+for _, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[1] then
+    local ttl = redis.call('PTTL', key)
+    if ttl > 0 then
+      redis.call('PEXPIRE', key, ttl)
+    else
+      redis.call('SET', key, ARGV[1], 'KEEPTTL')
+    end
+    done = done + 1
+  end
+end
+return done
 "#;
 
 /// A checked Redis configuration, parsed before any port is bound.
@@ -209,8 +235,8 @@ impl RedisState {
     }
 
     /// Marks keys done for `ttl`, fenced by the claim `token` took: all of them in one
-    /// script (in a cluster, one script per hash slot, the event's key first), then
-    /// `WAIT` when configured.
+    /// script (in a cluster, one script per hash slot, the event's key first), each with
+    /// its `WAIT` when configured.
     pub async fn mark_done(
         &self,
         keys: &[&StoreKey],
@@ -229,27 +255,15 @@ impl RedisState {
             vec![keys]
         };
         for group in groups {
-            let first = group.first().cloned().unwrap_or_default();
-            let script = self.done.clone();
+            let args = vec![arg(token), arg(millis(ttl)), DONE.into()];
             let written = self
-                .run(Access::Write, move |mut c| async move {
-                    let mut call = script.prepare_invoke();
-                    for key in &group {
-                        call.key(key);
-                    }
-                    call.arg(token.to_string())
-                        .arg(millis(ttl))
-                        .arg(DONE)
-                        .invoke_async::<i64>(&mut c)
-                        .await
-                })
+                .eval_write(&self.done, FENCED_DONE, group, args)
                 .await?;
             if written != 1 {
                 return Err(StoreError::LeaseLost(
                     "the event's claim was taken over by another request while this one held it (paused past its lease?)",
                 ));
             }
-            self.replicate(first).await?;
         }
         Ok(())
     }
@@ -303,8 +317,8 @@ impl RedisState {
     }
 
     /// Writes the guard state of `key` (forgotten after `ttl` when given) and releases its
-    /// lock, in one script that does both only while `token` holds the lock; then `WAIT`
-    /// when configured. A lock lost meanwhile is [`StoreError::LeaseLost`]: the state
+    /// lock, in one script that does both only while `token` holds the lock, with its
+    /// `WAIT` when configured. A lock lost meanwhile is [`StoreError::LeaseLost`]: the state
     /// stays as the lock's later holder left it.
     pub async fn commit_locked(
         &self,
@@ -313,26 +327,16 @@ impl RedisState {
         value: &[u8],
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let lock_key = self.key(key, RedisSpace::Locks);
-        let state_key = self.key(key, RedisSpace::Guard);
-        let script = self.commit.clone();
-        let value = value.to_vec();
-        let ttl_ms = ttl.map_or(0, millis);
-        let first = state_key.clone();
+        let keys = vec![
+            self.key(key, RedisSpace::Locks),
+            self.key(key, RedisSpace::Guard),
+        ];
+        let args = vec![arg(token), value.to_vec(), arg(ttl.map_or(0, millis))];
         let written = self
-            .run(Access::Write, move |mut c| async move {
-                script
-                    .key(lock_key)
-                    .key(state_key)
-                    .arg(token.to_string())
-                    .arg(value)
-                    .arg(ttl_ms)
-                    .invoke_async::<i64>(&mut c)
-                    .await
-            })
+            .eval_write(&self.commit, FENCED_COMMIT, keys, args)
             .await;
         match written {
-            Ok(1) => self.replicate(first).await,
+            Ok(1) => Ok(()),
             Ok(_) => Err(StoreError::LeaseLost(
                 "the guard key's lock was taken over by another request while this one held it (paused past its lease?); its state was left as that request wrote it",
             )),
@@ -390,24 +394,16 @@ impl RedisState {
         token: u64,
         value: &[u8],
     ) -> Result<(), StoreError> {
-        let lease_key = self.key(key, RedisSpace::Locks);
-        let state_key = self.key(key, RedisSpace::Guard);
-        let script = self.put_leased.clone();
-        let value = value.to_vec();
-        let first = state_key.clone();
+        let keys = vec![
+            self.key(key, RedisSpace::Locks),
+            self.key(key, RedisSpace::Guard),
+        ];
+        let args = vec![arg(token), value.to_vec()];
         let written = self
-            .run(Access::Write, move |mut c| async move {
-                script
-                    .key(lease_key)
-                    .key(state_key)
-                    .arg(token.to_string())
-                    .arg(value)
-                    .invoke_async::<i64>(&mut c)
-                    .await
-            })
+            .eval_write(&self.put_leased, FENCED_PUT, keys, args)
             .await?;
         if written == 1 {
-            self.replicate(first).await
+            Ok(())
         } else {
             Err(StoreError::LeaseLost(
                 "the lease was taken over by another replica while this one held it (paused past its lease?); what it wrote stays",
@@ -475,58 +471,120 @@ impl RedisState {
         .map(|_| ())
     }
 
-    /// With `WAIT` configured: waits until the configured replicas have every write made
-    /// so far on the nodes holding `keys` (a duplicate's 200 rests on a mark that a
-    /// concurrent request, or an attempt whose own `WAIT` failed, may have written).
+    /// With `WAIT` configured: a duplicate's 200 rests on a done mark that a concurrent
+    /// request, or an attempt whose own `WAIT` failed, may have written moments ago. The
+    /// marks of `keys` are read again and touched ([`TOUCH_DONE`]) with a `WAIT` in the same
+    /// pipeline, on each node that holds one; a mark no longer there, or one the replicas
+    /// did not acknowledge, is a failure (503).
     pub async fn replicated(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         if self.wait.is_none() {
             return Ok(());
         }
-        let nodes: Vec<&StoreKey> = if self.link.is_cluster() {
-            keys.to_vec()
+        let keys: Vec<Vec<u8>> = keys
+            .iter()
+            .map(|k| self.key(k, RedisSpace::Marks))
+            .collect();
+        let groups: Vec<Vec<Vec<u8>>> = if self.link.is_cluster() {
+            keys.into_iter().map(|k| vec![k]).collect()
         } else {
-            keys.iter().take(1).copied().collect()
+            vec![keys]
         };
-        for key in nodes {
-            self.replicate(self.key(key, RedisSpace::Marks)).await?;
+        let mut done = 0;
+        for group in groups {
+            done += self
+                .write_then_wait(TOUCH_DONE, group, vec![DONE.into()])
+                .await?;
         }
-        Ok(())
-    }
-
-    /// `WAIT` for the configured replicas after a write on the node holding `key`: fewer
-    /// acknowledgements within the timeout is a failure (503), since a failover could then
-    /// lose the write.
-    async fn replicate(&self, key: Vec<u8>) -> Result<(), StoreError> {
-        let Some((replicas, timeout)) = self.wait else {
-            return Ok(());
-        };
-        let acked: i64 = self
-            .run(Access::Write, move |c| async move {
-                let mut cmd = redis::cmd("WAIT");
-                cmd.arg(replicas).arg(millis(timeout));
-                match c {
-                    Conn::Node(mut c) => cmd.query_async(&mut c).await,
-                    Conn::Cluster(mut c) => {
-                        use redis::cluster_routing::{
-                            Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
-                        };
-                        let at = Route::with_key(&key, SlotAddr::Master);
-                        let routing =
-                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(at));
-                        let value = c.route_command(cmd, routing).await?;
-                        redis::from_redis_value(value).map_err(redis::RedisError::from)
-                    }
-                }
-            })
-            .await?;
-        if acked < i64::from(replicas) {
+        if done == 0 {
             self.healthy.store(false, Ordering::Relaxed);
             return Err(StoreError::Unreachable(
-                format!("WAIT: {acked} of {replicas} replicas acknowledged the write in time")
+                "the done mark a duplicate rests on is not on the master (lost in a failover?)"
                     .into(),
             ));
         }
         Ok(())
+    }
+
+    /// Runs a script that writes (`source`, loaded as `script`) with `keys` and `args`:
+    /// with `WAIT` configured, in one pipeline with its `WAIT`
+    /// ([`RedisState::write_then_wait`]); else on the shared connection. The script's
+    /// answer.
+    async fn eval_write(
+        &self,
+        script: &Arc<redis::Script>,
+        source: &'static str,
+        keys: Vec<Vec<u8>>,
+        args: Vec<Vec<u8>>,
+    ) -> Result<i64, StoreError> {
+        if self.wait.is_some() {
+            return self.write_then_wait(source, keys, args).await;
+        }
+        let script = script.clone();
+        self.run(Access::Write, move |mut c| async move {
+            let mut call = script.prepare_invoke();
+            for key in &keys {
+                call.key(key);
+            }
+            for arg in &args {
+                call.arg(arg);
+            }
+            call.invoke_async::<i64>(&mut c).await
+        })
+        .await
+    }
+
+    /// The script `source` and `WAIT` for the configured replicas, as one pipeline on a
+    /// connection of `WAIT`'s own: the `WAIT` covers the script's writes (Redis counts the
+    /// calling connection's last write), and the connection is not shared, so the `WAIT`
+    /// holds up no other request. `EVAL`, not `EVALSHA`: a pipeline cannot load a script
+    /// the server lacks (a master just promoted) between its commands. A script that wrote
+    /// (answered other than 0) with fewer acknowledgements than asked is a failure (503):
+    /// a failover could lose the write. A failure of the connection closes it; nothing is
+    /// sent again on another one.
+    async fn write_then_wait(
+        &self,
+        source: &'static str,
+        keys: Vec<Vec<u8>>,
+        args: Vec<Vec<u8>>,
+    ) -> Result<i64, StoreError> {
+        let Some((replicas, timeout)) = self.wait else {
+            return Err(StoreError::Unreachable("WAIT is not configured".into()));
+        };
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(source)
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(&args)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(millis(timeout));
+        let attempt = async {
+            let mut lent = self.link.exclusive().await?;
+            let reply: (i64, i64) = pipe.query_async(lent.conn()).await?;
+            lent.give_back();
+            Ok::<_, redis::RedisError>(reply)
+        };
+        let result = match tokio::time::timeout(OP_TIMEOUT + timeout, attempt).await {
+            Ok(Ok((written, acked))) if written == 0 || acked >= i64::from(replicas) => {
+                self.healthy.store(true, Ordering::Relaxed);
+                return Ok(written);
+            }
+            Ok(Ok((_, acked))) => StoreError::Unreachable(
+                format!("WAIT: {acked} of {replicas} replicas acknowledged the write in time")
+                    .into(),
+            ),
+            Ok(Err(e)) => {
+                self.link.exclusive_failed(Some(&e));
+                StoreError::Unreachable(e.into())
+            }
+            Err(_) => {
+                self.link.exclusive_failed(None);
+                StoreError::Unreachable("no answer within the deadline".into())
+            }
+        };
+        self.healthy.store(false, Ordering::Relaxed);
+        Err(result)
     }
 
     /// Runs a call on the current connection under the deadline (connecting first if
@@ -577,6 +635,11 @@ impl RedisState {
             key.redis_form(&self.prefix, space)
         }
     }
+}
+
+/// A number as a script's argument.
+fn arg(n: u64) -> Vec<u8> {
+    n.to_string().into_bytes()
 }
 
 fn millis(d: Duration) -> u64 {
