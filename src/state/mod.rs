@@ -352,6 +352,29 @@ impl StateStore {
         }
     }
 
+    /// Before a publish: makes the leases it is published under (the claims `token` holds,
+    /// and `lock`) safe from a failover. Redis with `redis.wait_replicas`: renewed and
+    /// acknowledged by the replicas ([`RedisState::secure`]); otherwise nothing to do.
+    pub async fn secure(
+        &self,
+        claims: &[&StoreKey],
+        token: u64,
+        lock: Option<&KeyLock>,
+    ) -> Result<(), StoreError> {
+        match self {
+            StateStore::Local(_) => Ok(()),
+            StateStore::Redis {
+                redis, lock_lease, ..
+            } => {
+                let lock = match lock {
+                    Some(KeyLock::Redis { key, token }) => Some((key, *token)),
+                    _ => None,
+                };
+                redis.secure(claims, token, lock, *lock_lease).await
+            }
+        }
+    }
+
     /// Releases a claim still held by `token`.
     pub async fn release(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
         match self {

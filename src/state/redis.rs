@@ -121,6 +121,22 @@ end
 return done
 "#;
 
+/// Renews the leases `KEYS` (claims and a guard key's lock) for `ARGV[n + 1]` ms, all or
+/// none, only while each still holds its token (`ARGV[i]` for `KEYS[i]`); 0 otherwise.
+/// Sent with a `WAIT` before a publish, so the leases it publishes under are on the
+/// replicas: a failover cannot hand them to a second replica that would decide again.
+const RENEW: &str = r#"
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[i] then
+    return 0
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('PEXPIRE', key, ARGV[#KEYS + 1])
+end
+return 1
+"#;
+
 /// A checked Redis configuration, parsed before any port is bound.
 #[derive(Clone)]
 pub struct RedisTarget {
@@ -262,6 +278,45 @@ impl RedisState {
             if written != 1 {
                 return Err(StoreError::LeaseLost(
                     "the event's claim was taken over by another request while this one held it (paused past its lease?)",
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// With `WAIT` configured: renews the request's leases (its claims, under `token`, and
+    /// the guard-key lock it holds, under its own token) for `lease`, all only while each
+    /// is still held, with a `WAIT` in the same pipeline ([`RENEW`]); in a cluster one per
+    /// lease. A lease lost meanwhile is [`StoreError::LeaseLost`]; fewer acknowledgements
+    /// than asked, a failure (503). Nothing is published under a lease that a failover
+    /// could lose.
+    pub async fn secure(
+        &self,
+        claims: &[&StoreKey],
+        token: u64,
+        lock: Option<(&StoreKey, u64)>,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        if self.wait.is_none() {
+            return Ok(());
+        }
+        let leases: Vec<(Vec<u8>, u64)> = claims
+            .iter()
+            .map(|k| (self.key(k, RedisSpace::Marks), token))
+            .chain(lock.map(|(k, t)| (self.key(k, RedisSpace::Locks), t)))
+            .collect();
+        let groups: Vec<Vec<(Vec<u8>, u64)>> = if self.link.is_cluster() {
+            leases.into_iter().map(|l| vec![l]).collect()
+        } else {
+            vec![leases]
+        };
+        for group in groups {
+            let (keys, mut args): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
+                group.into_iter().map(|(k, t)| (k, arg(t))).unzip();
+            args.push(arg(millis(lease)));
+            if self.write_then_wait(RENEW, keys, args).await? != 1 {
+                return Err(StoreError::LeaseLost(
+                    "a claim or lock ended before the publish (paused past its lease, or lost in a failover); nothing was published",
                 ));
             }
         }

@@ -170,6 +170,15 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     );
     assert_eq!(a_status, 503, "A's commit was refused: {a_body}");
     proxy.restore();
+    // A's STOP left (spooled) before its commit was refused: its claims were kept and
+    // marked, so the sender's retry is a duplicate, not a STOP decided and published again
+    // after B's START.
+    let (status, answer) = b.deliver(&client(None), &stop, "req_fz_stop").await;
+    assert_eq!(
+        (status, outcome(&answer).as_str()),
+        (200, "duplicate"),
+        "the retry of a STOP that left was decided again: {answer}"
+    );
     broker.delete().await;
 }
 
