@@ -10,6 +10,7 @@ pub mod locks;
 pub mod marks;
 pub mod redis;
 pub mod redis_link;
+pub mod slots;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

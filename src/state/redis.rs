@@ -27,6 +27,7 @@ use crate::state::backoff::Backoff;
 use crate::state::keys::{RedisSpace, StoreKey};
 use crate::state::marks::{Claim, KeyState};
 use crate::state::redis_link::{Conn, Link, Topology, OP_TIMEOUT};
+use crate::state::slots;
 use crate::store::StoreError;
 
 /// Value of a done mark.
@@ -207,12 +208,45 @@ impl RedisState {
     /// Checks that Redis takes writes (for readiness while no traffic flows): a Redis out
     /// of memory (`maxmemory` with `noeviction`) or a read-only replica still answers PING
     /// and GET, but refuses every claim, so only a write tells.
+    ///
+    /// In a cluster hookgate's keys lie on every master, so the probe writes one key on
+    /// each master that `CLUSTER SLOTS` names, and Redis counts as taking writes only when
+    /// all of them do.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let k = self.key(&StoreKey::raw(b"readiness-probe"), RedisSpace::Marks);
-        self.run(Access::Write, move |mut c| async move {
-            c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
-        })
-        .await
+        if !self.link.is_cluster() {
+            let k = self.key(&StoreKey::raw(b"readiness-probe"), RedisSpace::Marks);
+            return self
+                .run(Access::Write, move |mut c| async move {
+                    c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
+                })
+                .await;
+        }
+        let reply: redis::Value = self
+            .run(Access::Read, |mut c| async move {
+                redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await
+            })
+            .await?;
+        let masters = master_ranges(&reply);
+        if masters.is_empty() {
+            self.healthy.store(false, Ordering::Relaxed);
+            return Err(StoreError::Unreachable(
+                "CLUSTER SLOTS names no master".into(),
+            ));
+        }
+        for (master, first, last) in masters {
+            let Some(k) = slots::key_in(&self.prefix, "readiness-probe", first, last) else {
+                continue;
+            };
+            // Read access: one master's success must not mark the store healthy while
+            // another's write is still to come.
+            self.run(Access::Read, move |mut c| async move {
+                c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
+            })
+            .await
+            .map_err(|e| StoreError::Unreachable(format!("master {master}: {e}").into()))?;
+        }
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The state of a dedup key.
@@ -690,6 +724,45 @@ impl RedisState {
             key.redis_form(&self.prefix, space)
         }
     }
+}
+
+/// Each master's address and the first and last slot of one range it holds, from a
+/// `CLUSTER SLOTS` reply (`[[first, last, [host, port, …], replicas…], …]`); a master with
+/// several ranges is named once.
+fn master_ranges(reply: &redis::Value) -> Vec<(String, u16, u16)> {
+    let redis::Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let mut masters: Vec<(String, u16, u16)> = Vec::new();
+    for range in ranges {
+        let redis::Value::Array(parts) = range else {
+            continue;
+        };
+        let (Some(first), Some(last), Some(redis::Value::Array(node))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        let (Ok(first), Ok(last)) = (
+            redis::from_redis_value_ref::<u16>(first),
+            redis::from_redis_value_ref::<u16>(last),
+        ) else {
+            continue;
+        };
+        let host = node
+            .first()
+            .and_then(|h| redis::from_redis_value_ref::<String>(h).ok())
+            .unwrap_or_default();
+        let port = node
+            .get(1)
+            .and_then(|p| redis::from_redis_value_ref::<u16>(p).ok())
+            .unwrap_or_default();
+        let addr = format!("{host}:{port}");
+        if !masters.iter().any(|(a, _, _)| *a == addr) {
+            masters.push((addr, first, last));
+        }
+    }
+    masters
 }
 
 /// A number as a script's argument.
