@@ -266,7 +266,13 @@ impl Pipeline {
             .await
         {
             Ok(check) => self
-                .deliver_checked(route, event, check, now_ms, (&[], 0))
+                .deliver_checked(
+                    route,
+                    event,
+                    check,
+                    now_ms,
+                    (&[], 0, tokio::time::Instant::now()),
+                )
                 .await
                 .map_err(|failure| failure.error),
             Err(error) => Err(error),
@@ -333,11 +339,14 @@ impl Pipeline {
     ) -> Result<Outcome, StoreError> {
         let keys = DedupKeys::of(route, event);
         let token: u64 = rand::random();
+        // The claims are taken after this instant, so their leases end after it plus the
+        // lease: the publish must start in time to finish before ([`Self::deliver_checked`]).
+        let began = tokio::time::Instant::now();
         if let Some(answered) = self.claim(&keys, token, event).await? {
             return Ok(answered);
         }
         let result = self
-            .decide_and_deliver(route, event, now_ms, &keys, token)
+            .decide_and_deliver(route, event, now_ms, (&keys, token, began))
             .await;
         let (result, left) = match result {
             Ok(outcome) => (Ok(outcome), false),
@@ -435,8 +444,7 @@ impl Pipeline {
         route: &RouteRuntime,
         event: &Event,
         now_ms: i64,
-        keys: &DedupKeys,
-        token: u64,
+        (keys, token, began): (&DedupKeys, u64, tokio::time::Instant),
     ) -> Result<Outcome, Failure> {
         let name = route.config.name.as_str();
         let check = self
@@ -444,21 +452,22 @@ impl Pipeline {
             .check(name, &route.guard, event, now_ms)
             .await
             .map_err(Failure::before)?;
-        self.deliver_checked(route, event, check, now_ms, (&keys.all(), token))
+        self.deliver_checked(route, event, check, now_ms, (&keys.all(), token, began))
             .await
     }
 
     /// Publishes (or spools) an event the guard accepted and commits its check, or answers
     /// the guard's drop. Before the publish, the leases it goes out under (`claims`, the
     /// claims their token holds, and the guard key's lock) are secured against a failover
-    /// ([`StateStore::secure`]).
+    /// ([`StateStore::secure`]). A request that reaches its publish too late to finish
+    /// within its leases (a stalled process) publishes nothing and answers 503.
     async fn deliver_checked(
         &self,
         route: &RouteRuntime,
         event: &Event,
         check: Check,
         now_ms: i64,
-        claims: (&[&StoreKey], u64),
+        (claims, token, began): (&[&StoreKey], u64, tokio::time::Instant),
     ) -> Result<Outcome, Failure> {
         let name = route.config.name.as_str();
         let held = match check {
@@ -472,10 +481,20 @@ impl Pipeline {
             Check::Accept(held) => Some(held),
             Check::Unguarded => None,
         };
+        let renewing = tokio::time::Instant::now();
         let secured = self
             .state
-            .secure(claims.0, claims.1, held.as_ref().map(|h| h.lock()))
-            .await;
+            .secure(claims, token, held.as_ref().map(|h| h.lock()))
+            .await
+            .and_then(|renewed| {
+                let since = if renewed { renewing } else { began };
+                if since.elapsed() > self.settings.publish_by {
+                    return Err(StoreError::LeaseLost(
+                        "the request reached its publish too late to finish within its lease (a stalled process?); nothing was published",
+                    ));
+                }
+                Ok(())
+            });
         if let Err(error) = secured {
             if let Some(held) = held {
                 self.guards.abandon(held).await;

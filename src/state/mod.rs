@@ -356,14 +356,15 @@ impl StateStore {
     /// Before a publish: makes the leases it is published under (the claims `token` holds,
     /// and `lock`) safe from a failover. Redis with `redis.wait_replicas`: renewed and
     /// acknowledged by the replicas ([`RedisState::secure`]); otherwise nothing to do.
+    /// True when the leases were renewed (they run anew from before the call).
     pub async fn secure(
         &self,
         claims: &[&StoreKey],
         token: u64,
         lock: Option<&KeyLock>,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         match self {
-            StateStore::Local(_) => Ok(()),
+            StateStore::Local(_) => Ok(false),
             StateStore::Redis {
                 redis, lock_lease, ..
             } => {

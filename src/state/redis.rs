@@ -330,9 +330,9 @@ impl RedisState {
         token: u64,
         lock: Option<(&StoreKey, u64)>,
         lease: Duration,
-    ) -> Result<(), StoreError> {
+    ) -> Result<bool, StoreError> {
         if self.wait.is_none() {
-            return Ok(());
+            return Ok(false);
         }
         let leases: Vec<(Vec<u8>, u64)> = claims
             .iter()
@@ -354,7 +354,7 @@ impl RedisState {
                 ));
             }
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Releases a claim if `token` still holds it.

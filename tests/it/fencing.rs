@@ -10,10 +10,11 @@ use crate::util::proxy::Proxy;
 use crate::util::*;
 
 /// `confirm_timeout: 3s`, `in_flight_wait: 1s`: a request may hold its claim for
-/// 1 + 2 (lock) + 2 (read) + 3 + 5 (spool fsync) + 2 (commit) + 2 (marks) = 17 s.
-const LEASE: &str = "18s";
+/// 2 (the event's claim) + 1 + 2 (lock) + 2 (read) + 3 + 5 (spool fsync) + 2 (commit) + 2
+/// (marks) = 19 s.
+const LEASE: &str = "20s";
 /// How long the lease lasts, for waiting it out.
-const LEASE_SECS: u64 = 18;
+const LEASE_SECS: u64 = 20;
 
 /// Two gateways on one key prefix of the Redis at `url`; A publishes through `proxy`.
 async fn pair_through(

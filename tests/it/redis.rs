@@ -552,7 +552,7 @@ async fn a_claim_left_by_an_instance_killed_mid_publish_is_taken_over_after_the_
     // Instance A publishes through a proxy that will swallow its publish; B directly.
     let proxy = Proxy::to_rabbitmq().await;
     let shared = format!(
-        "dedup:\n  backend: redis\n  in_flight_lease: 16s\n  in_flight_wait: 1s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
+        "dedup:\n  backend: redis\n  in_flight_lease: 18s\n  in_flight_wait: 1s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n"
     );
     let mut cfg_a = GatewayConfig::new(dirs[0].path(), &broker.exchange);
     cfg_a.amqp_url = proxy.amqp_url("");
