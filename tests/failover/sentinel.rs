@@ -157,7 +157,11 @@ async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_eve
             })
         })
         .await;
-        assert!(known, "sentinel {} never saw both replicas and the others", s.addr());
+        assert!(
+            known,
+            "sentinel {} never saw both replicas and the others",
+            s.addr()
+        );
     }
 
     let broker = Broker::new().await;

@@ -492,3 +492,64 @@ async fn no_publish_holds_its_caller_past_confirm_timeout_while_the_channels_wai
     );
     broker.delete().await;
 }
+
+#[tokio::test]
+async fn amqp_queue_is_declared_as_a_quorum_queue_bound_to_the_exchange() {
+    use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+    use lapin::types::{FieldTable, ShortString};
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    let queue = unique("hg-quorum");
+    cfg.amqp_extra = format!("  queue: {{name: {queue}}}\n");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    gw.accept(&client, "quorum_1").await;
+
+    let connection = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
+        .await
+        .expect("connection");
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let name = ShortString::from(queue.as_str());
+    let arrived = eventually(POLL_DEADLINE, || {
+        let (connection, name) = (&connection, name.clone());
+        async move {
+            let Ok(channel) = connection.create_channel().await else {
+                return false;
+            };
+            channel
+                .queue_declare(name, passive, FieldTable::default())
+                .await
+                .is_ok_and(|q| q.message_count() == 1)
+        }
+    })
+    .await;
+    // Declared without a type, the queue is refused: it exists as a quorum queue.
+    let channel = connection.create_channel().await.expect("channel");
+    let classic = channel
+        .queue_declare(
+            name.clone(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    let cleanup = connection.create_channel().await.expect("channel");
+    let _ = cleanup
+        .queue_delete(name, QueueDeleteOptions::default())
+        .await;
+    assert!(
+        arrived,
+        "the accepted event never reached the declared queue"
+    );
+    assert!(
+        classic.is_err(),
+        "a classic declare of the queue was accepted: it is not a quorum queue"
+    );
+    broker.delete().await;
+}
