@@ -109,33 +109,26 @@ async fn settled(gw: &Gateway, body: &str) -> (u16, String) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_every_opt_out_holds() {
-    require_broker!();
-    let dirs: Vec<tempfile::TempDir> = (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
+/// A master, `replicas` replicas and three sentinels in `dirs` (at least 4 + `replicas`
+/// folders), every replica in sync and every sentinel knowing them and the others.
+async fn sentinel_set(
+    dirs: &[tempfile::TempDir],
+    replicas: usize,
+) -> Option<(Server, Vec<Server>, Vec<Server>)> {
     let master_port = free_port();
-    let Some(mut master) = Server::start(dirs[0].path(), master_port, None, &[]).await else {
-        return;
-    };
+    let master = Server::start(dirs[0].path(), master_port, None, &[]).await?;
     let replica_args = ["--replicaof", "127.0.0.1", &master_port.to_string()].map(str::to_owned);
     let replica_args: Vec<&str> = replica_args.iter().map(String::as_str).collect();
-    let mut replicas = Vec::new();
-    for dir in &dirs[1..3] {
-        let Some(r) = Server::start(dir.path(), free_port(), None, &replica_args).await else {
-            return;
-        };
-        replicas.push(r);
+    let mut copies = Vec::new();
+    for dir in &dirs[1..=replicas] {
+        copies.push(Server::start(dir.path(), free_port(), None, &replica_args).await?);
     }
     let mut sentinels = Vec::new();
-    for dir in &dirs[3..] {
+    for dir in &dirs[replicas + 1..replicas + 4] {
         let conf = sentinel_conf(dir.path(), master_port);
-        let Some(s) = Server::start(dir.path(), free_port(), Some(&conf), &["--sentinel"]).await
-        else {
-            return;
-        };
-        sentinels.push(s);
+        sentinels.push(Server::start(dir.path(), free_port(), Some(&conf), &["--sentinel"]).await?);
     }
-    for r in &replicas {
+    for r in &copies {
         let synced = eventually(POLL_DEADLINE, || async {
             let info: Option<String> = r.query(redis::cmd("INFO").arg("replication")).await;
             info.is_some_and(|i| i.contains("master_link_status:up"))
@@ -143,6 +136,7 @@ async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_eve
         .await;
         assert!(synced, "replica {} never synced", r.addr());
     }
+    let slaves = replicas.to_string();
     for s in &sentinels {
         let known = eventually(POLL_DEADLINE, || async {
             let flat: Option<Vec<String>> = s
@@ -153,17 +147,27 @@ async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_eve
                     .chunks(2)
                     .map(|kv| (kv[0].as_str(), kv.get(1).map_or("", String::as_str)))
                     .collect();
-                m.contains(&("num-slaves", "2")) && m.contains(&("num-other-sentinels", "2"))
+                m.contains(&("num-slaves", slaves.as_str()))
+                    && m.contains(&("num-other-sentinels", "2"))
             })
         })
         .await;
         assert!(
             known,
-            "sentinel {} never saw both replicas and the others",
+            "sentinel {} never saw the replicas and the others",
             s.addr()
         );
     }
+    Some((master, copies, sentinels))
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_every_opt_out_holds() {
+    require_broker!();
+    let dirs: Vec<tempfile::TempDir> = (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let Some((mut master, _replicas, sentinels)) = sentinel_set(&dirs, 2).await else {
+        return;
+    };
     let broker = Broker::new().await;
     let list: Vec<String> = sentinels.iter().map(Server::addr).collect();
     let gw_dir = tempfile::tempdir().expect("dir");
@@ -237,5 +241,24 @@ async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_eve
     );
     assert!(not_duplicate.is_empty(), "{not_duplicate:?}");
     assert!(not_held.is_empty(), "{not_held:?}");
+    broker.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_and_two_replicas_the_master_killed_mid_load_loses_no_answered_event() {
+    require_broker!();
+    let dirs: Vec<tempfile::TempDir> = (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let Some((mut master, _replicas, sentinels)) = sentinel_set(&dirs, 2).await else {
+        return;
+    };
+    let broker = Broker::new().await;
+    let list: Vec<String> = sentinels.iter().map(Server::addr).collect();
+    let redis_yaml = format!(
+        "  url: redis://127.0.0.1:1/0\n  sentinels: [{}]\n  master_name: {MASTER}\n  wait_replicas: 1\n  wait_timeout: 1s\n",
+        list.join(", ")
+    );
+    let (a, b, _dirs) = two_gateways(&broker, &redis_yaml).await;
+    let figures = load_through_failover("sentinel_wait", &a, &b, &broker, || master.kill()).await;
+    assert!(figures.answered_200 > 0, "{figures:?}");
     broker.delete().await;
 }
