@@ -10,6 +10,7 @@ pub mod locks;
 pub mod marks;
 pub mod redis;
 pub mod redis_link;
+mod scripts;
 pub mod slots;
 
 use std::sync::Arc;

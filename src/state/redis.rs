@@ -22,121 +22,18 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
+mod wait;
+
 use crate::config::Redis as RedisConfig;
 use crate::state::backoff::Backoff;
 use crate::state::keys::{RedisSpace, StoreKey};
 use crate::state::marks::{Claim, KeyState};
 use crate::state::redis_link::{Conn, Link, Topology, OP_TIMEOUT};
+use crate::state::scripts::{
+    COMPARE_AND_DELETE, DONE, FENCED_COMMIT, FENCED_DONE, FENCED_PUT, TAKE_OR_EXTEND,
+};
 use crate::state::slots;
 use crate::store::StoreError;
-
-/// Value of a done mark.
-const DONE: &str = "d";
-
-/// Deletes a key only if it still holds our value: a claim or lock taken over after its
-/// lease must not be released by the old owner.
-const COMPARE_AND_DELETE: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"#;
-
-/// Takes a lease for `ARGV[1]`, or extends it when `ARGV[1]` holds it already, for
-/// `ARGV[2]` ms; 1 if held now.
-const TAKE_OR_EXTEND: &str = r#"
-local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if held then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"#;
-
-/// The guard commit: writes the state `KEYS[2]` (`ARGV[2]`, expiring after `ARGV[3]` ms,
-/// never when 0) and releases the lock `KEYS[1]`, only while token `ARGV[1]` holds that
-/// lock; 0 otherwise. A lock that expired and was never taken again is lost too: another
-/// request may have taken it, decided and released it in between.
-const FENCED_COMMIT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-if ARGV[3] == '0' then
-  redis.call('SET', KEYS[2], ARGV[2])
-else
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-end
-redis.call('DEL', KEYS[1])
-return 1
-"#;
-
-/// Writes `KEYS[2]` (`ARGV[2]`, never expiring) only while token `ARGV[1]` holds the lease
-/// `KEYS[1]`; 0 otherwise. The lease stays: its holder renews and ends it.
-const FENCED_PUT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[2], ARGV[2])
-return 1
-"#;
-
-/// Marks every key done (`ARGV[3]`) for `ARGV[2]` ms, all or none, unless one of them is
-/// claimed by another token than `ARGV[1]`: then 0. A key that is free (its claim expired
-/// and nobody took it) or done already is marked: the event was handled, and a done mark
-/// only ever keeps a duplicate out.
-const FENCED_DONE: &str = r#"
-for _, key in ipairs(KEYS) do
-  local held = redis.call('GET', key)
-  if held and held ~= ARGV[1] and held ~= ARGV[3] then
-    return 0
-  end
-end
-for _, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[3], 'PX', ARGV[2])
-end
-return 1
-"#;
-
-/// A duplicate's check under `WAIT`: counts the keys that are done (`ARGV[1]`) and
-/// rewrites each one's expiry as it stands. The rewrite is a write, so it moves the calling
-/// connection's replication offset past the mark, and the `WAIT` after it covers the mark
-/// whichever connection wrote it; a mark the master no longer has (lost in a failover)
-/// counts nothing.
-const TOUCH_DONE: &str = r#"
-local done = 0
-for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
-    local ttl = redis.call('PTTL', key)
-    if ttl > 0 then
-      redis.call('PEXPIRE', key, ttl)
-    else
-      redis.call('SET', key, ARGV[1], 'KEEPTTL')
-    end
-    done = done + 1
-  end
-end
-return done
-"#;
-
-/// Renews the leases `KEYS` (claims and a guard key's lock) for `ARGV[n + 1]` ms, all or
-/// none, only while each still holds its token (`ARGV[i]` for `KEYS[i]`); 0 otherwise.
-/// Sent with a `WAIT` before a publish, so the leases it publishes under are on the
-/// replicas: a failover cannot hand them to a second replica that would decide again.
-const RENEW: &str = r#"
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) ~= ARGV[i] then
-    return 0
-  end
-end
-for _, key in ipairs(KEYS) do
-  redis.call('PEXPIRE', key, ARGV[#KEYS + 1])
-end
-return 1
-"#;
 
 /// A checked Redis configuration, parsed before any port is bound.
 #[derive(Clone)]
@@ -316,45 +213,6 @@ impl RedisState {
             }
         }
         Ok(())
-    }
-
-    /// With `WAIT` configured: renews the request's leases (its claims, under `token`, and
-    /// the guard-key lock it holds, under its own token) for `lease`, all only while each
-    /// is still held, with a `WAIT` in the same pipeline ([`RENEW`]); in a cluster one per
-    /// lease. A lease lost meanwhile is [`StoreError::LeaseLost`]; fewer acknowledgements
-    /// than asked, a failure (503). Nothing is published under a lease that a failover
-    /// could lose.
-    pub async fn secure(
-        &self,
-        claims: &[&StoreKey],
-        token: u64,
-        lock: Option<(&StoreKey, u64)>,
-        lease: Duration,
-    ) -> Result<bool, StoreError> {
-        if self.wait.is_none() {
-            return Ok(false);
-        }
-        let leases: Vec<(Vec<u8>, u64)> = claims
-            .iter()
-            .map(|k| (self.key(k, RedisSpace::Marks), token))
-            .chain(lock.map(|(k, t)| (self.key(k, RedisSpace::Locks), t)))
-            .collect();
-        let groups: Vec<Vec<(Vec<u8>, u64)>> = if self.link.is_cluster() {
-            leases.into_iter().map(|l| vec![l]).collect()
-        } else {
-            vec![leases]
-        };
-        for group in groups {
-            let (keys, mut args): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
-                group.into_iter().map(|(k, t)| (k, arg(t))).unzip();
-            args.push(arg(millis(lease)));
-            if self.write_then_wait(RENEW, keys, args).await? != 1 {
-                return Err(StoreError::LeaseLost(
-                    "a claim or lock ended before the publish (paused past its lease, or lost in a failover); nothing was published",
-                ));
-            }
-        }
-        Ok(true)
     }
 
     /// Releases a claim if `token` still holds it.
@@ -558,122 +416,6 @@ impl RedisState {
         })
         .await
         .map(|_| ())
-    }
-
-    /// With `WAIT` configured: a duplicate's 200 rests on a done mark that a concurrent
-    /// request, or an attempt whose own `WAIT` failed, may have written moments ago. The
-    /// marks of `keys` are read again and touched ([`TOUCH_DONE`]) with a `WAIT` in the same
-    /// pipeline, on each node that holds one; a mark no longer there, or one the replicas
-    /// did not acknowledge, is a failure (503).
-    pub async fn replicated(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
-        if self.wait.is_none() {
-            return Ok(());
-        }
-        let keys: Vec<Vec<u8>> = keys
-            .iter()
-            .map(|k| self.key(k, RedisSpace::Marks))
-            .collect();
-        let groups: Vec<Vec<Vec<u8>>> = if self.link.is_cluster() {
-            keys.into_iter().map(|k| vec![k]).collect()
-        } else {
-            vec![keys]
-        };
-        let mut done = 0;
-        for group in groups {
-            done += self
-                .write_then_wait(TOUCH_DONE, group, vec![DONE.into()])
-                .await?;
-        }
-        if done == 0 {
-            self.healthy.store(false, Ordering::Relaxed);
-            return Err(StoreError::Unreachable(
-                "the done mark a duplicate rests on is not on the master (lost in a failover?)"
-                    .into(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Runs a script that writes (`source`, loaded as `script`) with `keys` and `args`:
-    /// with `WAIT` configured, in one pipeline with its `WAIT`
-    /// ([`RedisState::write_then_wait`]); else on the shared connection. The script's
-    /// answer.
-    async fn eval_write(
-        &self,
-        script: &Arc<redis::Script>,
-        source: &'static str,
-        keys: Vec<Vec<u8>>,
-        args: Vec<Vec<u8>>,
-    ) -> Result<i64, StoreError> {
-        if self.wait.is_some() {
-            return self.write_then_wait(source, keys, args).await;
-        }
-        let script = script.clone();
-        self.run(Access::Write, move |mut c| async move {
-            let mut call = script.prepare_invoke();
-            for key in &keys {
-                call.key(key);
-            }
-            for arg in &args {
-                call.arg(arg);
-            }
-            call.invoke_async::<i64>(&mut c).await
-        })
-        .await
-    }
-
-    /// The script `source` and `WAIT` for the configured replicas, as one pipeline on a
-    /// connection of `WAIT`'s own: the `WAIT` covers the script's writes (Redis counts the
-    /// calling connection's last write), and the connection is not shared, so the `WAIT`
-    /// holds up no other request. `EVAL`, not `EVALSHA`: a pipeline cannot load a script
-    /// the server lacks (a master just promoted) between its commands. A script that wrote
-    /// (answered other than 0) with fewer acknowledgements than asked is a failure (503):
-    /// a failover could lose the write. A failure of the connection closes it; nothing is
-    /// sent again on another one.
-    async fn write_then_wait(
-        &self,
-        source: &'static str,
-        keys: Vec<Vec<u8>>,
-        args: Vec<Vec<u8>>,
-    ) -> Result<i64, StoreError> {
-        let Some((replicas, timeout)) = self.wait else {
-            return Err(StoreError::Unreachable("WAIT is not configured".into()));
-        };
-        let mut pipe = redis::pipe();
-        pipe.cmd("EVAL")
-            .arg(source)
-            .arg(keys.len())
-            .arg(&keys)
-            .arg(&args)
-            .cmd("WAIT")
-            .arg(replicas)
-            .arg(millis(timeout));
-        let attempt = async {
-            let mut lent = self.link.exclusive().await?;
-            let reply: (i64, i64) = pipe.query_async(lent.conn()).await?;
-            lent.give_back();
-            Ok::<_, redis::RedisError>(reply)
-        };
-        let result = match tokio::time::timeout(OP_TIMEOUT + timeout, attempt).await {
-            Ok(Ok((written, acked))) if written == 0 || acked >= i64::from(replicas) => {
-                self.healthy.store(true, Ordering::Relaxed);
-                return Ok(written);
-            }
-            Ok(Ok((_, acked))) => StoreError::Unreachable(
-                format!("WAIT: {acked} of {replicas} replicas acknowledged the write in time")
-                    .into(),
-            ),
-            Ok(Err(e)) => {
-                self.link.exclusive_failed(Some(&e));
-                StoreError::Unreachable(e.into())
-            }
-            Err(_) => {
-                self.link.exclusive_failed(None);
-                StoreError::Unreachable("no answer within the deadline".into())
-            }
-        };
-        self.healthy.store(false, Ordering::Relaxed);
-        Err(result)
     }
 
     /// Runs a call on the current connection under the deadline (connecting first if
