@@ -36,6 +36,10 @@ impl RedisState {
             .map(|k| (self.key(k, RedisSpace::Marks), token))
             .chain(lock.map(|(k, t)| (self.key(k, RedisSpace::Locks), t)))
             .collect();
+        if leases.is_empty() {
+            // Nothing is held (an unguarded event a replay publishes again): no WAIT.
+            return Ok(false);
+        }
         let groups: Vec<Vec<(Vec<u8>, u64)>> = if self.link.is_cluster() {
             leases.into_iter().map(|l| vec![l]).collect()
         } else {
