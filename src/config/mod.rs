@@ -26,7 +26,8 @@ pub use route::{
     StatusGuard,
 };
 pub use schema::{
-    AdminConfig, Amqp, Backend, Config, Dedup, Limits, Listen, Log, SpoolConfig, StoreConfig, Tls,
+    AdminConfig, Amqp, AmqpQueue, Backend, Config, Dedup, Limits, Listen, Log, QueueKind,
+    SpoolConfig, StoreConfig, Tls,
 };
 pub use secret::SecretSource;
 pub use units::{parse_duration, parse_size};

@@ -72,21 +72,60 @@ impl Default for Redis {
 }
 
 impl Redis {
-    /// The longest a request may hold its dedup claim while its lock wait is
-    /// `in_flight_wait` and a publish takes at most `confirm_timeout`: the wait for the
-    /// guard-key lock (its last attempt included), the guard state's read, the publish,
-    /// the spool's fsync when the publish fails, the guard commit and the done marks (each
-    /// with its `WAIT`). The guard-key lock is held for a part of that.
+    /// The longest a request may hold a claim (or its guard-key lock) while its lock wait
+    /// is `in_flight_wait` and a publish takes at most `confirm_timeout`: one bound, the
+    /// longer of the two stretches a lease must cover.
+    ///
+    /// - From the claims to the publish: the event's claim after the request id's, the
+    ///   wait for the guard-key lock (its last attempt included), the guard state's read,
+    ///   and with `wait_replicas` the renewal of the leases with its `WAIT`
+    ///   ([`Redis::hold_to_renewal`]).
+    /// - From the publish on ([`Redis::hold_from_publish`]): the publish (the caller waits for
+    ///   its confirm no longer than `confirm_timeout`, however the broker's channels fare),
+    ///   the spool's fsync when it fails, the guard commit and the done marks, each with its
+    ///   `WAIT`. With `wait_replicas` the renewal just before the publish starts the leases
+    ///   anew, so the two stretches are bounded apart; without it, they add up.
     pub fn longest_hold(&self, in_flight_wait: Duration, confirm_timeout: Duration) -> Duration {
+        let before = self.hold_to_renewal(in_flight_wait);
+        let after = self.hold_from_publish(confirm_timeout);
+        if self.wait_replicas > 0 {
+            // The renewal's own call counts in both: it may land at its start or its end.
+            before.max(self.renewal() + after)
+        } else {
+            before + after
+        }
+    }
+
+    /// From the request id's claim to the leases' renewal (or, without `wait_replicas`,
+    /// to the publish); see [`Redis::longest_hold`].
+    fn hold_to_renewal(&self, in_flight_wait: Duration) -> Duration {
+        REDIS_OP_TIMEOUT // the event's claim after the request id's
+            + in_flight_wait
+            + REDIS_OP_TIMEOUT // the lock's last attempt
+            + REDIS_OP_TIMEOUT // the guard state's read
+            + self.renewal()
+    }
+
+    /// The renewal of the leases before a publish, with its `WAIT` (none without
+    /// `wait_replicas`).
+    fn renewal(&self) -> Duration {
+        if self.wait_replicas > 0 {
+            REDIS_OP_TIMEOUT + self.wait_timeout
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// The longest a request holds its claims from the start of its publish: the publish,
+    /// the spool's fsync when it fails, the guard commit and the done marks, each with its
+    /// `WAIT`.
+    pub fn hold_from_publish(&self, confirm_timeout: Duration) -> Duration {
         let wait = if self.wait_replicas > 0 {
             self.wait_timeout
         } else {
             Duration::ZERO
         };
-        in_flight_wait
-            + REDIS_OP_TIMEOUT // the lock's last attempt
-            + REDIS_OP_TIMEOUT // the guard state's read
-            + confirm_timeout
+        confirm_timeout
             + SPOOL_FLUSH_WAIT
             + (REDIS_OP_TIMEOUT + wait) // the guard commit
             + (REDIS_OP_TIMEOUT + wait) // the done marks
@@ -160,8 +199,12 @@ impl Redis {
         let held = self.longest_hold(in_flight_wait, confirm_timeout);
         if lease <= held {
             return invalid(format!(
-                "dedup.in_flight_lease: must be longer than {held:?} with the Redis backend: dedup.in_flight_wait + amqp.confirm_timeout + {SPOOL_FLUSH_WAIT:?} for the spool's fsync + {REDIS_OP_TIMEOUT:?} for each of the lock, the read, the guard commit and the done marks{}, the longest a request holds its claim",
-                if self.wait_replicas > 0 { " + redis.wait_timeout twice" } else { "" }
+                "dedup.in_flight_lease: must be longer than {held:?} with the Redis backend, the longest a request holds its claim: {}",
+                if self.wait_replicas > 0 {
+                    format!("the longer of dedup.in_flight_wait + {REDIS_OP_TIMEOUT:?} for each of the event's claim, the lock, the read and the renewal of the leases + redis.wait_timeout, and {REDIS_OP_TIMEOUT:?} + redis.wait_timeout for the renewal + amqp.confirm_timeout + {SPOOL_FLUSH_WAIT:?} for the spool's fsync + {REDIS_OP_TIMEOUT:?} + redis.wait_timeout for each of the guard commit and the done marks")
+                } else {
+                    format!("dedup.in_flight_wait + amqp.confirm_timeout + {SPOOL_FLUSH_WAIT:?} for the spool's fsync + {REDIS_OP_TIMEOUT:?} for each of the event's claim, the lock, the read, the guard commit and the done marks")
+                }
             ));
         }
         Ok(())
@@ -250,21 +293,33 @@ mod tests {
     #[test]
     fn the_lease_must_outlast_everything_a_request_does_while_holding_it() {
         let mut r = Redis::default();
-        // 5 s wait + 2 s lock + 2 s read + 5 s publish + 5 s fsync + 2 s commit + 2 s marks.
+        // 2 s event claim + 5 s wait + 2 s lock + 2 s read + 5 s publish + 5 s fsync + 2 s
+        // commit + 2 s marks.
         assert_eq!(
             r.longest_hold(Duration::from_secs(5), Duration::from_secs(5)),
-            Duration::from_secs(23)
+            Duration::from_secs(25)
         );
-        assert!(lease_ok(&r, 24).is_ok());
-        let e = lease_ok(&r, 23).expect_err("too short").to_string();
+        assert!(lease_ok(&r, 26).is_ok());
+        let e = lease_ok(&r, 25).expect_err("too short").to_string();
         assert!(
-            e.contains("in_flight_lease: must be longer than 23s"),
+            e.contains("in_flight_lease: must be longer than 25s"),
             "{e}"
         );
+        // With WAIT the renewal before the publish starts the leases anew: the longer of
+        // 2 + 5 + 2 + 2 + (2 + 1) = 14 s and (2 + 1) + 5 + 5 + (2 + 1) + (2 + 1) = 19 s.
         r.wait_replicas = 1;
         r.wait_timeout = Duration::from_secs(1);
-        let e = lease_ok(&r, 24).expect_err("WAIT counts").to_string();
-        assert!(e.contains("25s") && e.contains("wait_timeout"), "{e}");
+        assert_eq!(
+            r.longest_hold(Duration::from_secs(5), Duration::from_secs(5)),
+            Duration::from_secs(19)
+        );
+        let e = lease_ok(&r, 19).expect_err("WAIT counts").to_string();
+        assert!(e.contains("19s") && e.contains("wait_timeout"), "{e}");
+        assert!(
+            r.longest_hold(Duration::from_secs(20), Duration::from_secs(1))
+                == Duration::from_secs(29),
+            "a long lock wait makes the first stretch the bound"
+        );
         r.wait_timeout = Duration::from_secs(2);
         let e = lease_ok(&r, 60)
             .expect_err("WAIT within a call")

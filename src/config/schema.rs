@@ -165,6 +165,36 @@ pub struct Amqp {
     pub confirm_timeout: Duration,
     /// If set, every guard drop is also published with this routing key template.
     pub dropped_routing_key: Option<String>,
+    /// A queue to declare (durable) at start and bind to the exchange, so the events have
+    /// a queue to land in from the first one. Default unset: no queue is declared.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<AmqpQueue>,
+}
+
+/// A queue hookgate declares at start and binds to its exchange (`amqp.queue`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AmqpQueue {
+    /// The queue's name. Required.
+    pub name: String,
+    /// `quorum` (replicated over the nodes of a RabbitMQ cluster, which a classic queue is
+    /// not) or `classic`. Default `quorum`.
+    #[serde(rename = "type", default)]
+    pub kind: QueueKind,
+    /// The binding key; unset binds `#`, every routing key.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub binding: Option<String>,
+}
+
+/// The type of a declared queue.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum QueueKind {
+    /// A quorum queue: its messages live on a majority of the cluster's nodes.
+    #[default]
+    Quorum,
+    /// A classic queue, on one node.
+    Classic,
 }
 
 impl Default for Amqp {
@@ -179,6 +209,7 @@ impl Default for Amqp {
             declare: true,
             confirm_timeout: Duration::from_secs(5),
             dropped_routing_key: None,
+            queue: None,
         }
     }
 }

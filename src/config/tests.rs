@@ -569,7 +569,7 @@ const EVERY_KEY: &str = "
 listen:
   addr: 127.0.0.1:8443
   tls: {cert: /tls/crt, key: /tls/key}
-amqp: {url_env: AMQP_URL, dropped_routing_key: 'dropped.{event}'}
+amqp: {url_env: AMQP_URL, dropped_routing_key: 'dropped.{event}', queue: {name: events, type: classic, binding: 'message.#'}}
 limits: {peer_address_header: x-forwarded-for}
 redis: {url_env: REDIS_URL, sentinels: [s1.example:26379], master_name: main, sentinel_password_env: SENTINEL_PASSWORD, sentinel_password_file: /run/sentinel, cluster_nodes: [c1.example:7000]}
 routes:

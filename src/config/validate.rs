@@ -145,6 +145,16 @@ impl Config {
         if !fits_short_string(&self.amqp.exchange) {
             return invalid("amqp.exchange: must be at most 255 bytes (an AMQP short string)");
         }
+        if let Some(queue) = &self.amqp.queue {
+            if queue.name.is_empty() || !fits_short_string(&queue.name) {
+                return invalid("amqp.queue.name: must be 1 to 255 bytes (an AMQP short string)");
+            }
+            if !queue.binding.as_deref().is_none_or(fits_short_string) {
+                return invalid(
+                    "amqp.queue.binding: must be at most 255 bytes (an AMQP short string)",
+                );
+            }
+        }
         Ok(())
     }
 }

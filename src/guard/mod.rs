@@ -109,6 +109,13 @@ pub struct Held {
     lock: KeyLock,
 }
 
+impl Held {
+    /// The guard key's lock this check holds until its commit.
+    pub fn lock(&self) -> &KeyLock {
+        &self.lock
+    }
+}
+
 /// What the guard says about an event.
 pub enum Check {
     /// The route does not guard this event (or it has no key): publish it.

@@ -265,7 +265,16 @@ impl Pipeline {
             .check_replayed(name, &route.guard, event, now_ms)
             .await
         {
-            Ok(check) => self.deliver_checked(route, event, check, now_ms).await,
+            Ok(check) => self
+                .deliver_checked(
+                    route,
+                    event,
+                    check,
+                    now_ms,
+                    (&[], 0, tokio::time::Instant::now()),
+                )
+                .await
+                .map_err(|failure| failure.error),
             Err(error) => Err(error),
         };
         delivered.unwrap_or_else(|error| {
@@ -330,10 +339,29 @@ impl Pipeline {
     ) -> Result<Outcome, StoreError> {
         let keys = DedupKeys::of(route, event);
         let token: u64 = rand::random();
+        // The claims are taken after this instant, so their leases end after it plus the
+        // lease: the publish must start in time to finish before ([`Self::deliver_checked`]).
+        let began = tokio::time::Instant::now();
         if let Some(answered) = self.claim(&keys, token, event).await? {
             return Ok(answered);
         }
-        let result = self.decide_and_deliver(route, event, now_ms).await;
+        let result = self
+            .decide_and_deliver(route, event, now_ms, (&keys, token, began))
+            .await;
+        let (result, left) = match result {
+            Ok(outcome) => (Ok(outcome), false),
+            Err(failure) => (Err(failure.error), failure.left),
+        };
+        if left {
+            // The event left (published or spooled) and then its guard commit failed: its
+            // claims are kept, never released, and marked done where they still hold, so
+            // the sender's retry is a duplicate instead of being decided and published
+            // again. Marks that cannot be written leave the claims to end with their lease.
+            if let Err(error) = self.mark(&keys, token, event).await {
+                tracing::warn!(event_id = %event.id, %error, "an event that left has no done marks; its claims end with their lease");
+            }
+            return result;
+        }
         self.settle(&keys, token, event, &result).await?;
         result
     }
@@ -383,19 +411,12 @@ impl Pipeline {
         event: &Event,
         result: &Result<Outcome, StoreError>,
     ) -> Result<(), StoreError> {
-        let keys = keys.all();
         if let Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) = result {
             // A drop is final too: the sender got its 200, and a retry must not be judged
             // against state that has moved on since.
-            let (now, ttl) = (self.now_ms(), self.settings.ttl);
-            self.state
-                .mark_done(&keys, token, now, event.timestamp_ms, ttl)
-                .await?;
-            // The guard state and the marks are on disk before the 200 (contract §4). If
-            // they cannot be, the answer is 503 and the retry finds the marks in memory.
-            self.state.sync().await?;
-            return Ok(());
+            return self.mark(keys, token, event).await;
         }
+        let keys = keys.all();
         // Both claims are released even when one release fails; the first failure is the
         // answer.
         let mut released = Ok(());
@@ -407,26 +428,47 @@ impl Pipeline {
         Ok(())
     }
 
+    /// Marks `keys` done under the claim `token` took, and waits until that is durable.
+    async fn mark(&self, keys: &DedupKeys, token: u64, event: &Event) -> Result<(), StoreError> {
+        let (now, ttl) = (self.now_ms(), self.settings.ttl);
+        self.state
+            .mark_done(&keys.all(), token, now, event.timestamp_ms, ttl)
+            .await?;
+        // The guard state and the marks are on disk before the 200 (contract §4). If
+        // they cannot be, the answer is 503 and the retry finds the marks in memory.
+        self.state.sync().await
+    }
+
     async fn decide_and_deliver(
         &self,
         route: &RouteRuntime,
         event: &Event,
         now_ms: i64,
-    ) -> Result<Outcome, StoreError> {
+        (keys, token, began): (&DedupKeys, u64, tokio::time::Instant),
+    ) -> Result<Outcome, Failure> {
         let name = route.config.name.as_str();
-        let check = self.guards.check(name, &route.guard, event, now_ms).await?;
-        self.deliver_checked(route, event, check, now_ms).await
+        let check = self
+            .guards
+            .check(name, &route.guard, event, now_ms)
+            .await
+            .map_err(Failure::before)?;
+        self.deliver_checked(route, event, check, now_ms, (&keys.all(), token, began))
+            .await
     }
 
     /// Publishes (or spools) an event the guard accepted and commits its check, or answers
-    /// the guard's drop.
+    /// the guard's drop. Before the publish, the leases it goes out under (`claims`, the
+    /// claims their token holds, and the guard key's lock) are secured against a failover
+    /// ([`StateStore::secure`]). A request that reaches its publish too late to finish
+    /// within its leases (a stalled process) publishes nothing and answers 503.
     async fn deliver_checked(
         &self,
         route: &RouteRuntime,
         event: &Event,
         check: Check,
         now_ms: i64,
-    ) -> Result<Outcome, StoreError> {
+        (claims, token, began): (&[&StoreKey], u64, tokio::time::Instant),
+    ) -> Result<Outcome, Failure> {
         let name = route.config.name.as_str();
         let held = match check {
             Check::Drop(reason) => {
@@ -439,12 +481,35 @@ impl Pipeline {
             Check::Accept(held) => Some(held),
             Check::Unguarded => None,
         };
+        let renewing = tokio::time::Instant::now();
+        let secured = self
+            .state
+            .secure(claims, token, held.as_ref().map(|h| h.lock()))
+            .await
+            .and_then(|renewed| {
+                let since = if renewed { renewing } else { began };
+                if since.elapsed() > self.settings.publish_by {
+                    return Err(StoreError::LeaseLost(
+                        "the request reached its publish too late to finish within its lease (a stalled process?); nothing was published",
+                    ));
+                }
+                Ok(())
+            });
+        if let Err(error) = secured {
+            if let Some(held) = held {
+                self.guards.abandon(held).await;
+            }
+            return Err(Failure::before(error));
+        }
         let mut msg = message(route, event, &self.settings.routing_key, now_ms);
         msg.order_key = route.guard.order_key(name, event).map(Cow::Owned);
         match self.outbox.deliver(&msg).await {
             Ok(how) => {
                 if let Some(held) = held {
-                    self.guards.commit(held, now_ms).await?;
+                    self.guards
+                        .commit(held, now_ms)
+                        .await
+                        .map_err(|error| Failure { error, left: true })?;
                 }
                 if matches!(how, Delivered::Spooled) {
                     tracing::debug!(route = name, event_id = %event.id, "event spooled");
@@ -460,7 +525,7 @@ impl Pipeline {
                 let SpoolError::Store(error) = error else {
                     return Ok(self.unavailable(name, event, error));
                 };
-                Err(error)
+                Err(Failure::before(error))
             }
         }
     }
@@ -478,6 +543,20 @@ impl Pipeline {
             let msg = message(route, event, template, now_ms);
             self.outbox.publish_audit(&msg).await;
         }
+    }
+}
+
+/// A store failure on the way of an event, and whether the event had left (published or
+/// spooled) before it: the claims of one that left are never released.
+struct Failure {
+    error: StoreError,
+    left: bool,
+}
+
+impl Failure {
+    /// A failure before anything left.
+    fn before(error: StoreError) -> Self {
+        Self { error, left: false }
     }
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::config::{Config, Route};
+use crate::config::{Backend, Config, Route, SPOOL_FLUSH_WAIT};
 use crate::guard::RouteGuard;
 use crate::ingress::event::EventFields;
 use crate::ingress::secrets::RouteSecrets;
@@ -80,6 +80,10 @@ pub struct PipelineSettings {
     pub(super) skew_ms: i64,
     pub(super) in_flight_wait: Duration,
     pub(super) in_flight_lease: Duration,
+    /// The latest after its claims (or, with `redis.wait_replicas`, after their renewal)
+    /// that a request may start its publish and still finish within its lease: the lease
+    /// less what the publish and the writes after it may take.
+    pub(super) publish_by: Duration,
 }
 
 impl PipelineSettings {
@@ -92,6 +96,13 @@ impl PipelineSettings {
             skew_ms: config.max_clock_skew.as_millis() as i64,
             in_flight_wait: config.dedup.in_flight_wait,
             in_flight_lease: config.dedup.in_flight_lease,
+            publish_by: config
+                .dedup
+                .in_flight_lease
+                .saturating_sub(match config.dedup.backend {
+                    Backend::Redis => config.redis.hold_from_publish(config.amqp.confirm_timeout),
+                    Backend::Local => config.amqp.confirm_timeout + SPOOL_FLUSH_WAIT,
+                }),
         }
     }
 }

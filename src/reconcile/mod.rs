@@ -391,6 +391,7 @@ async fn run(walker: Walker, control: Arc<Control>, stop: CancellationToken) {
         control,
         stop,
         key_error_logged: false,
+        gave_up: false,
     };
     while !reconciler.stop.is_cancelled() {
         if let Err(Next::Stop) = reconciler.turn().await {
@@ -415,6 +416,8 @@ struct Reconciler {
     source: KeySource,
     /// Whether the key's being unreadable is logged since it was last read.
     key_error_logged: bool,
+    /// Whether the last walk was given up: it resumes an interval later, not at once.
+    gave_up: bool,
 }
 
 /// What follows a turn that did not walk.
@@ -437,11 +440,18 @@ impl Reconciler {
         }
         let mut position = self.load_position().await?;
         let requested = self.control.take_request();
+        let last = if self.gave_up {
+            pacing::LastTry::GaveUp
+        } else if position.walk.is_some() {
+            pacing::LastTry::Unfinished
+        } else {
+            pacing::LastTry::Complete
+        };
         let due = pacing::until_due(
             (self.walker.clock)(),
             self.walker.settings.interval,
             position.last_try_start_ms,
-            position.walk.is_some(),
+            last,
         );
         if requested.is_none() && !due.is_zero() {
             // The lease is renewed at least every LEASE_POLL while waiting.
@@ -569,6 +579,7 @@ impl Reconciler {
         keeper.abort();
         show(&self.control, position);
         self.control.update(|s| s.walking = false);
+        self.gave_up = matches!(end, Ok(WalkEnd::GaveUp(_)));
         let refused = report(&self.walker, &self.control, &self.name, end);
         if let Some(status) = refused {
             self.control.end_asked_replay(&WalkEnd::KeyRefused(status));

@@ -123,17 +123,30 @@ pub fn since_of_walk(
     }
 }
 
+/// How the last try of a walk ended, as [`until_due`] needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LastTry {
+    /// None was made, or it completed.
+    Complete,
+    /// It stopped short (a restart, a failing store): it resumes at its cursor at once.
+    Unfinished,
+    /// It was given up (a rate-limit reset after the next walk is due, an answer not as
+    /// documented): it resumes at its cursor one `interval` after that try started, so a
+    /// sender that keeps refusing costs one try, and one log line, per interval.
+    GaveUp,
+}
+
 /// How long until the next walk is due at `now_ms`: at once for an unfinished walk or when
 /// none was tried, else one `interval` after the last try started.
 pub fn until_due(
     now_ms: i64,
     interval: Duration,
     last_try_start_ms: Option<i64>,
-    unfinished: bool,
+    last: LastTry,
 ) -> Duration {
-    match (unfinished, last_try_start_ms) {
-        (true, _) | (false, None) => Duration::ZERO,
-        (false, Some(start)) => {
+    match (last, last_try_start_ms) {
+        (LastTry::Unfinished, _) | (_, None) => Duration::ZERO,
+        (LastTry::Complete | LastTry::GaveUp, Some(start)) => {
             let due = start + interval.as_millis() as i64;
             Duration::from_millis((due - now_ms).max(0) as u64)
         }
@@ -291,18 +304,42 @@ mod tests {
     #[test]
     fn a_walk_is_due_an_interval_after_the_last_try() {
         let hour = Duration::from_secs(3600);
-        assert_eq!(until_due(NOW, hour, None, false), Duration::ZERO);
         assert_eq!(
-            until_due(NOW, hour, Some(NOW - 600_000), true),
+            until_due(NOW, hour, None, LastTry::Complete),
             Duration::ZERO
         );
         assert_eq!(
-            until_due(NOW, hour, Some(NOW - 600_000), false),
+            until_due(NOW, hour, Some(NOW - 600_000), LastTry::Unfinished),
+            Duration::ZERO
+        );
+        assert_eq!(
+            until_due(NOW, hour, Some(NOW - 600_000), LastTry::Complete),
             Duration::from_secs(3000)
         );
         assert_eq!(
-            until_due(NOW, hour, Some(NOW - 2 * 3_600_000), false),
+            until_due(NOW, hour, Some(NOW - 2 * 3_600_000), LastTry::Complete),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn a_walk_given_up_waits_an_interval_from_its_try_however_often_it_is_asked() {
+        let interval = Duration::from_secs(3);
+        let start = NOW;
+        // Asked every millisecond after a walk gave up (a reset 20 s away): not due until
+        // the interval has passed, then due once.
+        let mut due_at = Vec::new();
+        for now in start..start + 4_000 {
+            if until_due(now, interval, Some(start), LastTry::GaveUp).is_zero() {
+                due_at.push(now - start);
+            }
+        }
+        assert_eq!(due_at.first(), Some(&3_000));
+        assert_eq!(
+            until_due(start + 1_000, interval, Some(start), LastTry::GaveUp),
+            Duration::from_secs(2)
+        );
+        // Unlike a walk cut short, which resumes at once.
+        assert!(until_due(start + 1, interval, Some(start), LastTry::Unfinished).is_zero());
     }
 }

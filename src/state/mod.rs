@@ -10,6 +10,8 @@ pub mod locks;
 pub mod marks;
 pub mod redis;
 pub mod redis_link;
+mod scripts;
+pub mod slots;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -349,6 +351,30 @@ impl StateStore {
                 Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
             StateStore::Redis { redis, .. } => redis.replicated(keys).await,
+        }
+    }
+
+    /// Before a publish: makes the leases it is published under (the claims `token` holds,
+    /// and `lock`) safe from a failover. Redis with `redis.wait_replicas`: renewed and
+    /// acknowledged by the replicas ([`RedisState::secure`]); otherwise nothing to do.
+    /// True when the leases were renewed (they run anew from before the call).
+    pub async fn secure(
+        &self,
+        claims: &[&StoreKey],
+        token: u64,
+        lock: Option<&KeyLock>,
+    ) -> Result<bool, StoreError> {
+        match self {
+            StateStore::Local(_) => Ok(false),
+            StateStore::Redis {
+                redis, lock_lease, ..
+            } => {
+                let lock = match lock {
+                    Some(KeyLock::Redis { key, token }) => Some((key, *token)),
+                    _ => None,
+                };
+                redis.secure(claims, token, lock, *lock_lease).await
+            }
         }
     }
 

@@ -10,6 +10,11 @@
 //! made under a lease is therefore fenced: a script writes it only if the writer's token
 //! still holds the lease, in the same step, so a late writer cannot overwrite a newer
 //! decision.
+//!
+//! With `redis.wait_replicas`, every write an answer rests on is sent with its `WAIT` in one
+//! pipeline, on a connection of `WAIT`'s own ([`Link::exclusive`]): the `WAIT` covers that
+//! connection's last write, and a connection that fails is closed, never reconnected
+//! between a write and its `WAIT`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -17,83 +22,18 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 
+mod wait;
+
 use crate::config::Redis as RedisConfig;
 use crate::state::backoff::Backoff;
 use crate::state::keys::{RedisSpace, StoreKey};
 use crate::state::marks::{Claim, KeyState};
 use crate::state::redis_link::{Conn, Link, Topology, OP_TIMEOUT};
+use crate::state::scripts::{
+    COMPARE_AND_DELETE, DONE, FENCED_COMMIT, FENCED_DONE, FENCED_PUT, TAKE_OR_EXTEND,
+};
+use crate::state::slots;
 use crate::store::StoreError;
-
-/// Value of a done mark.
-const DONE: &str = "d";
-
-/// Deletes a key only if it still holds our value: a claim or lock taken over after its
-/// lease must not be released by the old owner.
-const COMPARE_AND_DELETE: &str = r#"
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"#;
-
-/// Takes a lease for `ARGV[1]`, or extends it when `ARGV[1]` holds it already, for
-/// `ARGV[2]` ms; 1 if held now.
-const TAKE_OR_EXTEND: &str = r#"
-local held = redis.call('GET', KEYS[1])
-if held == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
-end
-if held then
-  return 0
-end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-"#;
-
-/// The guard commit: writes the state `KEYS[2]` (`ARGV[2]`, expiring after `ARGV[3]` ms,
-/// never when 0) and releases the lock `KEYS[1]`, only while token `ARGV[1]` holds that
-/// lock; 0 otherwise. A lock that expired and was never taken again is lost too: another
-/// request may have taken it, decided and released it in between.
-const FENCED_COMMIT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-if ARGV[3] == '0' then
-  redis.call('SET', KEYS[2], ARGV[2])
-else
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
-end
-redis.call('DEL', KEYS[1])
-return 1
-"#;
-
-/// Writes `KEYS[2]` (`ARGV[2]`, never expiring) only while token `ARGV[1]` holds the lease
-/// `KEYS[1]`; 0 otherwise. The lease stays: its holder renews and ends it.
-const FENCED_PUT: &str = r#"
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-  return 0
-end
-redis.call('SET', KEYS[2], ARGV[2])
-return 1
-"#;
-
-/// Marks every key done (`ARGV[3]`) for `ARGV[2]` ms, all or none, unless one of them is
-/// claimed by another token than `ARGV[1]`: then 0. A key that is free (its claim expired
-/// and nobody took it) or done already is marked: the event was handled, and a done mark
-/// only ever keeps a duplicate out.
-const FENCED_DONE: &str = r#"
-for _, key in ipairs(KEYS) do
-  local held = redis.call('GET', key)
-  if held and held ~= ARGV[1] and held ~= ARGV[3] then
-    return 0
-  end
-end
-for _, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[3], 'PX', ARGV[2])
-end
-return 1
-"#;
 
 /// A checked Redis configuration, parsed before any port is bound.
 #[derive(Clone)]
@@ -165,12 +105,45 @@ impl RedisState {
     /// Checks that Redis takes writes (for readiness while no traffic flows): a Redis out
     /// of memory (`maxmemory` with `noeviction`) or a read-only replica still answers PING
     /// and GET, but refuses every claim, so only a write tells.
+    ///
+    /// In a cluster hookgate's keys lie on every master, so the probe writes one key on
+    /// each master that `CLUSTER SLOTS` names, and Redis counts as taking writes only when
+    /// all of them do.
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let k = self.key(&StoreKey::raw(b"readiness-probe"), RedisSpace::Marks);
-        self.run(Access::Write, move |mut c| async move {
-            c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
-        })
-        .await
+        if !self.link.is_cluster() {
+            let k = self.key(&StoreKey::raw(b"readiness-probe"), RedisSpace::Marks);
+            return self
+                .run(Access::Write, move |mut c| async move {
+                    c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
+                })
+                .await;
+        }
+        let reply: redis::Value = self
+            .run(Access::Read, |mut c| async move {
+                redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await
+            })
+            .await?;
+        let masters = master_ranges(&reply);
+        if masters.is_empty() {
+            self.healthy.store(false, Ordering::Relaxed);
+            return Err(StoreError::Unreachable(
+                "CLUSTER SLOTS names no master".into(),
+            ));
+        }
+        for (master, first, last) in masters {
+            let Some(k) = slots::key_in(&self.prefix, "readiness-probe", first, last) else {
+                continue;
+            };
+            // Read access: one master's success must not mark the store healthy while
+            // another's write is still to come.
+            self.run(Access::Read, move |mut c| async move {
+                c.pset_ex::<_, _, ()>(k, 1, millis(PROBE_TTL)).await
+            })
+            .await
+            .map_err(|e| StoreError::Unreachable(format!("master {master}: {e}").into()))?;
+        }
+        self.healthy.store(true, Ordering::Relaxed);
+        Ok(())
     }
 
     /// The state of a dedup key.
@@ -209,8 +182,8 @@ impl RedisState {
     }
 
     /// Marks keys done for `ttl`, fenced by the claim `token` took: all of them in one
-    /// script (in a cluster, one script per hash slot, the event's key first), then
-    /// `WAIT` when configured.
+    /// script (in a cluster, one script per hash slot, the event's key first), each with
+    /// its `WAIT` when configured.
     pub async fn mark_done(
         &self,
         keys: &[&StoreKey],
@@ -229,27 +202,15 @@ impl RedisState {
             vec![keys]
         };
         for group in groups {
-            let first = group.first().cloned().unwrap_or_default();
-            let script = self.done.clone();
+            let args = vec![arg(token), arg(millis(ttl)), DONE.into()];
             let written = self
-                .run(Access::Write, move |mut c| async move {
-                    let mut call = script.prepare_invoke();
-                    for key in &group {
-                        call.key(key);
-                    }
-                    call.arg(token.to_string())
-                        .arg(millis(ttl))
-                        .arg(DONE)
-                        .invoke_async::<i64>(&mut c)
-                        .await
-                })
+                .eval_write(&self.done, FENCED_DONE, group, args)
                 .await?;
             if written != 1 {
                 return Err(StoreError::LeaseLost(
                     "the event's claim was taken over by another request while this one held it (paused past its lease?)",
                 ));
             }
-            self.replicate(first).await?;
         }
         Ok(())
     }
@@ -303,8 +264,8 @@ impl RedisState {
     }
 
     /// Writes the guard state of `key` (forgotten after `ttl` when given) and releases its
-    /// lock, in one script that does both only while `token` holds the lock; then `WAIT`
-    /// when configured. A lock lost meanwhile is [`StoreError::LeaseLost`]: the state
+    /// lock, in one script that does both only while `token` holds the lock, with its
+    /// `WAIT` when configured. A lock lost meanwhile is [`StoreError::LeaseLost`]: the state
     /// stays as the lock's later holder left it.
     pub async fn commit_locked(
         &self,
@@ -313,26 +274,16 @@ impl RedisState {
         value: &[u8],
         ttl: Option<Duration>,
     ) -> Result<(), StoreError> {
-        let lock_key = self.key(key, RedisSpace::Locks);
-        let state_key = self.key(key, RedisSpace::Guard);
-        let script = self.commit.clone();
-        let value = value.to_vec();
-        let ttl_ms = ttl.map_or(0, millis);
-        let first = state_key.clone();
+        let keys = vec![
+            self.key(key, RedisSpace::Locks),
+            self.key(key, RedisSpace::Guard),
+        ];
+        let args = vec![arg(token), value.to_vec(), arg(ttl.map_or(0, millis))];
         let written = self
-            .run(Access::Write, move |mut c| async move {
-                script
-                    .key(lock_key)
-                    .key(state_key)
-                    .arg(token.to_string())
-                    .arg(value)
-                    .arg(ttl_ms)
-                    .invoke_async::<i64>(&mut c)
-                    .await
-            })
+            .eval_write(&self.commit, FENCED_COMMIT, keys, args)
             .await;
         match written {
-            Ok(1) => self.replicate(first).await,
+            Ok(1) => Ok(()),
             Ok(_) => Err(StoreError::LeaseLost(
                 "the guard key's lock was taken over by another request while this one held it (paused past its lease?); its state was left as that request wrote it",
             )),
@@ -390,24 +341,16 @@ impl RedisState {
         token: u64,
         value: &[u8],
     ) -> Result<(), StoreError> {
-        let lease_key = self.key(key, RedisSpace::Locks);
-        let state_key = self.key(key, RedisSpace::Guard);
-        let script = self.put_leased.clone();
-        let value = value.to_vec();
-        let first = state_key.clone();
+        let keys = vec![
+            self.key(key, RedisSpace::Locks),
+            self.key(key, RedisSpace::Guard),
+        ];
+        let args = vec![arg(token), value.to_vec()];
         let written = self
-            .run(Access::Write, move |mut c| async move {
-                script
-                    .key(lease_key)
-                    .key(state_key)
-                    .arg(token.to_string())
-                    .arg(value)
-                    .invoke_async::<i64>(&mut c)
-                    .await
-            })
+            .eval_write(&self.put_leased, FENCED_PUT, keys, args)
             .await?;
         if written == 1 {
-            self.replicate(first).await
+            Ok(())
         } else {
             Err(StoreError::LeaseLost(
                 "the lease was taken over by another replica while this one held it (paused past its lease?); what it wrote stays",
@@ -475,60 +418,6 @@ impl RedisState {
         .map(|_| ())
     }
 
-    /// With `WAIT` configured: waits until the configured replicas have every write made
-    /// so far on the nodes holding `keys` (a duplicate's 200 rests on a mark that a
-    /// concurrent request, or an attempt whose own `WAIT` failed, may have written).
-    pub async fn replicated(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
-        if self.wait.is_none() {
-            return Ok(());
-        }
-        let nodes: Vec<&StoreKey> = if self.link.is_cluster() {
-            keys.to_vec()
-        } else {
-            keys.iter().take(1).copied().collect()
-        };
-        for key in nodes {
-            self.replicate(self.key(key, RedisSpace::Marks)).await?;
-        }
-        Ok(())
-    }
-
-    /// `WAIT` for the configured replicas after a write on the node holding `key`: fewer
-    /// acknowledgements within the timeout is a failure (503), since a failover could then
-    /// lose the write.
-    async fn replicate(&self, key: Vec<u8>) -> Result<(), StoreError> {
-        let Some((replicas, timeout)) = self.wait else {
-            return Ok(());
-        };
-        let acked: i64 = self
-            .run(Access::Write, move |c| async move {
-                let mut cmd = redis::cmd("WAIT");
-                cmd.arg(replicas).arg(millis(timeout));
-                match c {
-                    Conn::Node(mut c) => cmd.query_async(&mut c).await,
-                    Conn::Cluster(mut c) => {
-                        use redis::cluster_routing::{
-                            Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr,
-                        };
-                        let at = Route::with_key(&key, SlotAddr::Master);
-                        let routing =
-                            RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(at));
-                        let value = c.route_command(cmd, routing).await?;
-                        redis::from_redis_value(value).map_err(redis::RedisError::from)
-                    }
-                }
-            })
-            .await?;
-        if acked < i64::from(replicas) {
-            self.healthy.store(false, Ordering::Relaxed);
-            return Err(StoreError::Unreachable(
-                format!("WAIT: {acked} of {replicas} replicas acknowledged the write in time")
-                    .into(),
-            ));
-        }
-        Ok(())
-    }
-
     /// Runs a call on the current connection under the deadline (connecting first if
     /// there is none) and records the store's health: any failure makes it unhealthy, and
     /// only a write that succeeds makes it healthy again (a Redis that refuses writes still
@@ -577,6 +466,50 @@ impl RedisState {
             key.redis_form(&self.prefix, space)
         }
     }
+}
+
+/// Each master's address and the first and last slot of one range it holds, from a
+/// `CLUSTER SLOTS` reply (`[[first, last, [host, port, …], replicas…], …]`); a master with
+/// several ranges is named once.
+fn master_ranges(reply: &redis::Value) -> Vec<(String, u16, u16)> {
+    let redis::Value::Array(ranges) = reply else {
+        return Vec::new();
+    };
+    let mut masters: Vec<(String, u16, u16)> = Vec::new();
+    for range in ranges {
+        let redis::Value::Array(parts) = range else {
+            continue;
+        };
+        let (Some(first), Some(last), Some(redis::Value::Array(node))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        else {
+            continue;
+        };
+        let (Ok(first), Ok(last)) = (
+            redis::from_redis_value_ref::<u16>(first),
+            redis::from_redis_value_ref::<u16>(last),
+        ) else {
+            continue;
+        };
+        let host = node
+            .first()
+            .and_then(|h| redis::from_redis_value_ref::<String>(h).ok())
+            .unwrap_or_default();
+        let port = node
+            .get(1)
+            .and_then(|p| redis::from_redis_value_ref::<u16>(p).ok())
+            .unwrap_or_default();
+        let addr = format!("{host}:{port}");
+        if !masters.iter().any(|(a, _, _)| *a == addr) {
+            masters.push((addr, first, last));
+        }
+    }
+    masters
+}
+
+/// A number as a script's argument.
+fn arg(n: u64) -> Vec<u8> {
+    n.to_string().into_bytes()
 }
 
 fn millis(d: Duration) -> u64 {

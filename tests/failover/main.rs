@@ -12,3 +12,4 @@ mod redis_servers;
 mod cluster;
 mod rabbitmq;
 mod sentinel;
+mod wait;

@@ -288,6 +288,28 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// One node of the test's own, alone.
+    fn single() -> Result<Self, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let tag = unique("x");
+        let tag = &tag[2..10];
+        let ports = free_ports(2);
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            _dir: dir,
+        };
+        let base = cluster._dir.path().to_owned();
+        cluster.nodes.push(Node::spawn(
+            &base,
+            &format!("hgtest-alarm-{tag}"),
+            (ports[0], ports[1]),
+        )?);
+        cluster.nodes[0].wait_ready()?;
+        Ok(cluster)
+    }
+}
+
 impl Drop for Cluster {
     fn drop(&mut self) {
         for node in &mut self.nodes {
@@ -611,4 +633,116 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
         "too few events accepted for a test: {}",
         accepted.len()
     );
+}
+
+/// The lease of the blocked-connection test: longer than its bound, `in_flight_wait` 1 s +
+/// `confirm_timeout` 2 s + 5 s for the spool's fsync (local backend) = 8 s.
+const ALARM_LEASE: Duration = Duration::from_secs(9);
+/// How long the node's memory alarm blocks the gateway's connection: past the lease.
+const ALARM_FOR: Duration = Duration::from_secs(12);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_blocked_past_the_lease_answers_every_request_within_it() {
+    let node = match tokio::task::spawn_blocking(Cluster::single)
+        .await
+        .expect("node start task")
+    {
+        Ok(node) => node,
+        Err(why) => {
+            util::skip_or_fail(&format!(
+                "a RabbitMQ node of the test's own cannot start: {why}"
+            ));
+            return;
+        }
+    };
+    let exchange = unique("alarm");
+    let consumer = Consumer::start(&node.nodes[0].url(), &exchange).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), &exchange);
+    cfg.amqp_url = node.nodes[0].url();
+    cfg.confirm_timeout = "2s".into();
+    cfg.extra = format!(
+        "dedup:\n  in_flight_wait: 1s\n  in_flight_lease: {}s\n",
+        ALARM_LEASE.as_secs()
+    );
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = util::client(None);
+    util::wait_broker_connected(&client, &gw).await;
+
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone()));
+    tokio::time::sleep(LOAD_BEFORE).await;
+    // A memory alarm on the node: the broker blocks the publishing connection, longer than
+    // a claim's lease, while the load goes on.
+    let name = node.nodes[0].name.clone();
+    let alarm = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || {
+            ctl(&name, &["set_vm_memory_high_watermark", "0.000001"])
+        })
+    };
+    alarm.await.expect("ctl task").expect("memory alarm set");
+    tokio::time::sleep(ALARM_FOR).await;
+    let cleared = {
+        let name = name.clone();
+        tokio::task::spawn_blocking(move || ctl(&name, &["set_vm_memory_high_watermark", "0.4"]))
+    };
+    cleared
+        .await
+        .expect("ctl task")
+        .expect("memory alarm cleared");
+    tokio::time::sleep(LOAD_AFTER).await;
+    stop_load.store(true, Ordering::SeqCst);
+    let answers = sender.await.expect("load");
+
+    let drained = within(|| async {
+        scrape(&client, &gw).await.find("hookgate_spool_depth", &[]) == Some(0.0)
+    })
+    .await;
+    assert!(drained.is_some(), "the spool never drained");
+    let sentinel = unique("evt-sentinel");
+    let (status, answer) = gw
+        .deliver(&client, &event_body(&sentinel), &unique("req"))
+        .await;
+    assert_eq!(status, 200, "sentinel: {answer}");
+    let arrived = within(|| {
+        let seen = consumer.received().contains(&sentinel);
+        async move { seen }
+    })
+    .await;
+    assert!(arrived.is_some(), "the sentinel never arrived");
+
+    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
+    for id in consumer.received() {
+        *copies.entry(id).or_default() += 1;
+    }
+    let accepted: Vec<&Sent> = answers.iter().filter(|a| a.status == 200).collect();
+    let late: Vec<(&str, u16, Duration)> = answers
+        .iter()
+        .filter(|a| a.took >= ALARM_LEASE)
+        .map(|a| (a.id.as_str(), a.status, a.took))
+        .collect();
+    let missing = accepted
+        .iter()
+        .filter(|a| !copies.contains_key(&a.id))
+        .count();
+    let twice = copies.values().filter(|n| **n > 1).count();
+    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "blocked connection: {} requests, {} answered 200, {} answered later than the lease ({ALARM_LEASE:?}); slowest {slowest:.1?}; \
+         messages {}, events with more than one copy {twice}, accepted events missing {missing}",
+        answers.len(),
+        accepted.len(),
+        late.len(),
+        copies.values().sum::<usize>(),
+    );
+    assert!(
+        late.is_empty(),
+        "{} requests were answered later than the lease, e.g. {:?}",
+        late.len(),
+        late.iter().take(5).collect::<Vec<_>>()
+    );
+    assert_eq!(missing, 0, "events answered 200 never arrived");
 }

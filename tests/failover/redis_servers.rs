@@ -66,6 +66,13 @@ impl Server {
         }
     }
 
+    /// Sends the signal named `name` (`STOP`, `CONT`, …) to the server.
+    pub fn signal(&self, name: &str) {
+        if let Some(child) = &self.child {
+            send_signal(child.id(), name);
+        }
+    }
+
     /// `host:port`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)

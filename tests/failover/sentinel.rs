@@ -94,3 +94,171 @@ async fn the_master_killed_mid_load_loses_no_answered_event_and_both_replicas_re
     );
     broker.delete().await;
 }
+
+/// Delivers `body` under a fresh request id until it gets an answer other than 503 (the
+/// gateway answers 503 while it finds the new master), within [`POLL_DEADLINE`] × 3.
+async fn settled(gw: &Gateway, body: &str) -> (u16, String) {
+    let c = client(None);
+    let deadline = std::time::Instant::now() + POLL_DEADLINE * 3;
+    loop {
+        let (status, answer) = gw.deliver(&c, body, &unique("req")).await;
+        if status != 503 || std::time::Instant::now() >= deadline {
+            return (status, outcome(&answer));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// A master, `replicas` replicas and three sentinels in `dirs` (at least 4 + `replicas`
+/// folders), every replica in sync and every sentinel knowing them and the others.
+async fn sentinel_set(
+    dirs: &[tempfile::TempDir],
+    replicas: usize,
+) -> Option<(Server, Vec<Server>, Vec<Server>)> {
+    let master_port = free_port();
+    let master = Server::start(dirs[0].path(), master_port, None, &[]).await?;
+    let replica_args = ["--replicaof", "127.0.0.1", &master_port.to_string()].map(str::to_owned);
+    let replica_args: Vec<&str> = replica_args.iter().map(String::as_str).collect();
+    let mut copies = Vec::new();
+    for dir in &dirs[1..=replicas] {
+        copies.push(Server::start(dir.path(), free_port(), None, &replica_args).await?);
+    }
+    let mut sentinels = Vec::new();
+    for dir in &dirs[replicas + 1..replicas + 4] {
+        let conf = sentinel_conf(dir.path(), master_port);
+        sentinels.push(Server::start(dir.path(), free_port(), Some(&conf), &["--sentinel"]).await?);
+    }
+    for r in &copies {
+        let synced = eventually(POLL_DEADLINE, || async {
+            let info: Option<String> = r.query(redis::cmd("INFO").arg("replication")).await;
+            info.is_some_and(|i| i.contains("master_link_status:up"))
+        })
+        .await;
+        assert!(synced, "replica {} never synced", r.addr());
+    }
+    let slaves = replicas.to_string();
+    for s in &sentinels {
+        let known = eventually(POLL_DEADLINE, || async {
+            let flat: Option<Vec<String>> = s
+                .query(redis::cmd("SENTINEL").arg("MASTER").arg(MASTER))
+                .await;
+            flat.is_some_and(|f| {
+                let m: Vec<(&str, &str)> = f
+                    .chunks(2)
+                    .map(|kv| (kv[0].as_str(), kv.get(1).map_or("", String::as_str)))
+                    .collect();
+                m.contains(&("num-slaves", slaves.as_str()))
+                    && m.contains(&("num-other-sentinels", "2"))
+            })
+        })
+        .await;
+        assert!(
+            known,
+            "sentinel {} never saw the replicas and the others",
+            s.addr()
+        );
+    }
+    Some((master, copies, sentinels))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_every_opt_out_holds() {
+    require_broker!();
+    let dirs: Vec<tempfile::TempDir> = (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let Some((mut master, _replicas, sentinels)) = sentinel_set(&dirs, 2).await else {
+        return;
+    };
+    let broker = Broker::new().await;
+    let list: Vec<String> = sentinels.iter().map(Server::addr).collect();
+    let gw_dir = tempfile::tempdir().expect("dir");
+    let mut cfg = GatewayConfig::new(gw_dir.path(), &broker.exchange).with_spec_guard();
+    cfg.extra = format!(
+        "dedup:\n  backend: redis\nredis:\n  url: redis://127.0.0.1:1/0\n  key_prefix: \"{}:\"\n  sentinels: [{}]\n  master_name: {MASTER}\n  wait_replicas: 1\n  wait_timeout: 1s\n",
+        unique("hg-sentinel-wait"),
+        list.join(", ")
+    );
+    let gw = Gateway::start(&cfg).await;
+    wait_broker_connected(&client(None), &gw).await;
+
+    // Plain events, status chains and a STOP per contact, each answered 200 before the
+    // master goes.
+    let base = wall_ms() - 60_000;
+    let mut bodies = Vec::new();
+    for i in 0..10i64 {
+        bodies.push(event_body(&format!("sw_plain_{i}")));
+        bodies.push(status_at(
+            &format!("sw_status_{i}"),
+            &format!("sw_msg_{}", i / 2),
+            ["sent", "delivered"][(i % 2) as usize],
+            base + i,
+        ));
+        bodies.push(keyword_between(
+            &format!("sw_stop_{i}"),
+            &format!("+1555100{i:04}"),
+            "+15551009999",
+            "STOP",
+            base + i,
+        ));
+    }
+    for body in &bodies {
+        let (status, outcome) = settled(&gw, body).await;
+        assert_eq!((status, outcome.as_str()), (200, "accepted"), "{body}");
+    }
+
+    master.kill();
+    assert!(
+        both_ready(&[&gw], std::time::Duration::from_secs(45)).await,
+        "the gateway was not ready again after the failover"
+    );
+    // Every event answered 200 is a duplicate on the promoted replica.
+    let mut not_duplicate = Vec::new();
+    for body in &bodies {
+        let answer = settled(&gw, body).await;
+        if answer != (200, "duplicate".to_owned()) {
+            not_duplicate.push((body.clone(), answer));
+        }
+    }
+    // And every opt-out holds: a later STOP of each contact is a repeated one.
+    let mut not_held = Vec::new();
+    for i in 0..10i64 {
+        let again = keyword_between(
+            &format!("sw_stop_again_{i}"),
+            &format!("+1555100{i:04}"),
+            "+15551009999",
+            "STOP",
+            base + 1_000 + i,
+        );
+        let answer = settled(&gw, &again).await;
+        if answer != (200, "dropped:repeated_stop".to_owned()) {
+            not_held.push((i, answer));
+        }
+    }
+    println!(
+        "sentinel with two replicas, wait_replicas 1: {} events answered 200 before the kill; after it {} not duplicates, {} opt-outs lost",
+        bodies.len(),
+        not_duplicate.len(),
+        not_held.len()
+    );
+    assert!(not_duplicate.is_empty(), "{not_duplicate:?}");
+    assert!(not_held.is_empty(), "{not_held:?}");
+    broker.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wait_replicas_and_two_replicas_the_master_killed_mid_load_loses_no_answered_event() {
+    require_broker!();
+    let dirs: Vec<tempfile::TempDir> = (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
+    let Some((mut master, _replicas, sentinels)) = sentinel_set(&dirs, 2).await else {
+        return;
+    };
+    let broker = Broker::new().await;
+    let list: Vec<String> = sentinels.iter().map(Server::addr).collect();
+    let redis_yaml = format!(
+        "  url: redis://127.0.0.1:1/0\n  sentinels: [{}]\n  master_name: {MASTER}\n  wait_replicas: 1\n  wait_timeout: 1s\n",
+        list.join(", ")
+    );
+    let (a, b, _dirs) = two_gateways(&broker, &redis_yaml).await;
+    let figures = load_through_failover("sentinel_wait", &a, &b, &broker, || master.kill()).await;
+    assert!(figures.answered_200 > 0, "{figures:?}");
+    broker.delete().await;
+}

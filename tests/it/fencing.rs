@@ -10,10 +10,11 @@ use crate::util::proxy::Proxy;
 use crate::util::*;
 
 /// `confirm_timeout: 3s`, `in_flight_wait: 1s`: a request may hold its claim for
-/// 1 + 2 (lock) + 2 (read) + 3 + 5 (spool fsync) + 2 (commit) + 2 (marks) = 17 s.
-const LEASE: &str = "18s";
+/// 2 (the event's claim) + 1 + 2 (lock) + 2 (read) + 3 + 5 (spool fsync) + 2 (commit) + 2
+/// (marks) = 19 s.
+const LEASE: &str = "20s";
 /// How long the lease lasts, for waiting it out.
-const LEASE_SECS: u64 = 18;
+const LEASE_SECS: u64 = 20;
 
 /// Two gateways on one key prefix of the Redis at `url`; A publishes through `proxy`.
 async fn pair_through(
@@ -170,6 +171,15 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     );
     assert_eq!(a_status, 503, "A's commit was refused: {a_body}");
     proxy.restore();
+    // A's STOP left (spooled) before its commit was refused: its claims were kept and
+    // marked, so the sender's retry is a duplicate, not a STOP decided and published again
+    // after B's START.
+    let (status, answer) = b.deliver(&client(None), &stop, "req_fz_stop").await;
+    assert_eq!(
+        (status, outcome(&answer).as_str()),
+        (200, "duplicate"),
+        "the retry of a STOP that left was decided again: {answer}"
+    );
     broker.delete().await;
 }
 

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::require_broker;
+use crate::util::proxy::Proxy;
 use crate::util::*;
 
 /// How long a test waits for every accepted event to arrive (held entries are retried with
@@ -436,5 +437,119 @@ async fn a_broker_node_named_by_an_ipv6_address_is_reached_at_that_address() {
     let before = ids_before_sentinel(&client, &gw, &broker).await;
     assert!(before.is_empty(), "{before:?}");
     assert!(proxy.accepted() > 0, "the node was reached elsewhere");
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn no_publish_holds_its_caller_past_confirm_timeout_while_the_channels_wait() {
+    require_broker!();
+    let broker = Broker::new().await;
+    let proxy = Proxy::to_rabbitmq().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.amqp_url = proxy.amqp_url("heartbeat=30");
+    cfg.confirm_timeout = "1s".into();
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    // The broker's answers are held back: the first deliveries' batches take the channels
+    // and wait for confirms, then for replacement channels the broker does not open; the
+    // deliveries after them queue behind. Each caller must stop waiting at its own
+    // confirm_timeout, whatever the channels do.
+    proxy.stall();
+    let run = unique("held");
+    let mut running = Vec::new();
+    for wave in 0..10 {
+        for i in 0..4 {
+            let (gw, client) = (gw.clone(), client.clone());
+            let id = format!("{run}_{wave}_{i}");
+            running.push(tokio::spawn(async move {
+                gw.deliver(&client, &event_body(&id), &format!("req_{id}"))
+                    .await
+                    .0
+            }));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut statuses = Vec::new();
+    for r in running {
+        statuses.push(r.await.expect("delivery"));
+    }
+    // The gateway's own histogram of how long callers waited for a publish: none past the
+    // bucket of 2.5 s, with a confirm_timeout of 1 s.
+    let e = scrape(&client, &gw).await;
+    let count = e.get("hookgate_publish_duration_seconds_count", &[]);
+    let within = e.get("hookgate_publish_duration_seconds_bucket", &[("le", "2.5")]);
+    println!("statuses {statuses:?}; {count} publishes, {within} answered within 2.5 s");
+    proxy.restore();
+    assert!(count > 0.0, "nothing was published");
+    assert_eq!(
+        count - within,
+        0.0,
+        "{} of {count} publishes held their callers past 2.5 s with confirm_timeout 1s",
+        count - within
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
+async fn amqp_queue_is_declared_as_a_quorum_queue_bound_to_the_exchange() {
+    use lapin::options::{QueueDeclareOptions, QueueDeleteOptions};
+    use lapin::types::{FieldTable, ShortString};
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    let queue = unique("hg-quorum");
+    cfg.amqp_extra = format!("  queue: {{name: {queue}}}\n");
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    gw.accept(&client, "quorum_1").await;
+
+    let connection = lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
+        .await
+        .expect("connection");
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let name = ShortString::from(queue.as_str());
+    let arrived = eventually(POLL_DEADLINE, || {
+        let (connection, name) = (&connection, name.clone());
+        async move {
+            let Ok(channel) = connection.create_channel().await else {
+                return false;
+            };
+            channel
+                .queue_declare(name, passive, FieldTable::default())
+                .await
+                .is_ok_and(|q| q.message_count() == 1)
+        }
+    })
+    .await;
+    // Declared without a type, the queue is refused: it exists as a quorum queue.
+    let channel = connection.create_channel().await.expect("channel");
+    let classic = channel
+        .queue_declare(
+            name.clone(),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await;
+    let cleanup = connection.create_channel().await.expect("channel");
+    let _ = cleanup
+        .queue_delete(name, QueueDeleteOptions::default())
+        .await;
+    assert!(
+        arrived,
+        "the accepted event never reached the declared queue"
+    );
+    assert!(
+        classic.is_err(),
+        "a classic declare of the queue was accepted: it is not a quorum queue"
+    );
     broker.delete().await;
 }

@@ -273,6 +273,42 @@ async fn no_request_goes_before_reset_once_remaining_is_below_the_threshold() {
 }
 
 #[tokio::test]
+async fn a_reset_past_the_next_walk_gives_one_walk_up_per_interval_without_spinning() {
+    require_broker!();
+    let (_dir, broker, cfg) = fixture().await;
+    // One request per hour-long window: the first page leaves nothing, and the reset is
+    // (but for one second in 3,600) further away than the next walk.
+    let fake = FakeBotix::start(KEY, 1, 3600).await;
+    fake.push((0..4).map(|i| outbound(&format!("msg_{i}"), "delivered")));
+    let cfg = reconciling(cfg, &fake, "");
+    let cfg = GatewayConfig {
+        route_extra: cfg.route_extra.replace("interval: 1h", "interval: 1s"),
+        ..cfg
+    };
+    let gw = Gateway::start(&cfg).await;
+    const GIVEN_UP: &str = "reconciliation walk given up until the next interval";
+    assert!(
+        gw.logged(GIVEN_UP, POLL_DEADLINE).await,
+        "no walk was given up: {}",
+        gw.logs().join("\n")
+    );
+    // A bounded window of four intervals: a walk given up resumes an interval after its
+    // try started, so at most one give-up (one log line, at most one request) per
+    // interval, and one more for the window's edges.
+    let count = |gw: &Gateway| gw.logs().iter().filter(|l| l.contains(GIVEN_UP)).count();
+    let (lines_before, requests_before) = (count(&gw), fake.log().len());
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let (lines, requests) = (
+        count(&gw) - lines_before,
+        fake.log().len() - requests_before,
+    );
+    println!("in 4 s with interval 1s: {lines} walks given up, {requests} list requests");
+    assert!(lines <= 5, "{lines} walks given up in 4 s with interval 1s");
+    assert!(requests <= 5, "{requests} list requests in 4 s");
+    broker.delete().await;
+}
+
+#[tokio::test]
 async fn a_429_is_tried_again_no_sooner_than_retry_after() {
     require_broker!();
     let (_dir, broker, cfg, fake) = fake_fixture().await;

@@ -14,8 +14,10 @@ use std::time::Duration;
 
 use backoff::Doubling;
 use futures_util::StreamExt;
-use lapin::options::{ConfirmSelectOptions, ExchangeDeclareOptions};
-use lapin::types::{FieldTable, LongString, ShortString};
+use lapin::options::{
+    ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, Connection, ConnectionProperties, Event, ExchangeKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -23,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::nodes::BrokerNode;
 use super::owner::{self, Job};
 use super::{short, short_constant, Inner, PublishError, BACKOFF_MAX, BACKOFF_MIN};
-use crate::config::Amqp;
+use crate::config::{Amqp, QueueKind};
 
 /// Confirm-mode channels per connection, each with its owner task. An owner publishes a
 /// batch and waits for all of its confirms before the next, so while one waits the others
@@ -251,6 +253,37 @@ async fn connect(
                     durable: true,
                     ..Default::default()
                 },
+                FieldTable::default(),
+            )
+            .await?;
+    }
+    if let Some(declared) = &config.queue {
+        // A queue that exists with other arguments (a classic one of the same name) fails
+        // the declare, and the connection with it: the node's warning names the reason.
+        let name = short(&declared.name).unwrap_or_default();
+        let mut arguments = FieldTable::default();
+        if declared.kind == QueueKind::Quorum {
+            arguments.insert(
+                short_constant("x-queue-type"),
+                AMQPValue::LongString(LongString::from("quorum")),
+            );
+        }
+        channels[0]
+            .queue_declare(
+                name.clone(),
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                arguments,
+            )
+            .await?;
+        channels[0]
+            .queue_bind(
+                name,
+                short(&config.exchange).unwrap_or_default(),
+                short(declared.binding.as_deref().unwrap_or("#")).unwrap_or_default(),
+                QueueBindOptions::default(),
                 FieldTable::default(),
             )
             .await?;

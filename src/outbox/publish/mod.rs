@@ -143,6 +143,7 @@ impl Publisher {
             .ok_or_else(|| PublishError::Channel("the exchange name is too long".into()))?;
         let live = self.inner.current().ok_or(PublishError::NotConnected)?;
         let started = tokio::time::Instant::now();
+        let deadline = started + self.inner.config.confirm_timeout;
         let (answer, answered) = tokio::sync::oneshot::channel();
         let job = owner::Job {
             id,
@@ -151,13 +152,22 @@ impl Publisher {
             mandatory,
             body: msg.body.clone(),
             properties,
-            deadline: started + self.inner.config.confirm_timeout,
+            deadline,
             answer,
         };
         live.submit(job)?;
         // An owner answers every job it takes; a job still queued when its connection goes
-        // is dropped, and so is its answer.
-        let result = answered.await.unwrap_or(Err(PublishError::NotConnected));
+        // is dropped, and so is its answer. The caller waits no longer than its deadline,
+        // whatever the owners do (a batch taken just before the deadline, owners waiting
+        // for a channel while the broker blocks the connection): the claims it holds are
+        // leases, bounded by `confirm_timeout`. A job still queued then is dropped unsent
+        // by the owner that takes it (its caller is gone, its deadline past); one already
+        // sent may still be confirmed, and counts as not published (the spool or the
+        // sender's retry makes the at-least-once copy).
+        let result = match tokio::time::timeout_at(deadline, answered).await {
+            Ok(answer) => answer.unwrap_or(Err(PublishError::NotConnected)),
+            Err(_) => Err(PublishError::Timeout),
+        };
         self.inner
             .metrics
             .publish_duration
