@@ -20,12 +20,14 @@ use redis::AsyncCommands;
 use crate::config::Redis as RedisConfig;
 use crate::state::backoff::Backoff;
 use crate::state::keys::{RedisSpace, StoreKey};
-use crate::state::marks::{Claim, KeyState};
+use crate::state::marks::{Claim, KeyState, StoredMark};
 use crate::state::redis_link::{Conn, Link, Topology, OP_TIMEOUT};
 use crate::store::StoreError;
 
-/// Value of a done mark.
-const DONE: &str = "d";
+/// First byte of a done mark's value, which its decision record follows (`state::decision`;
+/// a mark written before records is this byte alone). A claim's value is its token in
+/// decimal digits, so the two never meet.
+const DONE: u8 = b'd';
 
 /// Deletes a key only if it still holds our value: a claim or lock taken over after its
 /// lease must not be released by the old owner.
@@ -78,21 +80,38 @@ redis.call('SET', KEYS[2], ARGV[2])
 return 1
 "#;
 
-/// Marks every key done (`ARGV[3]`) for `ARGV[2]` ms, all or none, unless one of them is
-/// claimed by another token than `ARGV[1]`: then 0. A key that is free (its claim expired
-/// and nobody took it) or done already is marked: the event was handled, and a done mark
-/// only ever keeps a duplicate out.
+/// Marks every key `KEYS[i]` done with its value `ARGV[2 + i]` (a done mark and its
+/// record) for `ARGV[2]` ms, all or none, unless one of them is claimed by another token
+/// than `ARGV[1]`: then 0. A key that is free (its claim expired and nobody took it) or
+/// done already is marked: the event was handled, and a done mark only ever keeps a
+/// duplicate out.
 const FENCED_DONE: &str = r#"
 for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
-  if held and held ~= ARGV[1] and held ~= ARGV[3] then
+  if held and held ~= ARGV[1] and string.sub(held, 1, 1) ~= 'd' then
     return 0
   end
 end
-for _, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[3], 'PX', ARGV[2])
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[2 + i], 'PX', ARGV[2])
 end
 return 1
+"#;
+
+/// Replaces the value of `KEYS[1]` by `ARGV[2]`, keeping its expiry, only while it is still
+/// `ARGV[1]`: its remaining lifetime in ms; -3 otherwise (a concurrent update won; its
+/// count stands).
+const COMPARE_AND_SET: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  return redis.call('PTTL', KEYS[1])
+end
+return -3
+"#;
+
+/// The value of `KEYS[1]` and its remaining lifetime in ms, read at one point in time.
+const GET_WITH_TTL: &str = r#"
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
 "#;
 
 /// A checked Redis configuration, parsed before any port is bound.
@@ -137,6 +156,8 @@ pub struct RedisState {
     commit: Arc<redis::Script>,
     put_leased: Arc<redis::Script>,
     done: Arc<redis::Script>,
+    compare_and_set: Arc<redis::Script>,
+    get_with_ttl: Arc<redis::Script>,
     healthy: Arc<AtomicBool>,
 }
 
@@ -153,6 +174,8 @@ impl RedisState {
             commit: Arc::new(redis::Script::new(FENCED_COMMIT)),
             put_leased: Arc::new(redis::Script::new(FENCED_PUT)),
             done: Arc::new(redis::Script::new(FENCED_DONE)),
+            compare_and_set: Arc::new(redis::Script::new(COMPARE_AND_SET)),
+            get_with_ttl: Arc::new(redis::Script::new(GET_WITH_TTL)),
             healthy: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -176,14 +199,105 @@ impl RedisState {
     /// The state of a dedup key.
     pub async fn state(&self, key: &StoreKey) -> Result<KeyState, StoreError> {
         let k = self.key(key, RedisSpace::Marks);
-        let v: Option<String> = self
+        let v: Option<Vec<u8>> = self
             .run(Access::Read, move |mut c| async move { c.get(k).await })
             .await?;
         Ok(match v.as_deref() {
             None => KeyState::Free,
-            Some(DONE) => KeyState::Done,
+            Some([DONE, ..]) => KeyState::Done,
             Some(_) => KeyState::InFlight,
         })
+    }
+
+    /// The mark of a dedup key as stored: its state, expiry and decision record (`now_ms`
+    /// turns Redis's remaining lifetime into a time).
+    pub async fn read_mark(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+    ) -> Result<Option<StoredMark>, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
+        let script = self.get_with_ttl.clone();
+        let (value, ttl_ms): (Option<Vec<u8>>, i64) = self
+            .run(Access::Read, move |mut c| async move {
+                script.key(k).invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(value.map(|v| match v.split_first() {
+            Some((&DONE, record)) => StoredMark {
+                state: KeyState::Done,
+                expires_ms: (ttl_ms >= 0).then(|| now_ms.saturating_add(ttl_ms)),
+                record: (!record.is_empty()).then(|| record.to_vec()),
+            },
+            _ => StoredMark {
+                state: KeyState::InFlight,
+                expires_ms: None,
+                record: None,
+            },
+        }))
+    }
+
+    /// Rewrites the record of `key`'s done mark with `update`, keeping its expiry: a read,
+    /// then a compare-and-set. The mark's expiry (from `now_ms`) when written; `None` when
+    /// there is no done mark with a record, `update` declines, or a concurrent update came
+    /// first.
+    pub async fn update_record(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+        update: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
+    ) -> Result<Option<i64>, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
+        let read = k.clone();
+        let current: Option<Vec<u8>> = self
+            .run(Access::Read, move |mut c| async move { c.get(read).await })
+            .await?;
+        let Some(current) = current else {
+            return Ok(None);
+        };
+        let new = match current.split_first() {
+            Some((&DONE, record)) if !record.is_empty() => update(record),
+            _ => None,
+        };
+        let Some(new) = new else {
+            return Ok(None);
+        };
+        let mut value = vec![DONE];
+        value.extend_from_slice(&new);
+        let script = self.compare_and_set.clone();
+        let ttl_ms: i64 = self
+            .run(Access::Write, move |mut c| async move {
+                script
+                    .key(k)
+                    .arg(current)
+                    .arg(value)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok((ttl_ms > 0).then(|| now_ms.saturating_add(ttl_ms)))
+    }
+
+    /// Marks `key` done with `record` for `ttl` unless a mark holds it (`SET NX`); true
+    /// when written.
+    pub async fn mark_done_if_free(
+        &self,
+        key: &StoreKey,
+        record: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
+        let mut value = vec![DONE];
+        value.extend_from_slice(record);
+        let opts = redis::SetOptions::default()
+            .conditional_set(redis::ExistenceCheck::NX)
+            .with_expiration(redis::SetExpiry::PX(millis(ttl)));
+        let reply: Option<String> = self
+            .run(Access::Write, move |mut c| async move {
+                c.set_options(k, value, opts).await
+            })
+            .await?;
+        Ok(reply.is_some())
     }
 
     /// Claims a dedup key with `SET NX PX lease`: the lease expires by itself if this
@@ -208,40 +322,44 @@ impl RedisState {
         }
     }
 
-    /// Marks keys done for `ttl`, fenced by the claim `token` took: all of them in one
-    /// script (in a cluster, one script per hash slot, the event's key first), then
-    /// `WAIT` when configured.
+    /// Marks keys done for `ttl`, each with its decision record, fenced by the claim
+    /// `token` took: all of them in one script (in a cluster, one script per hash slot, the
+    /// event's key first), then `WAIT` when configured.
     pub async fn mark_done(
         &self,
-        keys: &[&StoreKey],
+        marks: &[(&StoreKey, &[u8])],
         token: u64,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let keys: Vec<Vec<u8>> = keys
+        let marks: Vec<(Vec<u8>, Vec<u8>)> = marks
             .iter()
-            .map(|k| self.key(k, RedisSpace::Marks))
+            .map(|(k, record)| {
+                let mut value = vec![DONE];
+                value.extend_from_slice(record);
+                (self.key(k, RedisSpace::Marks), value)
+            })
             .collect();
         // Each key is its own slot in a cluster (a request id and an event id share
         // nothing to tag them with); elsewhere one script writes them all.
-        let groups: Vec<Vec<Vec<u8>>> = if self.link.is_cluster() {
-            keys.into_iter().map(|k| vec![k]).collect()
+        let groups: Vec<Vec<(Vec<u8>, Vec<u8>)>> = if self.link.is_cluster() {
+            marks.into_iter().map(|m| vec![m]).collect()
         } else {
-            vec![keys]
+            vec![marks]
         };
         for group in groups {
-            let first = group.first().cloned().unwrap_or_default();
+            let first = group.first().map(|(k, _)| k.clone()).unwrap_or_default();
             let script = self.done.clone();
             let written = self
                 .run(Access::Write, move |mut c| async move {
                     let mut call = script.prepare_invoke();
-                    for key in &group {
+                    for (key, _) in &group {
                         call.key(key);
                     }
-                    call.arg(token.to_string())
-                        .arg(millis(ttl))
-                        .arg(DONE)
-                        .invoke_async::<i64>(&mut c)
-                        .await
+                    call.arg(token.to_string()).arg(millis(ttl));
+                    for (_, value) in &group {
+                        call.arg(value);
+                    }
+                    call.invoke_async::<i64>(&mut c).await
                 })
                 .await?;
             if written != 1 {
