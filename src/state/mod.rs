@@ -9,6 +9,7 @@ mod engine;
 pub mod keys;
 pub mod locks;
 pub mod marks;
+pub mod offline;
 pub mod redis;
 pub mod redis_link;
 
