@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::redis::{on_redis, redis_available, REDIS_URL};
+use crate::redis::{on_redis, redis_available, redis_connection, KeyPrefix, REDIS_URL};
 use crate::require_broker;
 use crate::util::cli::{hookgate, run_bounded};
 use crate::util::gateway::{admin_change, admin_token_file};
@@ -294,7 +294,8 @@ async fn the_redis_backend_keeps_the_same_records() {
     }
     let (dir, broker, cfg) = fixture().await;
     let proxy = Proxy::to_rabbitmq().await;
-    let mut cfg = on_redis(cfg.with_spec_guard(), REDIS_URL, &unique("hg-inspect:"));
+    let prefix = KeyPrefix::new();
+    let mut cfg = on_redis(cfg.with_spec_guard(), REDIS_URL, &prefix);
     cfg.amqp_url = proxy.amqp_url("heartbeat=30");
     cfg.confirm_timeout = "1s".into();
     cfg.admin_extra = admin_token_file(dir.path(), ADMIN_TOKEN);
@@ -303,8 +304,39 @@ async fn the_redis_backend_keeps_the_same_records() {
     wait_broker_connected(&client, &gw).await;
 
     let w = support_walk(&gw, &client, &proxy).await;
+    // A done mark written before marks carried records (the value `d` alone).
+    let old = unique("evt_old");
+    let old_key = format!("{}botix:event:{old}", &*prefix);
+    let mut conn = redis_connection(REDIS_URL).await;
+    let set: redis::RedisResult<()> = redis::cmd("SET")
+        .arg(&old_key)
+        .arg("d")
+        .arg("PX")
+        .arg(600_000)
+        .query_async(&mut conn)
+        .await;
+    set.expect("set an old mark");
+    let (s, a) = gw.deliver(&client, &event_body(&old), &request_id()).await;
+    assert_eq!(
+        (s, outcome(&a)),
+        (200, "duplicate".into()),
+        "an old mark still counts"
+    );
+    let kept: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(&old_key)
+        .query_async(&mut conn)
+        .await
+        .expect("get");
+    assert_eq!(
+        kept.as_deref(),
+        Some(&b"d"[..]),
+        "a duplicate leaves an old mark as it is"
+    );
+
     let mut answers = HashMap::new();
-    for (label, kind, id, to) in questions(&w) {
+    let mut asked = questions(&w);
+    asked.push(("old mark", "event", old.clone(), None));
+    for (label, kind, id, to) in asked {
         let mut query = form_urlencoded::Serializer::new(String::new());
         query
             .append_pair("route", "botix")
@@ -322,6 +354,10 @@ async fn the_redis_backend_keeps_the_same_records() {
         answers.insert(label, serde_json::from_str(&body).expect("json"));
     }
     check_walk(&w, &answers);
+    let old_mark = &answers["old mark"]["answer"]["event"];
+    assert_eq!(old_mark["mark"]["state"], "done", "{old_mark}");
+    assert_eq!(old_mark["record"], Value::Null, "{old_mark}");
+    assert!(old_mark["mark"]["kept_until"].is_string(), "{old_mark}");
     ids_before_sentinel(&client, &gw, &broker).await;
     broker.delete().await;
 }
