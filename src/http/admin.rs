@@ -256,10 +256,34 @@ impl Admin {
             .answer(&*self.health.state, &route, &query, now_ms)
             .await
         {
-            Ok(report) => json_answer(&report),
+            Ok(mut report) => {
+                self.note_parked(&mut report);
+                json_answer(&report)
+            }
             Err(e @ InspectError::NoRoute(_)) => (404, "text/plain", format!("{e}\n")),
             Err(e @ InspectError::Store(_)) => (503, "text/plain", format!("{e}\n")),
             Err(e) => (400, "text/plain", format!("{e}\n")),
+        }
+    }
+
+    /// Names the parked spool entry of a spooled event in `report`, if the spool parked
+    /// it (the record says only that it was spooled).
+    fn note_parked(&self, report: &mut crate::inspect::Report) {
+        let Some(event) = report.event_mut() else {
+            return;
+        };
+        let spooled = event
+            .record
+            .as_ref()
+            .is_some_and(|r| r.delivery.as_deref() == Some("spooled"));
+        if !spooled {
+            return;
+        }
+        if let Ok(entries) = self.health.spool.parked_entries() {
+            event.parked = entries
+                .iter()
+                .find(|p| p.event_id.as_deref() == Some(event.event_id.as_str()))
+                .map(|p| format!("entry {} ({})", p.id, p.reason));
         }
     }
 

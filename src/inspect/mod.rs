@@ -246,6 +246,7 @@ async fn event_report(
         by_message_id: by_message,
         mark: mark.as_ref().map(MarkReport::of),
         record: record.as_ref().map(RecordReport::of),
+        parked: None,
     })
 }
 

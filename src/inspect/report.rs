@@ -58,6 +58,21 @@ pub struct EventReport {
     /// The decision its mark records; `None` with a mark: a mark written before marks
     /// carried records, or a delivery still in flight.
     pub record: Option<RecordReport>,
+    /// Where a spooled event is now, when the running gateway's spool parked it (entry id
+    /// and reason); `None` otherwise and offline.
+    #[serde(default)]
+    pub parked: Option<String>,
+}
+
+impl Report {
+    /// The event report in the answer: an event's, or a request's event.
+    pub fn event_mut(&mut self) -> Option<&mut EventReport> {
+        match &mut self.answer {
+            Answer::Event(e) => Some(e),
+            Answer::Request(r) => r.event.as_mut(),
+            _ => None,
+        }
+    }
 }
 
 /// A dedup mark.
