@@ -149,7 +149,7 @@ fn accept(w: &Window, event: u64, now_ms: i64) -> anyhow::Result<()> {
         now_ms,
     )?;
     let guard = format!(
-        r#"{{"expires_ms":{e},"state":{{"status":"delivered","rank":3,"timestamp_ms":{now_ms}}},"by":{{"event_id":"evt_{event:012}","at_ms":{now_ms},"what":"delivered"}}}}"#,
+        r#"{{"expires_ms":{e},"state":{{"status":"delivered","rank":3,"timestamp_ms":{now_ms}}},"by":{{"event_id":"evt_{event:012}","at_ms":{now_ms}}}}}"#,
         e = now_ms + 7 * 86_400_000
     );
     w.journal.put(

@@ -206,7 +206,7 @@ impl GuardState {
             };
             let expires_ms = Some(now_ms + r.retention_ms);
             return self
-                .held(key, lock, verdict, stored, seen, expires_ms)
+                .held(key, lock, verdict, stored, seen, expires_ms, true)
                 .await;
         }
         if let Some(r) = rules
@@ -239,7 +239,7 @@ impl GuardState {
             };
             let expires_ms = r.retention_ms.map(|d| now_ms + d);
             return self
-                .held(key, lock, verdict, stored, seen, expires_ms)
+                .held(key, lock, verdict, stored, seen, expires_ms, false)
                 .await;
         }
         Ok(Check::Unguarded)
@@ -266,8 +266,10 @@ impl GuardState {
     }
 
     /// The check of a verdict on `seen` against `stored`. An accepted event's state will
-    /// name it; a drop is remembered in the key's state at once (a write under the lock
+    /// name it (without what it carried when `state_says_what`: a status state holds its
+    /// status); a drop is remembered in the key's state at once (a write under the lock
     /// held, then the lock released), so `inspect` can list it.
+    #[allow(clippy::too_many_arguments)]
     async fn held<S: Serialize>(
         &self,
         key: StoreKey,
@@ -276,6 +278,7 @@ impl GuardState {
         stored: Option<Stored<S>>,
         seen: GuardEvent,
         expires_ms: Option<i64>,
+        state_says_what: bool,
     ) -> Result<Check, StoreError> {
         let update = match verdict {
             Verdict::Accept(new_state) => {
@@ -283,10 +286,18 @@ impl GuardState {
                 let dropped = stored.map(|s| s.dropped).unwrap_or_default();
                 new_state
                     .map(|state| {
+                        let by = GuardEvent {
+                            what: if state_says_what {
+                                String::new()
+                            } else {
+                                seen.what
+                            },
+                            ..seen
+                        };
                         let new = Stored {
                             expires_ms,
                             state,
-                            by: Some(seen),
+                            by: Some(by),
                             dropped,
                         };
                         serde_json::to_vec(&new)

@@ -36,7 +36,9 @@ pub struct GuardEvent {
     pub event_id: String,
     /// When it was decided (Unix ms, receipt).
     pub at_ms: i64,
-    /// The status or keyword it carried (`delivered`, `STOP`).
+    /// The status or keyword it carried (`delivered`, `STOP`); left out (empty) for the
+    /// event that set a status state, whose `status` names it already.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub what: String,
     /// Why it was dropped; absent for the accepted event.
     #[serde(default, skip_serializing_if = "Option::is_none")]

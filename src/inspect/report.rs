@@ -222,7 +222,10 @@ impl MessageReport {
             report.status = Some(s.state.status.clone());
             report.rank = Some(s.state.rank);
             report.status_time = Some(rfc3339(s.state.timestamp_ms));
-            report.set_by = s.by.as_ref().map(GuardEventReport::of);
+            report.set_by = s.by.as_ref().map(|by| GuardEventReport {
+                what: s.state.status.clone(),
+                ..GuardEventReport::of(by)
+            });
             report.dropped = s.dropped.iter().map(GuardEventReport::of).collect();
             report.kept_until = s.expires_ms.map(rfc3339);
         }

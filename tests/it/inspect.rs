@@ -140,6 +140,7 @@ fn check_walk(w: &Walk, answers: &HashMap<&'static str, Value>) {
     let message = &answer("message")["message"];
     assert_eq!(message["status"], "delivered", "{message}");
     assert_eq!(message["set_by"]["event_id"], w.delivered.as_str());
+    assert_eq!(message["set_by"]["what"], "delivered");
     assert_eq!(message["dropped"][0]["event_id"], w.stale.as_str());
     assert_eq!(message["dropped"][0]["what"], "sent");
     assert_eq!(message["dropped"][0]["reason"], "stale_status");
