@@ -58,7 +58,8 @@ fn event_lines(out: &mut String, e: &EventReport, window: &str) {
     };
     let outcome = match (r.outcome.as_str(), &r.delivery, &r.reason) {
         ("accepted", Some(d), _) if d == "spooled" => {
-            "accepted, spooled (the broker was away; published from the spool)".to_owned()
+            "accepted, spooled (the broker was away; the spool publishes it once it is back)"
+                .to_owned()
         }
         ("accepted", _, _) => "accepted, published (the broker confirmed it)".to_owned(),
         (_, _, Some(reason)) => format!("dropped: {reason}"),
