@@ -259,6 +259,30 @@ async fn a_support_walk_is_answered_online_and_offline_alike() {
     let (code, _, err) = inspect(&config, &["event", &w.first_request]).await;
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("inspect request"), "{err}");
+    // The endpoint refuses what it cannot answer, and names the unknown route.
+    for (path, status, says) in [
+        (
+            "/inspect?route=botix&kind=event",
+            400,
+            "route, kind and id are required",
+        ),
+        (
+            "/inspect?route=other&kind=event&id=e",
+            404,
+            "no route named \"other\"",
+        ),
+        ("/inspect?route=botix&kind=events&id=e", 400, "unknown kind"),
+        (
+            "/inspect?route=botix&kind=event&id=e&x=1",
+            400,
+            "unknown parameter",
+        ),
+    ] {
+        let get = reqwest::Method::GET;
+        let (s, body) = admin_change(&gw, &client, get, path, Some(ADMIN_TOKEN)).await;
+        assert_eq!(s, status, "{path}: {body}");
+        assert!(body.contains(says), "{path}: {body}");
+    }
     let store = cfg.store.display().to_string();
     let (code, _, err) = inspect(&config, &["--store", &store, "event", &w.event]).await;
     assert_eq!(code, 1, "{err}");
