@@ -61,6 +61,11 @@ fn event_lines(out: &mut String, e: &EventReport, window: &str) {
             "accepted, spooled (the broker was away; the spool publishes it once it is back)"
                 .to_owned()
         }
+        ("accepted", Some(d), _) if d == "held" => {
+            "accepted, held in the spool (no queue was bound for it, or for an earlier event of \
+             its key; published once a queue takes it)"
+                .to_owned()
+        }
         ("accepted", _, _) => "accepted, published (the broker confirmed it)".to_owned(),
         (_, _, Some(reason)) => format!("dropped: {reason}"),
         (other, _, _) => other.to_owned(),

@@ -129,6 +129,7 @@ impl RecordReport {
         let (outcome, delivery, reason) = match record.decided {
             Decided::Published => ("accepted", Some("published"), None),
             Decided::Spooled => ("accepted", Some("spooled"), None),
+            Decided::Held => ("accepted", Some("held"), None),
             Decided::Dropped(reason) => ("dropped", None, Some(reason)),
         };
         Self {

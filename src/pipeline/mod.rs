@@ -445,6 +445,7 @@ impl Pipeline {
     ) -> Result<(), StoreError> {
         let decided = match result {
             Ok((Outcome::Accepted { .. }, Some(Delivered::Spooled))) => Some(Decided::Spooled),
+            Ok((Outcome::Accepted { .. }, Some(Delivered::Held))) => Some(Decided::Held),
             Ok((Outcome::Accepted { .. }, _)) => Some(Decided::Published),
             Ok((Outcome::Dropped { reason, .. }, _)) => Some(Decided::Dropped(reason)),
             _ => None,
@@ -522,7 +523,7 @@ impl Pipeline {
                 if let Some(held) = held {
                     self.guards.commit(held, now_ms).await?;
                 }
-                if matches!(how, Delivered::Spooled) {
+                if matches!(how, Delivered::Spooled | Delivered::Held) {
                     tracing::debug!(route = name, event_id = %event.id, "event spooled");
                 }
                 let outcome = Outcome::Accepted {

@@ -40,6 +40,9 @@ pub enum Decided {
     Published,
     /// Accepted: durably in the spool, to be published once the broker takes it.
     Spooled,
+    /// Accepted: durably in the spool's held area, unroutable or behind an unroutable event
+    /// of its guard key, to be published once a queue takes it.
+    Held,
     /// Dropped by the guard or the freshness check, with the reason.
     Dropped(&'static str),
 }
@@ -138,6 +141,7 @@ impl EventRecord {
             Decided::Published => (1, 0),
             Decided::Spooled => (2, 0),
             Decided::Dropped(reason) => (3, reason_code(reason)),
+            Decided::Held => (4, 0),
         };
         out.extend([outcome, reason]);
         let seen = self
@@ -163,6 +167,7 @@ impl EventRecord {
             1 => Decided::Published,
             2 => Decided::Spooled,
             3 => Decided::Dropped(reason_of(reason)),
+            4 => Decided::Held,
             _ => return None,
         };
         let sources_byte = r.byte()?;
@@ -380,6 +385,7 @@ mod tests {
         let decided = [
             Decided::Published,
             Decided::Spooled,
+            Decided::Held,
             Decided::Dropped("stale_status"),
             Decided::Dropped("future_timestamp"),
         ];

@@ -312,6 +312,53 @@ async fn a_support_walk_is_answered_online_and_offline_alike() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_no_queue_took_is_recorded_as_held_in_the_spool() {
+    require_broker!();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Only `contact.#` has a queue: an `orphan.updated` is returned unroutable and kept in
+    // the spool's held area.
+    let broker = Broker::unbound().await;
+    broker.bind("contact.#").await;
+    let mut cfg = GatewayConfig::new(dir.path(), &broker.exchange);
+    cfg.admin_extra = admin_token_file(dir.path(), ADMIN_TOKEN);
+    let gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+    let config = cli_config(&gw);
+
+    let run = unique("held");
+    let (held, routed) = (format!("evt_{run}_orphan"), format!("evt_{run}_contact"));
+    let orphan = serde_json::json!({
+        "id": held, "event": "orphan.updated", "timestamp": rfc3339_from_now(0), "data": {}
+    })
+    .to_string();
+    for (id, body) in [(&held, orphan), (&routed, event_body(&routed))] {
+        let (status, answer) = gw.deliver(&client, &body, &request_id()).await;
+        assert_eq!(
+            (status, outcome(&answer)),
+            (200, "accepted".to_owned()),
+            "{id}: {answer}"
+        );
+    }
+    for (id, delivery, text) in [
+        (&held, "held", "accepted, held in the spool"),
+        (&routed, "published", "accepted, published"),
+    ] {
+        let (code, out, err) = inspect(&config, &["event", id, "--output", "json"]).await;
+        assert_eq!(code, 0, "{err}");
+        let answer: Value = serde_json::from_str(&out).expect("json");
+        let record = &answer["answer"]["event"]["record"];
+        assert_eq!(record["outcome"], "accepted", "{record}");
+        assert_eq!(record["delivery"], delivery, "{record}");
+        let (code, out, err) = inspect(&config, &["event", id]).await;
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(text), "{out}");
+    }
+    drop(gw);
+    broker.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_redis_backend_keeps_the_same_records() {
     require_broker!();
     if !redis_available() {
