@@ -13,6 +13,8 @@ use hookgate::state::marks::{Claim, JournalMarks};
 use hookgate::store::Store;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
+/// A decision record of the size a published event's mark carries (30 bytes).
+const RECORD: [u8; 30] = [1; 30];
 
 fn claim_and_done(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -46,7 +48,11 @@ fn claim_and_done(c: &mut Criterion) {
             let claim = marks.try_claim(&ev, n, now).expect("claim");
             assert_eq!(claim, Claim::Claimed);
             marks
-                .mark_done(&[&ev, &req], now + TTL_MS, now)
+                .mark_done(
+                    &[(&ev, &RECORD[..]), (&req, &RECORD[..])],
+                    now + TTL_MS,
+                    now,
+                )
                 .expect("done");
             black_box(claim)
         })
@@ -54,7 +60,9 @@ fn claim_and_done(c: &mut Criterion) {
 
     c.bench_function("dedup claim of a done key (duplicate)", |b| {
         let ev = StoreKey::event("botix", "evt_dup");
-        marks.mark_done(&[&ev], now + TTL_MS, now).expect("done");
+        marks
+            .mark_done(&[(&ev, &RECORD[..])], now + TTL_MS, now)
+            .expect("done");
         b.iter(|| {
             let claim = marks.try_claim(black_box(&ev), 1, now).expect("claim");
             assert_eq!(claim, Claim::Done);

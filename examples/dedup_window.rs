@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use expiring_lsm::journal::{Journal, Settings};
 use hdrhistogram::Histogram;
+use hookgate::state::decision::{Decided, EventRecord, RequestRecord, Source};
 use hookgate::state::keys::StoreKey;
 use hookgate::state::marks::{Claim, JournalMarks, KeyState};
 use hookgate::state::JOURNAL_TREE;
@@ -128,9 +129,28 @@ fn accept(w: &Window, event: u64, now_ms: i64) -> anyhow::Result<()> {
         "event {event} taken"
     );
     let expires = now_ms + TTL.as_millis() as i64;
-    w.marks.mark_done(&[&ev, &req], expires, now_ms)?;
+    // The decision records a delivery's marks carry: a published event that came under a
+    // sender's UUID request id, and the request id pointing to it.
+    let request_id = uuid::Uuid::from_u128(u128::from(event)).to_string();
+    let event_record = EventRecord::first(
+        now_ms,
+        Decided::Published,
+        Source::Webhook,
+        Some(&request_id),
+    )
+    .encode();
+    let request_record = RequestRecord {
+        event_id: format!("evt_{event:012}"),
+        by_message: false,
+    }
+    .encode();
+    w.marks.mark_done(
+        &[(&ev, &event_record), (&req, &request_record)],
+        expires,
+        now_ms,
+    )?;
     let guard = format!(
-        r#"{{"expires_ms":{e},"state":{{"status":"delivered","rank":3,"timestamp_ms":{now_ms}}}}}"#,
+        r#"{{"expires_ms":{e},"state":{{"status":"delivered","rank":3,"timestamp_ms":{now_ms}}},"by":{{"event_id":"evt_{event:012}","at_ms":{now_ms}}}}}"#,
         e = now_ms + 7 * 86_400_000
     );
     w.journal.put(

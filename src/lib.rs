@@ -11,6 +11,7 @@
 //! (dedup marks and guard state: local or Redis) and [`outbox`] (the AMQP message, the
 //! publish with a confirm, the durable spool). [`config`] is the schema every part reads and
 //! depends on nothing else; [`app`] builds the parts and hands each only what it needs.
+//! [`inspect`] answers what the store knows about one event, request, message or contact.
 //! ARCHITECTURE.md is the code map, module by module, with the layers and the invariants.
 
 pub mod app;
@@ -21,6 +22,7 @@ pub mod config;
 pub mod guard;
 pub mod http;
 pub mod ingress;
+pub mod inspect;
 pub mod liveness;
 pub mod metrics;
 pub mod outbox;

@@ -97,6 +97,9 @@ enum Command {
         #[command(subcommand)]
         command: cli::reconcile::ReconcileCommand,
     },
+    /// What the state store knows about one event, request id, message or contact: asks
+    /// the running gateway (admin API and token), or reads a stopped one's store.
+    Inspect(cli::inspect::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -137,6 +140,7 @@ fn main() -> ExitCode {
         Command::CheckConfig { offline } => check_config(&cli.config, *offline),
         Command::Spool { command } => spool(&cli.config, command),
         Command::Reconcile { command } => reconcile(&cli.config, command),
+        Command::Inspect(args) => inspect(&cli.config, args),
         Command::Run => run(&cli),
     }
 }
@@ -173,6 +177,23 @@ fn reconcile(config_path: &Path, command: &cli::reconcile::ReconcileCommand) -> 
         }
     }
     finish(cli::reconcile::run(&config, command), 1)
+}
+
+/// `hookgate inspect`: a question the config refuses (its route, an id of the wrong shape)
+/// is a usage error; a gateway or store that cannot answer is a failure.
+fn inspect(config_path: &Path, args: &cli::inspect::InspectArgs) -> ExitCode {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {}", with_config_hint(config_path, &e.to_string()));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    let checked = match cli::inspect::check(&config, args) {
+        Ok(checked) => checked,
+        Err(e) => return finish(Err(e), EXIT_USAGE),
+    };
+    finish(cli::inspect::run(&config, args, &checked), 1)
 }
 
 fn check_config(path: &Path, offline: bool) -> ExitCode {

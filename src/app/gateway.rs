@@ -16,6 +16,7 @@ use crate::http::admin::{Admin, Health};
 use crate::http::serve_admin;
 use crate::http::token::AdminToken;
 use crate::http::webhook::{serve_webhooks, WebhookService};
+use crate::inspect::Inspector;
 use crate::metrics::Metrics;
 use crate::outbox::publish::{BrokerNodes, Publisher};
 use crate::outbox::spool::Spool;
@@ -235,6 +236,7 @@ impl Gateway {
             },
             shutdown: shutting_down.clone(),
             reconcile: self.reconcilers.clone(),
+            inspector: Inspector::new(&self.config),
             token,
         })
     }

@@ -5,6 +5,7 @@
 //! the spool took the event) or drops the check (a failed publish leaves state unchanged).
 
 pub mod decide;
+pub mod stored;
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -13,9 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::GuardConfig;
 use crate::guard::decide::{
-    decide_keyword, decide_status, status_of, GuardDrop, KeywordLists, KeywordState, StatusRanks,
-    StatusState, Verdict,
+    decide_keyword, decide_status, status_of, GuardDrop, Keyword, KeywordLists, KeywordState,
+    StatusRanks, StatusState, Verdict,
 };
+use crate::guard::stored::{GuardEvent, Stored};
 use crate::ingress::event::{Event, EventFields};
 use crate::ingress::fields::Slot;
 use crate::state::keys::{guard_key, StoreKey};
@@ -94,13 +96,6 @@ impl RouteGuard {
     }
 }
 
-/// State as stored, with the time it may be forgotten.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Stored<S> {
-    expires_ms: Option<i64>,
-    state: S,
-}
-
 /// A decided check that still holds its key's lock: finish it with
 /// [`GuardState::commit`] or [`GuardState::abandon`].
 pub struct Held {
@@ -122,7 +117,7 @@ pub enum Check {
     Unguarded,
     /// Publish it, then [`GuardState::commit`] the held check.
     Accept(Held),
-    /// Drop it; nothing was changed.
+    /// Drop it; the state is unchanged (its key remembers the drop, `guard::stored`).
     Drop(GuardDrop),
 }
 
@@ -201,11 +196,24 @@ impl GuardState {
             let status = status_of(&event.event_type, event.field(r.status).as_deref());
             let key = StoreKey::guard(route, "status", &[&message_id]);
             let lock = self.store.lock(&key).await?;
-            let state = self.load::<StatusState>(&key, now_ms).await;
-            let verdict = state.map(|s| decide_status(s.as_ref(), &status, ts, &r.ranks));
-            let verdict = verdict.map(|v| judging.apply(v));
+            let stored = match self.load::<StatusState>(&key, now_ms).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.store.unlock(lock).await;
+                    return Err(e);
+                }
+            };
+            let state = stored.as_ref().map(|s| &s.state);
+            let verdict = judging.apply(decide_status(state, &status, ts, &r.ranks));
+            let seen = GuardEvent {
+                event_id: event.id.clone(),
+                at_ms: now_ms,
+                what: status.to_lowercase(),
+                reason: None,
+            };
+            let expires_ms = Some(now_ms + r.retention_ms);
             return self
-                .held(key, lock, verdict, Some(now_ms + r.retention_ms))
+                .held(key, lock, verdict, stored, seen, expires_ms, true)
                 .await;
         }
         if let Some(r) = rules
@@ -221,11 +229,24 @@ impl GuardState {
             };
             let key = StoreKey::guard(route, "keyword", &[&contact, &channel]);
             let lock = self.store.lock(&key).await?;
-            let state = self.load::<KeywordState>(&key, now_ms).await;
-            let verdict = state.map(|s| decide_keyword(s.as_ref(), keyword, ts, r.help_window_ms));
-            let verdict = verdict.map(|v| judging.apply(v));
+            let stored = match self.load::<KeywordState>(&key, now_ms).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.store.unlock(lock).await;
+                    return Err(e);
+                }
+            };
+            let state = stored.as_ref().map(|s| &s.state);
+            let verdict = judging.apply(decide_keyword(state, keyword, ts, r.help_window_ms));
+            let seen = GuardEvent {
+                event_id: event.id.clone(),
+                at_ms: now_ms,
+                what: keyword_name(keyword).to_owned(),
+                reason: None,
+            };
+            let expires_ms = r.retention_ms.map(|d| now_ms + d);
             return self
-                .held(key, lock, verdict, r.retention_ms.map(|d| now_ms + d))
+                .held(key, lock, verdict, stored, seen, expires_ms, false)
                 .await;
         }
         Ok(Check::Unguarded)
@@ -251,26 +272,51 @@ impl GuardState {
         self.store.unlock(held.lock).await;
     }
 
+    /// The check of a verdict on `seen` against `stored`. An accepted event's state will
+    /// name it (without what it carried when `state_says_what`: a status state holds its
+    /// status); a drop is remembered in the key's state at once (a write under the lock
+    /// held, then the lock released), so `inspect` can list it.
+    #[allow(clippy::too_many_arguments)]
     async fn held<S: Serialize>(
         &self,
         key: StoreKey,
         lock: KeyLock,
-        verdict: Result<Verdict<S>, StoreError>,
+        verdict: Verdict<S>,
+        stored: Option<Stored<S>>,
+        seen: GuardEvent,
         expires_ms: Option<i64>,
+        state_says_what: bool,
     ) -> Result<Check, StoreError> {
         let update = match verdict {
-            Ok(Verdict::Accept(new_state)) => new_state
-                .map(|state| {
-                    serde_json::to_vec(&Stored { expires_ms, state })
-                        .map(|v| (v, expires_ms))
-                        .map_err(|e| StoreError::Corrupt(e.into()))
-                })
-                .transpose(),
-            Ok(Verdict::Drop(reason)) => {
-                self.store.unlock(lock).await;
+            Verdict::Accept(new_state) => {
+                // The drops remembered so far stay with the new state.
+                let dropped = stored.map(|s| s.dropped).unwrap_or_default();
+                new_state
+                    .map(|state| {
+                        let by = GuardEvent {
+                            what: if state_says_what {
+                                String::new()
+                            } else {
+                                seen.what
+                            },
+                            ..seen
+                        };
+                        let new = Stored {
+                            expires_ms,
+                            state,
+                            by: Some(by),
+                            dropped,
+                        };
+                        serde_json::to_vec(&new)
+                            .map(|v| (v, expires_ms))
+                            .map_err(|e| StoreError::Corrupt(e.into()))
+                    })
+                    .transpose()
+            }
+            Verdict::Drop(reason) => {
+                self.remember_drop(key, lock, stored, seen, reason).await;
                 return Ok(Check::Drop(reason));
             }
-            Err(e) => Err(e),
         };
         match update {
             Ok(update) => Ok(Check::Accept(Held { key, update, lock })),
@@ -281,20 +327,59 @@ impl GuardState {
         }
     }
 
+    /// Writes `stored` back with `seen` among its dropped events and releases the key. A
+    /// failure only loses the entry, never the drop, so it is logged at debug.
+    async fn remember_drop<S: Serialize>(
+        &self,
+        key: StoreKey,
+        lock: KeyLock,
+        stored: Option<Stored<S>>,
+        seen: GuardEvent,
+        reason: GuardDrop,
+    ) {
+        let Some(stored) = stored else {
+            self.store.unlock(lock).await;
+            return;
+        };
+        let now_ms = seen.at_ms;
+        let stored = stored.with_dropped(seen, reason);
+        let written = match serde_json::to_vec(&stored) {
+            Ok(value) => {
+                self.store
+                    .commit_locked(lock, &key, &value, now_ms, stored.expires_ms)
+                    .await
+            }
+            Err(e) => {
+                self.store.unlock(lock).await;
+                Err(StoreError::Corrupt(e.into()))
+            }
+        };
+        if let Err(error) = written {
+            tracing::debug!(%error, "a dropped event not remembered in its guard state");
+        }
+    }
+
     async fn load<S: for<'de> Deserialize<'de>>(
         &self,
         key: &StoreKey,
         now_ms: i64,
-    ) -> Result<Option<S>, StoreError> {
+    ) -> Result<Option<Stored<S>>, StoreError> {
         let Some(bytes) = self.store.get(key).await? else {
             return Ok(None);
         };
         // State that no longer parses (an older format) is treated as absent, not as an error
         // that would block the key forever.
         let stored: Option<Stored<S>> = serde_json::from_slice(&bytes).ok();
-        Ok(stored
-            .filter(|s| s.expires_ms.is_none_or(|e| e > now_ms))
-            .map(|s| s.state))
+        Ok(stored.filter(|s| s.expires_ms.is_none_or(|e| e > now_ms)))
+    }
+}
+
+/// The name a keyword kind is shown by.
+fn keyword_name(keyword: Keyword) -> &'static str {
+    match keyword {
+        Keyword::Stop => "STOP",
+        Keyword::Start => "START",
+        Keyword::Help => "HELP",
     }
 }
 

@@ -1,6 +1,7 @@
 //! The admin endpoints: `/healthz`, `/readyz`, `/metrics`, the spool's (`/spool`,
-//! `/spool/parked`, for `hookgate spool`) and the reconcilers' (`/reconcile`, for
-//! `hookgate reconcile`). Answers only; `http` serves them.
+//! `/spool/parked`, for `hookgate spool`), the reconcilers' (`/reconcile`, for
+//! `hookgate reconcile`) and the state's (`/inspect`, for `hookgate inspect`). Answers
+//! only; `http` serves them.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::http::token::AdminToken;
+use crate::inspect::{InspectError, Inspector, Query};
 use crate::liveness::Liveness;
 use crate::metrics::{Format, Metrics};
 use crate::outbox::publish::Publisher;
@@ -31,6 +33,11 @@ pub const RECONCILE_PATH: &str = "/reconcile";
 /// [&until=<s>][&events=<type>,…][&dry_run=true]` asks for one (202, its status), `GET`
 /// shows the last one.
 pub const REPLAY: &str = "replay";
+/// Path of `hookgate inspect`'s questions: `GET {INSPECT_PATH}?route=<r>&kind=<event|
+/// request|message|contact>&id=<id>[&to=<channel>]` answers the report as JSON. The
+/// answer holds senders' data (numbers, ids), so it needs the admin token, from the
+/// gateway's own host.
+pub const INSPECT_PATH: &str = "/inspect";
 
 /// An answer: status code, content type, body.
 pub type Answer = (u16, &'static str, String);
@@ -77,6 +84,8 @@ pub struct Admin {
     pub shutdown: CancellationToken,
     /// The routes' reconcilers.
     pub reconcile: Arc<Reconcilers>,
+    /// Answers `/inspect` from the state store.
+    pub inspector: Inspector,
     /// The token spool changes must present; `None` (no `admin.token_file`) refuses them.
     pub token: Option<AdminToken>,
 }
@@ -87,6 +96,9 @@ impl Admin {
     pub async fn handle(&self, req: AdminRequest<'_>) -> Answer {
         if let Some(route) = replay_route(req.path) {
             return self.replay(&req, route);
+        }
+        if req.path == INSPECT_PATH {
+            return self.inspect(&req).await;
         }
         if req.method == "GET" {
             if req.path == "/metrics" {
@@ -203,6 +215,75 @@ impl Admin {
                 }
             }
             _ => (405, "text/plain", "method not allowed\n".into()),
+        }
+    }
+
+    /// `GET /inspect?…`: what the state store knows about one event, request, message or
+    /// contact. 400 for a question that cannot be asked (an id of the wrong shape), 404
+    /// for an unknown route; what the store does not know is an answer (200), said as such.
+    async fn inspect(&self, req: &AdminRequest<'_>) -> Answer {
+        if req.method != "GET" {
+            return (405, "text/plain", "method not allowed\n".into());
+        }
+        if let Some(refused) = self.refuse_change(req, "inspecting the state") {
+            return refused;
+        }
+        let (mut route, mut kind, mut id, mut to) = (None, None, None, None);
+        for (name, value) in form_urlencoded::parse(req.query.unwrap_or("").as_bytes()) {
+            let slot = match name.as_ref() {
+                "route" => &mut route,
+                "kind" => &mut kind,
+                "id" => &mut id,
+                "to" => &mut to,
+                other => return (400, "text/plain", format!("unknown parameter {other:?}\n")),
+            };
+            *slot = Some(value.into_owned());
+        }
+        let (Some(route), Some(kind), Some(id)) = (route, kind, id) else {
+            return (
+                400,
+                "text/plain",
+                "route, kind and id are required\n".into(),
+            );
+        };
+        let query = match Query::new(&kind, &id, to.as_deref()) {
+            Ok(query) => query,
+            Err(e) => return (400, "text/plain", format!("{e}\n")),
+        };
+        let now_ms = (self.health.clock)();
+        match self
+            .inspector
+            .answer(&*self.health.state, &route, &query, now_ms)
+            .await
+        {
+            Ok(mut report) => {
+                self.note_parked(&mut report);
+                json_answer(&report)
+            }
+            Err(e @ InspectError::NoRoute(_)) => (404, "text/plain", format!("{e}\n")),
+            Err(e @ InspectError::Store(_)) => (503, "text/plain", format!("{e}\n")),
+            Err(e) => (400, "text/plain", format!("{e}\n")),
+        }
+    }
+
+    /// Names the parked spool entry of a spooled event in `report`, if the spool parked
+    /// it (the record says only that it was spooled).
+    fn note_parked(&self, report: &mut crate::inspect::Report) {
+        let Some(event) = report.event_mut() else {
+            return;
+        };
+        let spooled = event
+            .record
+            .as_ref()
+            .is_some_and(|r| r.delivery.as_deref() == Some("spooled"));
+        if !spooled {
+            return;
+        }
+        if let Ok(entries) = self.health.spool.parked_entries() {
+            event.parked = entries
+                .iter()
+                .find(|p| p.event_id.as_deref() == Some(event.event_id.as_str()))
+                .map(|p| format!("entry {} ({})", p.id, p.reason));
         }
     }
 

@@ -19,6 +19,9 @@ pub enum Delivered {
     Published,
     /// It is on disk in the spool, to be published later.
     Spooled,
+    /// It is on disk in the spool's held area: unroutable (no queue bound for it), or behind
+    /// an event of its guard key that is; published once a queue takes it.
+    Held,
 }
 
 /// The publish-or-spool step: the only way an accepted event leaves the request path.
@@ -49,14 +52,14 @@ impl Outbox {
                 .as_deref()
                 .is_some_and(|k| self.spool.holds_key(k))
             {
-                return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
+                return self.spool.push_held(msg).await.map(|()| Delivered::Held);
             }
             // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
             match Box::pin(self.publisher.publish(&self.exchange, msg)).await {
                 Ok(()) => return Ok(Delivered::Published),
                 Err(error @ PublishError::Unroutable(_)) => {
                     tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled apart until a queue is bound; bind a queue to the exchange");
-                    return self.spool.push_held(msg).await.map(|()| Delivered::Spooled);
+                    return self.spool.push_held(msg).await.map(|()| Delivered::Held);
                 }
                 Err(PublishError::NotConnected) => {}
                 Err(error) => {

@@ -23,6 +23,7 @@ use crate::ingress::event::{self, Delivery, Event, ParseError, RequestId};
 use crate::ingress::trace::TraceContext;
 use crate::outbox::spool::SpoolError;
 use crate::outbox::{Delivered, Outbox};
+use crate::state::decision::{Decided, EventRecord, RequestRecord, Source};
 use crate::state::keys::StoreKey;
 use crate::state::{Claimed, StateStore};
 use crate::store::StoreError;
@@ -277,7 +278,12 @@ impl Pipeline {
                 .map_err(|failure| failure.error),
             Err(error) => Err(error),
         };
-        delivered.unwrap_or_else(|error| {
+        if let Ok((Outcome::Accepted { .. }, _)) = &delivered {
+            let keys = DedupKeys::of(route, event);
+            self.count_delivery(&keys, Source::Replay, None, now_ms)
+                .await;
+        }
+        delivered.map(|(outcome, _)| outcome).unwrap_or_else(|error| {
             self.store_errors.inc();
             tracing::warn!(route = name, event_id = %event.id, %error, "store failed; the replay stops here");
             Outcome::Unavailable {
@@ -348,22 +354,33 @@ impl Pipeline {
         let result = self
             .decide_and_deliver(route, event, now_ms, (&keys, token, began))
             .await;
-        let (result, left) = match result {
-            Ok(outcome) => (Ok(outcome), false),
-            Err(failure) => (Err(failure.error), failure.left),
-        };
-        if left {
-            // The event left (published or spooled) and then its guard commit failed: its
-            // claims are kept, never released, and marked done where they still hold, so
-            // the sender's retry is a duplicate instead of being decided and published
-            // again. Marks that cannot be written leave the claims to end with their lease.
-            if let Err(error) = self.mark(&keys, token, event).await {
-                tracing::warn!(event_id = %event.id, %error, "an event that left has no done marks; its claims end with their lease");
+        match result {
+            Ok(decided) => {
+                let result = Ok(decided);
+                self.settle(&keys, token, event, now_ms, &result).await?;
+                result.map(|(outcome, _)| outcome)
             }
-            return result;
+            Err(Failure {
+                error,
+                left: Some(how),
+            }) => {
+                // The event left (published or spooled) and then its guard commit failed:
+                // its claims are kept, never released, and marked done where they still
+                // hold, so the sender's retry is a duplicate instead of being decided and
+                // published again. Marks that cannot be written leave the claims to end
+                // with their lease.
+                let decided = accepted_as(how);
+                if let Err(error) = self.mark(&keys, token, event, now_ms, decided).await {
+                    tracing::warn!(event_id = %event.id, %error, "an event that left has no done marks; its claims end with their lease");
+                }
+                Err(error)
+            }
+            Err(Failure { error, left: None }) => {
+                let result = Err(error);
+                self.settle(&keys, token, event, now_ms, &result).await?;
+                result.map(|(outcome, _): (Outcome, Option<Delivered>)| outcome)
+            }
         }
-        self.settle(&keys, token, event, &result).await?;
-        result
     }
 
     /// Claims `keys` under `token`, waiting for a claim held by another request. `None`
@@ -387,11 +404,21 @@ impl Pipeline {
             .await?;
         match claimed {
             Claimed::Owned => Ok(None),
-            Claimed::Duplicate => {
+            Claimed::Duplicate { by_request } => {
                 // 200 only once the mark found is on disk: it may be a concurrent request's,
                 // still on its way, and a crash must not let the 200 stand for a mark that
                 // is gone. A mark written long ago waits for nothing.
                 self.state.sync_keys(&keys.all()).await?;
+                let now_ms = self.now_ms();
+                let request = event
+                    .request_id_from_sender
+                    .then_some(event.request_id.as_str());
+                let counted = self
+                    .count_delivery(keys, source_of(event), request, now_ms)
+                    .await;
+                if let (false, Some(expires_ms)) = (by_request, counted) {
+                    self.keep_request(keys, now_ms, expires_ms).await;
+                }
                 Ok(Some(Outcome::Duplicate {
                     event_id: event.id.clone(),
                 }))
@@ -402,25 +429,74 @@ impl Pipeline {
         }
     }
 
+    /// Counts one more delivery of a decided event in its record: its source and the
+    /// request id it came under; the event mark's expiry when counted. One write of the
+    /// mark's record, which nobody waits for; a failure loses the count, never the answer,
+    /// so it is only logged.
+    async fn count_delivery(
+        &self,
+        keys: &DedupKeys,
+        source: Source,
+        request: Option<&str>,
+        now_ms: i64,
+    ) -> Option<i64> {
+        let counted = self
+            .state
+            .update_record(&keys.event, now_ms, |bytes| {
+                let mut record = EventRecord::decode(bytes)?;
+                record.count_delivery(source, request);
+                Some(record.encode())
+            })
+            .await;
+        counted.unwrap_or_else(|error| {
+            tracing::debug!(%error, "delivery not counted in the decision record");
+            None
+        })
+    }
+
+    /// Marks the request id a duplicate came under (a re-send: a new request id for an
+    /// event decided before), pointing to its event, until its event's mark expires, so
+    /// `inspect request` finds it and its own retries are answered from it. Logged only
+    /// when it fails, like the count.
+    async fn keep_request(&self, keys: &DedupKeys, now_ms: i64, expires_ms: i64) {
+        let Some(request) = &keys.request else {
+            return;
+        };
+        let record = keys.request_record().encode();
+        let kept = self
+            .state
+            .mark_done_if_free(request, &record, now_ms, expires_ms)
+            .await;
+        if let Err(error) = kept {
+            tracing::debug!(%error, "a duplicate's request id not kept");
+        }
+    }
+
     /// Ends the claim of `keys` as `result` says: an accepted or dropped event's keys are
-    /// marked done and synced, any other ending releases them.
+    /// marked done with their decision records and synced, any other ending releases them.
     async fn settle(
         &self,
         keys: &DedupKeys,
         token: u64,
         event: &Event,
-        result: &Result<Outcome, StoreError>,
+        received_ms: i64,
+        result: &Result<(Outcome, Option<Delivered>), StoreError>,
     ) -> Result<(), StoreError> {
-        if let Ok(Outcome::Accepted { .. } | Outcome::Dropped { .. }) = result {
+        let decided = match result {
+            Ok((Outcome::Accepted { .. }, Some(how))) => Some(accepted_as(*how)),
+            Ok((Outcome::Accepted { .. }, None)) => Some(Decided::Published),
+            Ok((Outcome::Dropped { reason, .. }, _)) => Some(Decided::Dropped(reason)),
+            _ => None,
+        };
+        if let Some(decided) = decided {
             // A drop is final too: the sender got its 200, and a retry must not be judged
             // against state that has moved on since.
-            return self.mark(keys, token, event).await;
+            return self.mark(keys, token, event, received_ms, decided).await;
         }
-        let keys = keys.all();
         // Both claims are released even when one release fails; the first failure is the
         // answer.
         let mut released = Ok(());
-        for key in &keys {
+        for key in keys.all() {
             let r = self.state.release(key, token).await;
             released = released.and(r);
         }
@@ -428,14 +504,32 @@ impl Pipeline {
         Ok(())
     }
 
-    /// Marks `keys` done under the claim `token` took, and waits until that is durable.
-    async fn mark(&self, keys: &DedupKeys, token: u64, event: &Event) -> Result<(), StoreError> {
+    /// Marks `keys` done under the claim `token` took, each with its decision record, and
+    /// waits until that is durable.
+    async fn mark(
+        &self,
+        keys: &DedupKeys,
+        token: u64,
+        event: &Event,
+        received_ms: i64,
+        decided: Decided,
+    ) -> Result<(), StoreError> {
+        let source = source_of(event);
+        // Only a webhook's request id is on a ticket; reconciliation's and a replay's are
+        // made here and say nothing the source does not.
+        let request = (source == Source::Webhook).then_some(event.request_id.as_str());
+        let event_record = EventRecord::first(received_ms, decided, source, request).encode();
+        let request_record = keys.request_record().encode();
+        let mut marks: Vec<(&StoreKey, &[u8])> = vec![(&keys.event, &event_record)];
+        if let Some(request) = &keys.request {
+            marks.push((request, &request_record));
+        }
         let (now, ttl) = (self.now_ms(), self.settings.ttl);
         self.state
-            .mark_done(&keys.all(), token, now, event.timestamp_ms, ttl)
+            .mark_done(&marks, token, now, event.timestamp_ms, ttl)
             .await?;
-        // The guard state and the marks are on disk before the 200 (contract §4). If
-        // they cannot be, the answer is 503 and the retry finds the marks in memory.
+        // The guard state and the marks are on disk before the 200 (contract §4). If they
+        // cannot be, the answer is 503 and the retry finds the marks in memory.
         self.state.sync().await
     }
 
@@ -445,7 +539,7 @@ impl Pipeline {
         event: &Event,
         now_ms: i64,
         (keys, token, began): (&DedupKeys, u64, tokio::time::Instant),
-    ) -> Result<Outcome, Failure> {
+    ) -> Result<(Outcome, Option<Delivered>), Failure> {
         let name = route.config.name.as_str();
         let check = self
             .guards
@@ -457,10 +551,11 @@ impl Pipeline {
     }
 
     /// Publishes (or spools) an event the guard accepted and commits its check, or answers
-    /// the guard's drop. Before the publish, the leases it goes out under (`claims`, the
-    /// claims their token holds, and the guard key's lock) are secured against a failover
-    /// ([`StateStore::secure`]). A request that reaches its publish too late to finish
-    /// within its leases (a stalled process) publishes nothing and answers 503.
+    /// the guard's drop; with how an accepted event went out. Before the publish, the
+    /// leases it goes out under (`claims`, the claims their token holds, and the guard key's
+    /// lock) are secured against a failover ([`StateStore::secure`]). A request that reaches
+    /// its publish too late to finish within its leases (a stalled process) publishes
+    /// nothing and answers 503.
     async fn deliver_checked(
         &self,
         route: &RouteRuntime,
@@ -468,15 +563,16 @@ impl Pipeline {
         check: Check,
         now_ms: i64,
         (claims, token, began): (&[&StoreKey], u64, tokio::time::Instant),
-    ) -> Result<Outcome, Failure> {
+    ) -> Result<(Outcome, Option<Delivered>), Failure> {
         let name = route.config.name.as_str();
         let held = match check {
             Check::Drop(reason) => {
                 self.publish_drop_copy(route, event, now_ms).await;
-                return Ok(Outcome::Dropped {
+                let outcome = Outcome::Dropped {
                     event_id: event.id.clone(),
                     reason: reason.as_str(),
-                });
+                };
+                return Ok((outcome, None));
             }
             Check::Accept(held) => Some(held),
             Check::Unguarded => None,
@@ -509,21 +605,25 @@ impl Pipeline {
                     self.guards
                         .commit(held, now_ms)
                         .await
-                        .map_err(|error| Failure { error, left: true })?;
+                        .map_err(|error| Failure {
+                            error,
+                            left: Some(how),
+                        })?;
                 }
-                if matches!(how, Delivered::Spooled) {
+                if matches!(how, Delivered::Spooled | Delivered::Held) {
                     tracing::debug!(route = name, event_id = %event.id, "event spooled");
                 }
-                Ok(Outcome::Accepted {
+                let outcome = Outcome::Accepted {
                     event_id: event.id.clone(),
-                })
+                };
+                Ok((outcome, Some(how)))
             }
             Err(error) => {
                 if let Some(held) = held {
                     self.guards.abandon(held).await;
                 }
                 let SpoolError::Store(error) = error else {
-                    return Ok(self.unavailable(name, event, error));
+                    return Ok((self.unavailable(name, event, error), None));
                 };
                 Err(Failure::before(error))
             }
@@ -546,17 +646,39 @@ impl Pipeline {
     }
 }
 
-/// A store failure on the way of an event, and whether the event had left (published or
-/// spooled) before it: the claims of one that left are never released.
+/// A store failure on the way of an event, and how the event had left (published or
+/// spooled) before it, if it had: the claims of one that left are never released.
 struct Failure {
     error: StoreError,
-    left: bool,
+    left: Option<Delivered>,
 }
 
 impl Failure {
     /// A failure before anything left.
     fn before(error: StoreError) -> Self {
-        Self { error, left: false }
+        Self { error, left: None }
+    }
+}
+
+/// The record of an accepted event that went out as `how`.
+fn accepted_as(how: Delivered) -> Decided {
+    match how {
+        Delivered::Published => Decided::Published,
+        Delivered::Spooled => Decided::Spooled,
+        Delivered::Held => Decided::Held,
+    }
+}
+
+/// The path that brought `event`, read from its request id as its message's `x-source`
+/// is.
+fn source_of(event: &Event) -> Source {
+    use crate::outbox::message::{RECONCILE_REQUEST_PREFIX, REPLAY_REQUEST_PREFIX};
+    if event.request_id.starts_with(RECONCILE_REQUEST_PREFIX) {
+        Source::Reconcile
+    } else if event.request_id.starts_with(REPLAY_REQUEST_PREFIX) {
+        Source::Replay
+    } else {
+        Source::Webhook
     }
 }
 
@@ -565,6 +687,8 @@ impl Failure {
 struct DedupKeys {
     event: StoreKey,
     request: Option<StoreKey>,
+    /// The id the event key is made of, and whether it is an inbound message's.
+    event_id: (String, bool),
 }
 
 impl DedupKeys {
@@ -572,9 +696,12 @@ impl DedupKeys {
         let name = route.config.name.as_str();
         // On a route that reconciles, an inbound message is one event whichever path
         // brought it: its dedup key is its message id, not the event id of either path.
-        let event_key = match route.fields.inbound_message_id(event) {
-            Some(message_id) => StoreKey::message(name, &message_id),
-            None => StoreKey::event(name, &event.id),
+        let (event_key, event_id) = match route.fields.inbound_message_id(event) {
+            Some(message_id) => (
+                StoreKey::message(name, &message_id),
+                (message_id.into_owned(), true),
+            ),
+            None => (StoreKey::event(name, &event.id), (event.id.clone(), false)),
         };
         let request = event
             .request_id_from_sender
@@ -582,6 +709,15 @@ impl DedupKeys {
         Self {
             event: event_key,
             request,
+            event_id,
+        }
+    }
+
+    /// What the request id's mark records: the event key it was decided under.
+    fn request_record(&self) -> RequestRecord {
+        RequestRecord {
+            event_id: self.event_id.0.clone(),
+            by_message: self.event_id.1,
         }
     }
 

@@ -1,8 +1,9 @@
-//! Duplicate detection: claim / in-flight / done marks per key and their expiry.
+//! Duplicate detection: claim / in-flight / done marks per key and their expiry; a done
+//! mark carries its decision record (`state::decision`).
 //!
-//! The decisions (what a stored mark means at a given time) are pure functions; the sled
+//! The decisions (what a stored mark means at a given time) are pure functions; the local
 //! backend applies them under the state journal's per-key lock, so of two concurrent claims
-//! exactly one wins (Redis: `redis_store`).
+//! exactly one wins (Redis: `state::redis`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,7 +55,11 @@ pub fn classify(mark: Option<&Mark>, now_ms: i64, lease_ms: i64) -> KeyState {
     }
 }
 
-/// Binary form: tag byte then two little-endian i64s.
+/// Tag of a done mark followed by its decision record: `[3][expires_ms i64 LE][record]`.
+const DONE_WITH_RECORD: u8 = 3;
+
+/// Binary form: tag byte then two little-endian i64s. A done mark with a decision record
+/// is [`encode_done`]'s.
 pub fn encode(mark: &Mark) -> [u8; 17] {
     let mut out = [0u8; 17];
     let (tag, a, b) = match *mark {
@@ -67,8 +72,30 @@ pub fn encode(mark: &Mark) -> [u8; 17] {
     out
 }
 
-/// Reads [`encode`]'s form; unknown bytes read as no mark (and get overwritten).
+/// A done mark until `expires_ms` that carries `record`.
+pub fn encode_done(expires_ms: i64, record: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + record.len());
+    out.push(DONE_WITH_RECORD);
+    out.extend_from_slice(&expires_ms.to_le_bytes());
+    out.extend_from_slice(record);
+    out
+}
+
+/// The decision record of a done mark's bytes; `None` for a claim or a done mark written
+/// before marks carried records.
+pub fn record_of(bytes: &[u8]) -> Option<&[u8]> {
+    (bytes.first() == Some(&DONE_WITH_RECORD))
+        .then(|| bytes.get(9..))
+        .flatten()
+}
+
+/// Reads [`encode`]'s and [`encode_done`]'s forms; unknown bytes read as no mark (and get
+/// overwritten).
 pub fn decode(bytes: &[u8]) -> Option<Mark> {
+    if bytes.first() == Some(&DONE_WITH_RECORD) {
+        let expires_ms = i64::from_le_bytes(bytes.get(1..9)?.try_into().ok()?);
+        return Some(Mark::Done { expires_ms });
+    }
     if bytes.len() != 17 {
         return None;
     }
@@ -82,6 +109,35 @@ pub fn decode(bytes: &[u8]) -> Option<Mark> {
         2 => Some(Mark::Done { expires_ms: a }),
         _ => None,
     }
+}
+
+/// A mark as [`JournalMarks::read`] finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredMark {
+    /// What it means now.
+    pub state: KeyState,
+    /// When a done mark stops counting (Unix ms).
+    pub expires_ms: Option<i64>,
+    /// A done mark's decision record, when it carries one.
+    pub record: Option<Vec<u8>>,
+}
+
+/// What stored `bytes` mean at `now_ms`; `None` when they count as no mark.
+pub fn stored_mark(bytes: &[u8], now_ms: i64, lease_ms: i64) -> Option<StoredMark> {
+    let mark = decode(bytes)?;
+    let state = classify(Some(&mark), now_ms, lease_ms);
+    if state == KeyState::Free {
+        return None;
+    }
+    let expires_ms = match mark {
+        Mark::Done { expires_ms } => Some(expires_ms),
+        Mark::InFlight { .. } => None,
+    };
+    Some(StoredMark {
+        state,
+        expires_ms,
+        record: record_of(bytes).map(<[u8]>::to_vec),
+    })
 }
 
 /// Dedup marks of the local backend, kept in the state [`Journal`].
@@ -131,18 +187,87 @@ impl JournalMarks {
         })?)
     }
 
-    /// Records the keys as done until `expires_ms`.
+    /// Records the keys as done until `expires_ms`, each with its decision record.
     pub fn mark_done(
         &self,
-        keys: &[&StoreKey],
+        marks: &[(&StoreKey, &[u8])],
         expires_ms: i64,
         now_ms: i64,
     ) -> Result<(), StoreError> {
-        let done = encode(&Mark::Done { expires_ms });
-        for key in keys {
+        for (key, record) in marks {
+            let done = encode_done(expires_ms, record);
             self.journal.put(&key.digest(), &done, expires_ms, now_ms)?;
         }
         Ok(())
+    }
+
+    /// The key's mark as stored, if one counts at `now_ms`: its state, expiry (done marks)
+    /// and decision record (done marks that carry one).
+    pub fn read(&self, key: &StoreKey, now_ms: i64) -> Result<Option<StoredMark>, StoreError> {
+        let Some(bytes) = self.journal.get(&key.digest())? else {
+            return Ok(None);
+        };
+        Ok(stored_mark(&bytes, now_ms, self.lease_ms))
+    }
+
+    /// Rewrites the record of `key`'s live done mark with `update` (same expiry), under the
+    /// key's lock; the mark's expiry when written, `None` when the key holds no done mark
+    /// with a record, or `update` declines. A durable write, though nobody waits for it: a
+    /// crash may lose the count, never the mark.
+    pub fn update_record(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+        update: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut buffer = Vec::new();
+        let buffer_ref = &mut buffer;
+        Ok(self.journal.modify(&key.digest(), now_ms, move |current| {
+            let live = current.and_then(|bytes| match decode(bytes) {
+                Some(Mark::Done { expires_ms }) if expires_ms > now_ms => {
+                    record_of(bytes).map(|r| (expires_ms, r))
+                }
+                _ => None,
+            });
+            let Some((expires_ms, Some(new))) = live.map(|(e, r)| (e, update(r))) else {
+                return (Change::Keep, None);
+            };
+            *buffer_ref = encode_done(expires_ms, &new);
+            // The new value lives in the caller's buffer, beyond this call.
+            let value: &Vec<u8> = buffer_ref;
+            let change = Change::Put {
+                value,
+                expires_ms,
+                durable: true,
+            };
+            (change, Some(expires_ms))
+        })?)
+    }
+
+    /// Marks `key` done until `expires_ms` with `record` if nothing holds it (a request id
+    /// a duplicate came under); false when a mark counts there already.
+    pub fn mark_done_if_free(
+        &self,
+        key: &StoreKey,
+        record: &[u8],
+        expires_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let done = encode_done(expires_ms, record);
+        Ok(self.journal.modify(&key.digest(), now_ms, |current| {
+            let mark = current.and_then(decode);
+            match classify(mark.as_ref(), now_ms, self.lease_ms) {
+                KeyState::Free => {
+                    let change = Change::Put {
+                        value: &done,
+                        expires_ms,
+                        durable: true,
+                    };
+                    (change, true)
+                }
+                _ => (Change::Keep, false),
+            }
+        })?)
     }
 
     /// Gives a claim back, if `token` still holds it, so the sender's retry can claim it.
@@ -226,7 +351,9 @@ mod tests {
                 Claim::Claimed
             );
         }
-        marks.mark_done(&[&done], 60_000, 0).expect("done");
+        marks
+            .mark_done(&[(&done, b"record")], 60_000, 0)
+            .expect("done");
         marks.journal.write_now().expect("commit");
         drop(marks);
         let marks = JournalMarks::new(open_journal(dir.path(), false), lease);
@@ -254,7 +381,9 @@ mod tests {
         assert_eq!(state(30_001), KeyState::Free);
 
         let ttl_end = 72 * 3600 * 1000;
-        marks.mark_done(&[&key], ttl_end, 30_002).expect("done");
+        marks
+            .mark_done(&[(&key, b"r")], ttl_end, 30_002)
+            .expect("done");
         assert_eq!(claim(3, ttl_end - 1), Claim::Done);
         // On disk, the mark counts the same.
         journal.flush_to_run().expect("flush");
@@ -266,8 +395,77 @@ mod tests {
         assert_eq!(state(ttl_end), KeyState::Free);
         assert_eq!(claim(4, ttl_end), Claim::Claimed);
         marks
-            .mark_done(&[&key], 2 * ttl_end, ttl_end)
+            .mark_done(&[(&key, b"r")], 2 * ttl_end, ttl_end)
             .expect("done");
         assert_eq!(claim(5, 2 * ttl_end - 1), Claim::Done);
+    }
+
+    #[test]
+    fn a_done_mark_carries_its_record_and_one_written_before_records_still_counts() {
+        let with = encode_done(500, b"the record");
+        assert_eq!(decode(&with), Some(Mark::Done { expires_ms: 500 }));
+        assert_eq!(record_of(&with), Some(&b"the record"[..]));
+        let old = encode(&Mark::Done { expires_ms: 500 });
+        assert_eq!(record_of(&old), None);
+        let read = stored_mark(&old, 499, 30_000).expect("an old done mark counts");
+        assert_eq!(
+            (read.state, read.expires_ms, read.record),
+            (KeyState::Done, Some(500), None)
+        );
+        assert_eq!(stored_mark(&old, 500, 30_000), None, "expired");
+        let claim = encode(&Mark::InFlight {
+            token: 1,
+            since_ms: 0,
+        });
+        assert_eq!(record_of(&claim), None);
+        assert_eq!(
+            stored_mark(&claim, 1, 30_000).map(|m| m.state),
+            Some(KeyState::InFlight)
+        );
+        assert_eq!(decode(&[DONE_WITH_RECORD, 1, 2]), None, "cut short");
+    }
+
+    #[test]
+    fn a_record_is_updated_in_place_and_a_free_request_key_is_marked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let journal = open_journal(dir.path(), true);
+        let marks = JournalMarks::new(journal.clone(), Duration::from_secs(30));
+        let (event, request) = (StoreKey::event("r", "e"), StoreKey::request("r", "q"));
+        let append = |r: &[u8]| Some([r, b"+"].concat());
+        let updated = |now| marks.update_record(&event, now, append).expect("update");
+        assert_eq!(updated(0), None, "no mark");
+        assert_eq!(
+            marks.try_claim(&event, 1, 0).expect("claim"),
+            Claim::Claimed
+        );
+        assert_eq!(updated(0), None, "a claim");
+        marks.mark_done(&[(&event, b"r")], 1000, 0).expect("done");
+        assert_eq!(updated(10), Some(1000));
+        let read = marks.read(&event, 10).expect("read").expect("mark");
+        assert_eq!(
+            (read.expires_ms, read.record),
+            (Some(1000), Some(b"r+".to_vec()))
+        );
+        assert_eq!(updated(1000), None, "expired");
+        // A mark from before records is left as it is.
+        journal
+            .put(
+                &event.digest(),
+                &encode(&Mark::Done { expires_ms: 2000 }),
+                2000,
+                0,
+            )
+            .expect("put");
+        assert_eq!(updated(10), None);
+
+        assert!(marks
+            .mark_done_if_free(&request, b"q", 1000, 0)
+            .expect("mark"));
+        assert!(!marks
+            .mark_done_if_free(&request, b"other", 1000, 0)
+            .expect("mark"));
+        let read = marks.read(&request, 1).expect("read").expect("mark");
+        assert_eq!(read.record, Some(b"q".to_vec()));
+        assert_eq!(marks.state(&request, 1).expect("state"), KeyState::Done);
     }
 }

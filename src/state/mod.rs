@@ -4,10 +4,12 @@
 //! of the code calls these methods and does not know which one runs.
 
 pub mod backoff;
+pub mod decision;
 mod engine;
 pub mod keys;
 pub mod locks;
 pub mod marks;
+pub mod offline;
 pub mod redis;
 pub mod redis_link;
 mod scripts;
@@ -25,7 +27,7 @@ use crate::liveness::Liveness;
 use crate::state::backoff::Backoff;
 use crate::state::keys::StoreKey;
 use crate::state::locks::KeyedLocks;
-use crate::state::marks::{Claim, JournalMarks, KeyState};
+use crate::state::marks::{Claim, JournalMarks, KeyState, StoredMark};
 use crate::state::redis::{RedisState, RedisTarget};
 use crate::store::{Store, StoreError};
 
@@ -106,8 +108,8 @@ pub enum KeyLock {
 pub enum Claimed {
     /// This request owns the event key and must finish with `mark_done` or `release`.
     Owned,
-    /// The event (or the sender's request id) was handled before.
-    Duplicate,
+    /// The event (or, when `by_request`, the sender's request id) was handled before.
+    Duplicate { by_request: bool },
     /// Another request still holds it after the whole wait.
     Busy,
 }
@@ -275,11 +277,11 @@ impl StateStore {
                 // A read first: the common retry (the request id done) is answered without
                 // a write, also by a Redis that refuses writes.
                 if self.mark_state(request, now).await? == KeyState::Done {
-                    return Ok(Claimed::Duplicate);
+                    return Ok(Claimed::Duplicate { by_request: true });
                 }
                 match self.try_claim(request, token, now, lease).await? {
                     Claim::Claimed => {}
-                    Claim::Done => return Ok(Claimed::Duplicate),
+                    Claim::Done => return Ok(Claimed::Duplicate { by_request: true }),
                     Claim::InFlight if Instant::now() >= deadline => return Ok(Claimed::Busy),
                     Claim::InFlight => {
                         backoff.pause().await;
@@ -293,18 +295,19 @@ impl StateStore {
             }
             match claim? {
                 Claim::Claimed => return Ok(Claimed::Owned),
-                Claim::Done => return Ok(Claimed::Duplicate),
+                Claim::Done => return Ok(Claimed::Duplicate { by_request: false }),
                 Claim::InFlight if Instant::now() >= deadline => return Ok(Claimed::Busy),
                 Claim::InFlight => backoff.pause().await,
             }
         }
     }
 
-    /// Marks keys done until `ttl` after the later of `now_ms` (receipt) and `event_ms`
-    /// (the event's own time): a future-dated event's replay must still find its mark.
+    /// Marks keys done, each with its decision record, until `ttl` after the later of
+    /// `now_ms` (receipt) and `event_ms` (the event's own time): a future-dated event's
+    /// replay must still find its mark.
     pub async fn mark_done(
         &self,
-        keys: &[&StoreKey],
+        marks: &[(&StoreKey, &[u8])],
         token: u64,
         now_ms: i64,
         event_ms: Option<i64>,
@@ -315,12 +318,65 @@ impl StateStore {
         let expires_ms = from_ms.saturating_add(ttl_ms);
         match self {
             StateStore::Local(s) => {
-                s.off_worker(keys, || s.marks.mark_done(keys, expires_ms, now_ms))
+                let keys: Vec<&StoreKey> = marks.iter().map(|(k, _)| *k).collect();
+                s.off_worker(&keys, || s.marks.mark_done(marks, expires_ms, now_ms))
             }
             StateStore::Redis { redis, .. } => {
                 let lifetime =
                     Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
-                redis.mark_done(keys, token, lifetime).await
+                redis.mark_done(marks, token, lifetime).await
+            }
+        }
+    }
+
+    /// The mark of a dedup key as stored, if one counts at `now_ms`: its state, expiry and
+    /// decision record (`hookgate inspect`).
+    pub async fn read_mark(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+    ) -> Result<Option<StoredMark>, StoreError> {
+        match self {
+            StateStore::Local(s) => s.off_worker(&[key], || s.marks.read(key, now_ms)),
+            StateStore::Redis { redis, .. } => redis.read_mark(key, now_ms).await,
+        }
+    }
+
+    /// Rewrites the decision record of `key`'s done mark with `update`, keeping the mark
+    /// and its expiry (a duplicate or a replay counted): that expiry when written, `None`
+    /// when nothing was. Nobody waits for it to be durable: a crash may lose a count, never
+    /// a mark.
+    pub async fn update_record(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+        update: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
+    ) -> Result<Option<i64>, StoreError> {
+        match self {
+            StateStore::Local(s) => {
+                s.off_worker(&[key], || s.marks.update_record(key, now_ms, update))
+            }
+            StateStore::Redis { redis, .. } => redis.update_record(key, now_ms, update).await,
+        }
+    }
+
+    /// Marks `key` done with `record` until `expires_ms` unless a mark holds it: the request
+    /// id a duplicate came under, kept as long as its event's mark, so `inspect request`
+    /// finds it and its retries are answered from it. True when written.
+    pub async fn mark_done_if_free(
+        &self,
+        key: &StoreKey,
+        record: &[u8],
+        now_ms: i64,
+        expires_ms: i64,
+    ) -> Result<bool, StoreError> {
+        match self {
+            StateStore::Local(s) => s.off_worker(&[key], || {
+                s.marks.mark_done_if_free(key, record, expires_ms, now_ms)
+            }),
+            StateStore::Redis { redis, .. } => {
+                let ttl = Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
+                redis.mark_done_if_free(key, record, ttl).await
             }
         }
     }

@@ -27,10 +27,11 @@ mod wait;
 use crate::config::Redis as RedisConfig;
 use crate::state::backoff::Backoff;
 use crate::state::keys::{RedisSpace, StoreKey};
-use crate::state::marks::{Claim, KeyState};
+use crate::state::marks::{Claim, KeyState, StoredMark};
 use crate::state::redis_link::{Conn, Link, Topology, OP_TIMEOUT};
 use crate::state::scripts::{
-    COMPARE_AND_DELETE, DONE, FENCED_COMMIT, FENCED_DONE, FENCED_PUT, TAKE_OR_EXTEND,
+    COMPARE_AND_DELETE, COMPARE_AND_SET, DONE, FENCED_COMMIT, FENCED_DONE, FENCED_PUT,
+    GET_WITH_TTL, TAKE_OR_EXTEND,
 };
 use crate::state::slots;
 use crate::store::StoreError;
@@ -77,6 +78,8 @@ pub struct RedisState {
     commit: Arc<redis::Script>,
     put_leased: Arc<redis::Script>,
     done: Arc<redis::Script>,
+    compare_and_set: Arc<redis::Script>,
+    get_with_ttl: Arc<redis::Script>,
     healthy: Arc<AtomicBool>,
 }
 
@@ -93,6 +96,8 @@ impl RedisState {
             commit: Arc::new(redis::Script::new(FENCED_COMMIT)),
             put_leased: Arc::new(redis::Script::new(FENCED_PUT)),
             done: Arc::new(redis::Script::new(FENCED_DONE)),
+            compare_and_set: Arc::new(redis::Script::new(COMPARE_AND_SET)),
+            get_with_ttl: Arc::new(redis::Script::new(GET_WITH_TTL)),
             healthy: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -149,14 +154,105 @@ impl RedisState {
     /// The state of a dedup key.
     pub async fn state(&self, key: &StoreKey) -> Result<KeyState, StoreError> {
         let k = self.key(key, RedisSpace::Marks);
-        let v: Option<String> = self
+        let v: Option<Vec<u8>> = self
             .run(Access::Read, move |mut c| async move { c.get(k).await })
             .await?;
         Ok(match v.as_deref() {
             None => KeyState::Free,
-            Some(DONE) => KeyState::Done,
+            Some([DONE, ..]) => KeyState::Done,
             Some(_) => KeyState::InFlight,
         })
+    }
+
+    /// The mark of a dedup key as stored: its state, expiry and decision record (`now_ms`
+    /// turns Redis's remaining lifetime into a time).
+    pub async fn read_mark(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+    ) -> Result<Option<StoredMark>, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
+        let script = self.get_with_ttl.clone();
+        let (value, ttl_ms): (Option<Vec<u8>>, i64) = self
+            .run(Access::Read, move |mut c| async move {
+                script.key(k).invoke_async(&mut c).await
+            })
+            .await?;
+        Ok(value.map(|v| match v.split_first() {
+            Some((&DONE, record)) => StoredMark {
+                state: KeyState::Done,
+                expires_ms: (ttl_ms >= 0).then(|| now_ms.saturating_add(ttl_ms)),
+                record: (!record.is_empty()).then(|| record.to_vec()),
+            },
+            _ => StoredMark {
+                state: KeyState::InFlight,
+                expires_ms: None,
+                record: None,
+            },
+        }))
+    }
+
+    /// Rewrites the record of `key`'s done mark with `update`, keeping its expiry: a read,
+    /// then a compare-and-set. The mark's expiry (from `now_ms`) when written; `None` when
+    /// there is no done mark with a record, `update` declines, or a concurrent update came
+    /// first.
+    pub async fn update_record(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+        update: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
+    ) -> Result<Option<i64>, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
+        let read = k.clone();
+        let current: Option<Vec<u8>> = self
+            .run(Access::Read, move |mut c| async move { c.get(read).await })
+            .await?;
+        let Some(current) = current else {
+            return Ok(None);
+        };
+        let new = match current.split_first() {
+            Some((&DONE, record)) if !record.is_empty() => update(record),
+            _ => None,
+        };
+        let Some(new) = new else {
+            return Ok(None);
+        };
+        let mut value = vec![DONE];
+        value.extend_from_slice(&new);
+        let script = self.compare_and_set.clone();
+        let ttl_ms: i64 = self
+            .run(Access::Write, move |mut c| async move {
+                script
+                    .key(k)
+                    .arg(current)
+                    .arg(value)
+                    .invoke_async(&mut c)
+                    .await
+            })
+            .await?;
+        Ok((ttl_ms > 0).then(|| now_ms.saturating_add(ttl_ms)))
+    }
+
+    /// Marks `key` done with `record` for `ttl` unless a mark holds it (`SET NX`); true
+    /// when written.
+    pub async fn mark_done_if_free(
+        &self,
+        key: &StoreKey,
+        record: &[u8],
+        ttl: Duration,
+    ) -> Result<bool, StoreError> {
+        let k = self.key(key, RedisSpace::Marks);
+        let mut value = vec![DONE];
+        value.extend_from_slice(record);
+        let opts = redis::SetOptions::default()
+            .conditional_set(redis::ExistenceCheck::NX)
+            .with_expiration(redis::SetExpiry::PX(millis(ttl)));
+        let reply: Option<String> = self
+            .run(Access::Write, move |mut c| async move {
+                c.set_options(k, value, opts).await
+            })
+            .await?;
+        Ok(reply.is_some())
     }
 
     /// Claims a dedup key with `SET NX PX lease`: the lease expires by itself if this
@@ -181,31 +277,37 @@ impl RedisState {
         }
     }
 
-    /// Marks keys done for `ttl`, fenced by the claim `token` took: all of them in one
-    /// script (in a cluster, one script per hash slot, the event's key first), each with
-    /// its `WAIT` when configured.
+    /// Marks keys done for `ttl`, each with its decision record, fenced by the claim
+    /// `token` took: all of them in one script (in a cluster, one script per hash slot, the
+    /// event's key first), each with its `WAIT` when configured.
     pub async fn mark_done(
         &self,
-        keys: &[&StoreKey],
+        marks: &[(&StoreKey, &[u8])],
         token: u64,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        let keys: Vec<Vec<u8>> = keys
+        let marks: Vec<(Vec<u8>, Vec<u8>)> = marks
             .iter()
-            .map(|k| self.key(k, RedisSpace::Marks))
+            .map(|(k, record)| {
+                let mut value = vec![DONE];
+                value.extend_from_slice(record);
+                (self.key(k, RedisSpace::Marks), value)
+            })
             .collect();
         // Each key is its own slot in a cluster (a request id and an event id share
         // nothing to tag them with); elsewhere one script writes them all.
-        let groups: Vec<Vec<Vec<u8>>> = if self.link.is_cluster() {
-            keys.into_iter().map(|k| vec![k]).collect()
+        let groups: Vec<Vec<(Vec<u8>, Vec<u8>)>> = if self.link.is_cluster() {
+            marks.into_iter().map(|m| vec![m]).collect()
         } else {
-            vec![keys]
+            vec![marks]
         };
         for group in groups {
-            let args = vec![arg(token), arg(millis(ttl)), DONE.into()];
-            let written = self
-                .eval_write(&self.done, FENCED_DONE, group, args)
-                .await?;
+            let (keys, values): (Vec<Vec<u8>>, Vec<Vec<u8>>) = group.into_iter().unzip();
+            let args = [arg(token), arg(millis(ttl))]
+                .into_iter()
+                .chain(values)
+                .collect();
+            let written = self.eval_write(&self.done, FENCED_DONE, keys, args).await?;
             if written != 1 {
                 return Err(StoreError::LeaseLost(
                     "the event's claim was taken over by another request while this one held it (paused past its lease?)",

@@ -2,8 +2,10 @@
 //! made only while the writer's token still holds its lease, in the same atomic step), the
 //! lease renewal before a publish, and the duplicate's check under `WAIT`.
 
-/// Value of a done mark.
-pub const DONE: &str = "d";
+/// First byte of a done mark's value, which its decision record follows (`state::decision`;
+/// a mark written before records is this byte alone). A claim's value is its token in
+/// decimal digits, so the two never meet.
+pub const DONE: u8 = b'd';
 
 /// Deletes a key only if it still holds our value: a claim or lock taken over after its
 /// lease must not be released by the old owner.
@@ -56,37 +58,55 @@ redis.call('SET', KEYS[2], ARGV[2])
 return 1
 "#;
 
-/// Marks every key done (`ARGV[3]`) for `ARGV[2]` ms, all or none, unless one of them is
-/// claimed by another token than `ARGV[1]`: then 0. A key that is free (its claim expired
-/// and nobody took it) or done already is marked: the event was handled, and a done mark
-/// only ever keeps a duplicate out.
+/// Marks every key `KEYS[i]` done with its value `ARGV[2 + i]` (a done mark and its
+/// record) for `ARGV[2]` ms, all or none, unless one of them is claimed by another token
+/// than `ARGV[1]`: then 0. A key that is free (its claim expired and nobody took it) or
+/// done already is marked: the event was handled, and a done mark only ever keeps a
+/// duplicate out.
 pub const FENCED_DONE: &str = r#"
 for _, key in ipairs(KEYS) do
   local held = redis.call('GET', key)
-  if held and held ~= ARGV[1] and held ~= ARGV[3] then
+  if held and held ~= ARGV[1] and string.sub(held, 1, 1) ~= 'd' then
     return 0
   end
 end
-for _, key in ipairs(KEYS) do
-  redis.call('SET', key, ARGV[3], 'PX', ARGV[2])
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[2 + i], 'PX', ARGV[2])
 end
 return 1
 "#;
 
-/// A duplicate's check under `WAIT`: counts the keys that are done (`ARGV[1]`) and
-/// rewrites each one's expiry as it stands. The rewrite is a write, so it moves the calling
-/// connection's replication offset past the mark, and the `WAIT` after it covers the mark
-/// whichever connection wrote it; a mark the master no longer has (lost in a failover)
-/// counts nothing.
+/// Replaces the value of `KEYS[1]` by `ARGV[2]`, keeping its expiry, only while it is still
+/// `ARGV[1]`: its remaining lifetime in ms; -3 otherwise (a concurrent update won; its
+/// count stands).
+pub const COMPARE_AND_SET: &str = r#"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'KEEPTTL')
+  return redis.call('PTTL', KEYS[1])
+end
+return -3
+"#;
+
+/// The value of `KEYS[1]` and its remaining lifetime in ms, read at one point in time.
+pub const GET_WITH_TTL: &str = r#"
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}
+"#;
+
+/// A duplicate's check under `WAIT`: counts the keys that are done (their value starts
+/// with `d`, the done mark, its decision record after it) and rewrites each one's expiry as
+/// it stands. The rewrite is a write, so it moves the calling connection's replication
+/// offset past the mark, and the `WAIT` after it covers the mark whichever connection wrote
+/// it; a mark the master no longer has (lost in a failover) counts nothing.
 pub const TOUCH_DONE: &str = r#"
 local done = 0
 for _, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[1] then
+  local value = redis.call('GET', key)
+  if value and string.sub(value, 1, 1) == 'd' then
     local ttl = redis.call('PTTL', key)
     if ttl > 0 then
       redis.call('PEXPIRE', key, ttl)
     else
-      redis.call('SET', key, ARGV[1], 'KEEPTTL')
+      redis.call('SET', key, value, 'KEEPTTL')
     end
     done = done + 1
   end

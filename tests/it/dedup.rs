@@ -225,7 +225,11 @@ async fn a_mark_older_than_the_ttl_no_longer_counts_and_is_swept() {
         .post(&client, &body_at(t0 + hour - 60_000), "req_ttl_2")
         .await;
     assert_eq!((s, outcome(&a)), (200, "duplicate".into()));
-    assert_eq!(held().await, 2.0, "nothing expired yet");
+    assert_eq!(
+        held().await,
+        3.0,
+        "nothing expired yet; the duplicate's request id is kept beside the first"
+    );
 
     // Past the TTL: the background sweep removes both marks...
     app.set_now(t0 + hour + 60_000);

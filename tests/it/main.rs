@@ -13,6 +13,7 @@ mod fencing;
 mod fuzz;
 mod guard;
 mod hardening;
+mod inspect;
 mod layout;
 mod lifecycle;
 mod limits;

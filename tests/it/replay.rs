@@ -153,6 +153,23 @@ async fn a_replay_publishes_the_window_again_with_x_source_replay_and_drops_a_st
             replayed("reconcile:msg_e:received"),
         ]
     );
+    // Each replay is counted in the record the walk left: a status by its event id, an
+    // inbound message by its message id.
+    for (id, deliveries) in [("reconcile:msg_a:delivered", 2), ("msg_c", 3)] {
+        let path = format!("/inspect?route=botix&kind=event&id={id}");
+        let get = reqwest::Method::GET;
+        let (code, text) = admin_change(&gw, &client, get, &path, Some(ADMIN_TOKEN)).await;
+        assert_eq!(code, 200, "{text}");
+        let report: serde_json::Value = serde_json::from_str(&text).expect("json");
+        let record = &report["answer"]["event"]["record"];
+        assert_eq!(record["source"], "reconcile", "{id}: {record}");
+        assert_eq!(
+            record["sources"],
+            serde_json::json!(["reconcile", "replay"]),
+            "{id}"
+        );
+        assert_eq!(record["deliveries"], deliveries, "{id}: {record}");
+    }
     broker.delete().await;
 }
 

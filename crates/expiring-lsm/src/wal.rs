@@ -343,6 +343,33 @@ fn seal(frame: &mut Frame<'_>) {
     frame.bytes[4..8].copy_from_slice(&crc.to_le_bytes());
 }
 
+/// Hands every readable batch of the segments in `dir` to `replay`, in order, without
+/// changing anything in the folder: a read-only look at a stopped store. A segment is read
+/// up to its first damaged frame; unfinished segments are skipped.
+pub fn read_only(
+    disk: &dyn Disk,
+    dir: &Path,
+    mut replay: impl FnMut(u64, &[u8]),
+) -> Result<(), Error> {
+    if !disk.is_dir(dir) {
+        return Ok(());
+    }
+    let mut paths: Vec<(u64, PathBuf)> = Vec::new();
+    for name in disk.list(dir)? {
+        let number =
+            segment_number(&name).or_else(|| name.strip_suffix(DAMAGED).and_then(segment_number));
+        if let Some(number) = number {
+            paths.push((number, dir.join(name)));
+        }
+    }
+    paths.sort_unstable();
+    for (_, path) in paths {
+        let bytes = disk_seam::read(disk, &path)?;
+        read_frames(&bytes, &mut replay).map_err(|reason| Error::Open { path, reason })?;
+    }
+    Ok(())
+}
+
 /// The segments in `dir`, by number, each with whether an operator accepted its damage;
 /// the unfinished segments a stop left are removed.
 fn list_segments(disk: &dyn Disk, dir: &Path) -> Result<Vec<(u64, bool)>, Error> {

@@ -11,7 +11,7 @@ use std::time::Duration;
 use super::{arg, millis, Access, RedisState};
 use crate::state::keys::{RedisSpace, StoreKey};
 use crate::state::redis_link::OP_TIMEOUT;
-use crate::state::scripts::{DONE, RENEW, TOUCH_DONE};
+use crate::state::scripts::{RENEW, TOUCH_DONE};
 use crate::store::StoreError;
 
 impl RedisState {
@@ -78,9 +78,7 @@ impl RedisState {
         };
         let mut done = 0;
         for group in groups {
-            done += self
-                .write_then_wait(TOUCH_DONE, group, vec![DONE.into()])
-                .await?;
+            done += self.write_then_wait(TOUCH_DONE, group, Vec::new()).await?;
         }
         if done == 0 {
             self.healthy.store(false, Ordering::Relaxed);

@@ -21,6 +21,7 @@ mod commit;
 mod flush;
 mod hot;
 mod open;
+pub mod snapshot;
 mod threads;
 
 use std::collections::hash_map::Entry as MapEntry;

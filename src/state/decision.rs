@@ -1,0 +1,476 @@
+//! The decision record kept with a done mark: what hookgate decided about an event and
+//! how it came, in a versioned compact binary format of its own (never a serde form of a
+//! runtime type), so `hookgate inspect` can answer for any event in the dedup window.
+//!
+//! Two records exist. An event's mark holds an [`EventRecord`]: first seen, outcome (and a
+//! drop's reason), the source it first came by and every source it came by since, the
+//! count of deliveries, and the first and last request ids it came under. A request id's
+//! mark holds a [`RequestRecord`]: the event it brought. Integers are LEB128 varints;
+//! request ids of the two common shapes (a UUID, `req_<ulid>`) take 16 bytes.
+//!
+//! Layout, version 1: `[1][kind]` then, for an event (kind 1): first seen (zigzag varint,
+//! Unix ms), outcome byte, reason byte, sources byte (the first source in bits 0-1, the
+//! set of sources in bits 2-4), deliveries (varint), the first request id, the last one
+//! (kind 0 when it is the first). For a request (kind 2): whether the event key is an
+//! inbound message id (byte), the id (varint length, bytes). A record of another version
+//! or kind reads as none: the mark still counts, and inspect says it holds no record.
+
+/// The format's version byte.
+const VERSION: u8 = 1;
+const KIND_EVENT: u8 = 1;
+const KIND_REQUEST: u8 = 2;
+
+/// The drop reasons by code (code = index + 1; 0 is a reason this table lacks). Append
+/// only: a stored code keeps its meaning.
+const REASONS: [&str; 8] = [
+    "stale_status",
+    "repeated_status",
+    "repeated_stop",
+    "repeated_start",
+    "repeated_help",
+    "stale_keyword",
+    "expired",
+    "future_timestamp",
+];
+
+/// How an event's first decided delivery ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decided {
+    /// Accepted: the broker confirmed it.
+    Published,
+    /// Accepted: durably in the spool, to be published once the broker takes it.
+    Spooled,
+    /// Accepted: durably in the spool's held area, unroutable or behind an unroutable event
+    /// of its guard key, to be published once a queue takes it.
+    Held,
+    /// Dropped by the guard or the freshness check, with the reason.
+    Dropped(&'static str),
+}
+
+/// Which path brought an event (its `x-source`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    /// A sender's delivery.
+    Webhook,
+    /// Reconciliation with the sender's list API.
+    Reconcile,
+    /// An operator's replay.
+    Replay,
+}
+
+impl Source {
+    const ALL: [Source; 3] = [Source::Webhook, Source::Reconcile, Source::Replay];
+
+    /// The `x-source` value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Webhook => "webhook",
+            Source::Reconcile => "reconcile",
+            Source::Replay => "replay",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Source::Webhook => 0,
+            Source::Reconcile => 1,
+            Source::Replay => 2,
+        }
+    }
+}
+
+/// What an event's done mark records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    /// When the delivery that decided it arrived (Unix ms).
+    pub first_seen_ms: i64,
+    /// What was decided.
+    pub decided: Decided,
+    /// The path of the deciding delivery.
+    pub first_source: Source,
+    /// Every path it came by, the first included, in the order webhook, reconcile, replay.
+    pub sources: Vec<Source>,
+    /// Deliveries counted: the deciding one and the duplicates after it.
+    pub deliveries: u32,
+    /// The request id of the deciding delivery.
+    pub first_request: Option<String>,
+    /// The request id of the latest counted duplicate, when it differs from the first.
+    pub last_request: Option<String>,
+}
+
+impl EventRecord {
+    /// The record of an event decided now, on its first delivery.
+    pub fn first(
+        first_seen_ms: i64,
+        decided: Decided,
+        source: Source,
+        request: Option<&str>,
+    ) -> Self {
+        Self {
+            first_seen_ms,
+            decided,
+            first_source: source,
+            sources: vec![source],
+            deliveries: 1,
+            first_request: request.map(str::to_owned),
+            last_request: None,
+        }
+    }
+
+    /// Counts one more delivery (a duplicate, a replay) under `request`.
+    pub fn count_delivery(&mut self, source: Source, request: Option<&str>) {
+        self.deliveries = self.deliveries.saturating_add(1);
+        if !self.sources.contains(&source) {
+            self.sources.push(source);
+            // A set, kept in the order the record reads it back in.
+            self.sources.sort_by_key(|s| s.code());
+        }
+        if let Some(request) = request {
+            if self.first_request.as_deref() != Some(request) {
+                self.last_request = Some(request.to_owned());
+            }
+        }
+    }
+
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(48);
+        out.extend([VERSION, KIND_EVENT]);
+        put_varint(&mut out, zigzag(self.first_seen_ms));
+        let (outcome, reason) = match self.decided {
+            Decided::Published => (1, 0),
+            Decided::Spooled => (2, 0),
+            Decided::Dropped(reason) => (3, reason_code(reason)),
+            Decided::Held => (4, 0),
+        };
+        out.extend([outcome, reason]);
+        let seen = self
+            .sources
+            .iter()
+            .fold(0u8, |mask, s| mask | (1 << s.code()));
+        out.push(self.first_source.code() | (seen << 2));
+        put_varint(&mut out, u64::from(self.deliveries));
+        put_request_id(&mut out, self.first_request.as_deref());
+        put_request_id(&mut out, self.last_request.as_deref());
+        out
+    }
+
+    /// Reads [`EventRecord::encode`]'s bytes; `None` for anything else.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader(bytes);
+        if (r.byte()?, r.byte()?) != (VERSION, KIND_EVENT) {
+            return None;
+        }
+        let first_seen_ms = unzigzag(r.varint()?);
+        let (outcome, reason) = (r.byte()?, r.byte()?);
+        let decided = match outcome {
+            1 => Decided::Published,
+            2 => Decided::Spooled,
+            3 => Decided::Dropped(reason_of(reason)),
+            4 => Decided::Held,
+            _ => return None,
+        };
+        let sources_byte = r.byte()?;
+        let first_source = *Source::ALL.get(usize::from(sources_byte & 3))?;
+        let sources = Source::ALL
+            .into_iter()
+            .filter(|s| (sources_byte >> 2) & (1 << s.code()) != 0)
+            .collect();
+        let deliveries = u32::try_from(r.varint()?).ok()?;
+        let first_request = r.request_id()?;
+        let last_request = r.request_id()?;
+        r.0.is_empty().then_some(Self {
+            first_seen_ms,
+            decided,
+            first_source,
+            sources,
+            deliveries,
+            first_request,
+            last_request,
+        })
+    }
+}
+
+/// What a request id's done mark records: the event its delivery was decided as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestRecord {
+    /// The id the event was deduplicated under.
+    pub event_id: String,
+    /// Whether that id is an inbound message's id (a route that reconciles), not an
+    /// event id.
+    pub by_message: bool,
+}
+
+impl RequestRecord {
+    /// The record's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + self.event_id.len());
+        out.extend([VERSION, KIND_REQUEST, u8::from(self.by_message)]);
+        put_varint(&mut out, self.event_id.len() as u64);
+        out.extend_from_slice(self.event_id.as_bytes());
+        out
+    }
+
+    /// Reads [`RequestRecord::encode`]'s bytes; `None` for anything else.
+    pub fn decode(bytes: &[u8]) -> Option<Self> {
+        let mut r = Reader(bytes);
+        if (r.byte()?, r.byte()?) != (VERSION, KIND_REQUEST) {
+            return None;
+        }
+        let by_message = match r.byte()? {
+            0 => false,
+            1 => true,
+            _ => return None,
+        };
+        let event_id = r.text()?;
+        r.0.is_empty().then_some(Self {
+            event_id,
+            by_message,
+        })
+    }
+}
+
+fn reason_code(reason: &str) -> u8 {
+    REASONS
+        .iter()
+        .position(|r| *r == reason)
+        .map_or(0, |i| i as u8 + 1)
+}
+
+fn reason_of(code: u8) -> &'static str {
+    usize::from(code)
+        .checked_sub(1)
+        .and_then(|i| REASONS.get(i))
+        .copied()
+        .unwrap_or("unknown")
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Request id forms: none, a UUID (16 bytes), `req_` and a ULID (16 bytes), text.
+const ID_NONE: u8 = 0;
+const ID_UUID: u8 = 1;
+const ID_ULID: u8 = 2;
+const ID_TEXT: u8 = 3;
+const ULID_PREFIX: &str = "req_";
+const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+
+fn put_request_id(out: &mut Vec<u8>, id: Option<&str>) {
+    let Some(id) = id else {
+        out.push(ID_NONE);
+        return;
+    };
+    // Only a form that prints back to the same text is packed: the record must give
+    // the id exactly as the sender's ticket shows it.
+    if let Ok(uuid) = uuid::Uuid::parse_str(id) {
+        if uuid.hyphenated().to_string() == id {
+            out.push(ID_UUID);
+            out.extend_from_slice(uuid.as_bytes());
+            return;
+        }
+    }
+    if let Some(bits) = id.strip_prefix(ULID_PREFIX).and_then(ulid_bits) {
+        out.push(ID_ULID);
+        out.extend_from_slice(&bits.to_be_bytes());
+        return;
+    }
+    out.push(ID_TEXT);
+    put_varint(out, id.len() as u64);
+    out.extend_from_slice(id.as_bytes());
+}
+
+/// The 128 bits of a ULID in its canonical form (26 upper-case Crockford characters).
+fn ulid_bits(text: &str) -> Option<u128> {
+    if text.len() != 26 || text.as_bytes()[0] > b'7' {
+        return None;
+    }
+    text.bytes().try_fold(0u128, |acc, c| {
+        let digit = CROCKFORD.iter().position(|d| *d == c)?;
+        Some((acc << 5) | digit as u128)
+    })
+}
+
+fn ulid_text(bits: u128) -> String {
+    (0..26)
+        .rev()
+        .map(|i| char::from(CROCKFORD[((bits >> (i * 5)) & 31) as usize]))
+        .collect()
+}
+
+/// Reads a record front to back; every read is checked.
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Option<&[u8]> {
+        let (head, tail) = (self.0.get(..n)?, self.0.get(n..)?);
+        self.0 = tail;
+        Some(head)
+    }
+
+    fn byte(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+
+    fn varint(&mut self) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Some(v);
+            }
+        }
+        None
+    }
+
+    fn text(&mut self) -> Option<String> {
+        let len = usize::try_from(self.varint()?).ok()?;
+        String::from_utf8(self.take(len)?.to_vec()).ok()
+    }
+
+    /// A request id; the outer `None` is a malformed record.
+    fn request_id(&mut self) -> Option<Option<String>> {
+        Some(match self.byte()? {
+            ID_NONE => None,
+            ID_UUID => {
+                let bytes: [u8; 16] = self.take(16)?.try_into().ok()?;
+                Some(uuid::Uuid::from_bytes(bytes).hyphenated().to_string())
+            }
+            ID_ULID => {
+                let bytes: [u8; 16] = self.take(16)?.try_into().ok()?;
+                Some(format!(
+                    "{ULID_PREFIX}{}",
+                    ulid_text(u128::from_be_bytes(bytes))
+                ))
+            }
+            ID_TEXT => Some(self.text()?),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(decided: Decided, first: Option<&str>) -> EventRecord {
+        EventRecord::first(1_780_000_000_123, decided, Source::Webhook, first)
+    }
+
+    #[test]
+    fn event_records_round_trip_in_every_outcome_and_id_form() {
+        let ids = [
+            None,
+            Some("3f1c2a9e-8b7d-4c6a-9f0e-1d2c3b4a5f60"),
+            Some("req_01HZX3J8Q4K7M2N5P9R6S8T0VW"),
+            Some("3F1C2A9E-8B7D-4C6A-9F0E-1D2C3B4A5F60"),
+            Some("req_01hzx3j8q4k7m2n5p9r6s8t0vw"),
+            Some("req_81HZX3J8Q4K7M2N5P9R6S8T0VW"),
+            Some("a sender's own id: ünïcode / +15550001111"),
+        ];
+        let decided = [
+            Decided::Published,
+            Decided::Spooled,
+            Decided::Held,
+            Decided::Dropped("stale_status"),
+            Decided::Dropped("future_timestamp"),
+        ];
+        for id in ids {
+            for d in decided {
+                let mut r = record(d, id);
+                assert_eq!(EventRecord::decode(&r.encode()), Some(r.clone()), "{id:?}");
+                r.count_delivery(Source::Replay, Some("req_01HZX3J8Q4K7M2N5P9R6S8T0VX"));
+                r.count_delivery(Source::Reconcile, None);
+                assert_eq!(EventRecord::decode(&r.encode()), Some(r.clone()), "{id:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_event_record_with_the_common_request_id_takes_a_few_tens_of_bytes() {
+        let r = record(
+            Decided::Published,
+            Some("3f1c2a9e-8b7d-4c6a-9f0e-1d2c3b4a5f60"),
+        );
+        assert_eq!(r.encode().len(), 30);
+        let r = record(Decided::Published, Some("req_01HZX3J8Q4K7M2N5P9R6S8T0VW"));
+        assert_eq!(r.encode().len(), 30);
+        let mut r = r;
+        r.count_delivery(Source::Webhook, Some("req_01HZX3J8Q4K7M2N5P9R6S8T0VX"));
+        assert_eq!(r.encode().len(), 46, "a second request id adds 16 bytes");
+    }
+
+    #[test]
+    fn counting_keeps_the_first_request_and_the_latest_other_one() {
+        let mut r = record(Decided::Published, Some("a"));
+        r.count_delivery(Source::Webhook, Some("a"));
+        assert_eq!((r.deliveries, r.last_request.as_deref()), (2, None));
+        r.count_delivery(Source::Webhook, Some("b"));
+        r.count_delivery(Source::Webhook, Some("c"));
+        assert_eq!(r.first_request.as_deref(), Some("a"));
+        assert_eq!(r.last_request.as_deref(), Some("c"));
+        assert_eq!(r.deliveries, 4);
+        assert_eq!(r.sources, vec![Source::Webhook]);
+        r.deliveries = u32::MAX;
+        r.count_delivery(Source::Replay, None);
+        assert_eq!(r.deliveries, u32::MAX, "the count saturates");
+        assert_eq!(r.sources, vec![Source::Webhook, Source::Replay]);
+    }
+
+    #[test]
+    fn a_reason_the_table_lacks_reads_as_unknown() {
+        let r = record(Decided::Dropped("some_new_reason"), None);
+        let read = EventRecord::decode(&r.encode()).expect("record");
+        assert_eq!(read.decided, Decided::Dropped("unknown"));
+    }
+
+    #[test]
+    fn request_records_round_trip() {
+        for (event_id, by_message) in [("evt_1", false), ("msg_9", true), ("", false)] {
+            let r = RequestRecord {
+                event_id: event_id.into(),
+                by_message,
+            };
+            assert_eq!(RequestRecord::decode(&r.encode()), Some(r));
+        }
+    }
+
+    #[test]
+    fn bytes_of_another_version_kind_or_length_read_as_no_record() {
+        let event = record(Decided::Published, Some("x")).encode();
+        let request = RequestRecord {
+            event_id: "e".into(),
+            by_message: false,
+        }
+        .encode();
+        assert_eq!(EventRecord::decode(&request), None);
+        assert_eq!(RequestRecord::decode(&event), None);
+        let mut other_version = event.clone();
+        other_version[0] = 2;
+        assert_eq!(EventRecord::decode(&other_version), None);
+        let mut longer = event.clone();
+        longer.push(0);
+        assert_eq!(EventRecord::decode(&longer), None);
+        for cut in 0..event.len() {
+            assert_eq!(EventRecord::decode(&event[..cut]), None, "cut at {cut}");
+        }
+        for cut in 0..request.len() {
+            assert_eq!(RequestRecord::decode(&request[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(EventRecord::decode(b""), None);
+    }
+}
