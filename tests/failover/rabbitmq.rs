@@ -7,8 +7,8 @@
 //! The real gateway publishes to the cluster with `amqp.urls` naming its nodes under a
 //! steady load; nodes are stopped (the one it is connected to; with three, first the node
 //! of the quorum queue's leader); it must move on, and every event answered 200 must reach
-//! the queue at least once. A single node's memory alarm blocks the gateway's connection
-//! past the lease.
+//! the queue at least once. A single node's memory alarm blocks the connections of one
+//! gateway, or of two replicas on one Redis, past the lease.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::TcpListener;
@@ -1155,4 +1155,314 @@ async fn a_connection_blocked_past_the_lease_answers_every_request_within_it() {
         late.iter().take(5).collect::<Vec<_>>()
     );
     assert_eq!(missing, 0, "events answered 200 never arrived");
+}
+
+/// The two-replica blocked-connection test's `dedup.in_flight_wait` and
+/// `amqp.confirm_timeout`: short, so the bound on a claim's hold is short too.
+const REPLICAS_IN_FLIGHT_WAIT: Duration = Duration::from_secs(1);
+const REPLICAS_CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause of the sender before it retries a 503 through the other replica.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long the sender keeps retrying one event.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+/// Fresh events per second of the two-replica load: one request at a time per event,
+/// each retried until it gets a 200.
+const REPLICAS_PER_SECOND: u64 = 40;
+
+/// The longest a request holds its claim with the Redis backend, as the config check
+/// computes it for the test's settings (no `wait_replicas`).
+fn replicas_bound() -> Duration {
+    hookgate::config::Redis::default()
+        .longest_hold(REPLICAS_IN_FLIGHT_WAIT, REPLICAS_CONFIRM_TIMEOUT)
+}
+
+/// One try of an event: the replica it went to, its answer and how long it took.
+struct Try {
+    replica: usize,
+    status: u16,
+    answer: serde_json::Value,
+    took: Duration,
+}
+
+/// One delivery of the two-replica load and its tries.
+struct Delivery {
+    id: String,
+    /// A repeat of an event sent earlier, as a sender sends whose own timeout fired.
+    repeat: bool,
+    /// When the first try was sent, from the start of the load.
+    at: Duration,
+    tries: Vec<Try>,
+}
+
+/// Sends [`REPLICAS_PER_SECOND`] deliveries a second until `stop`: fresh events to the two
+/// replicas in turn, and every third a repeat of a recent event through the replica the
+/// event did not first go to. Each delivery is retried through the other replica after
+/// every 503 (after [`RETRY_PAUSE`]), until an answer that is not a 503 or [`RETRY_FOR`]
+/// has passed.
+async fn load_with_retries(
+    gws: [Arc<Gateway>; 2],
+    client: reqwest::Client,
+    stop: Arc<AtomicBool>,
+) -> Vec<Delivery> {
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / REPLICAS_PER_SECOND));
+    let load_started = Instant::now();
+    let mut deliveries = Vec::new();
+    let (mut n, mut events) = (0usize, 0usize);
+    while !stop.load(Ordering::SeqCst) {
+        tick.tick().await;
+        n += 1;
+        let (event, repeat) = if n % 3 == 0 && events > 0 {
+            (events.saturating_sub(1 + n % 7), true)
+        } else {
+            events += 1;
+            (events - 1, false)
+        };
+        let first = if repeat { (event + 1) % 2 } else { event % 2 };
+        let (gws, client) = (gws.clone(), client.clone());
+        let id = format!("evt-replicas-{event}");
+        let at = load_started.elapsed();
+        deliveries.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tries = Vec::new();
+            let mut replica = first;
+            loop {
+                let began = Instant::now();
+                let (status, answer) = gws[replica]
+                    .deliver(&client, &event_body(&id), &unique("req"))
+                    .await;
+                tries.push(Try {
+                    replica,
+                    status,
+                    answer,
+                    took: began.elapsed(),
+                });
+                if status != 503 || started.elapsed() >= RETRY_FOR {
+                    break;
+                }
+                replica = 1 - replica;
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Delivery {
+                id,
+                repeat,
+                at,
+                tries,
+            }
+        }));
+    }
+    let mut out = Vec::with_capacity(deliveries.len());
+    for d in deliveries {
+        out.push(d.await.expect("delivery task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_replica_answers_within_the_bound(
+) {
+    if !util::local_port_open(6379) {
+        util::skip_or_fail("Redis is not reachable on 127.0.0.1:6379");
+        return;
+    }
+    let began = Instant::now();
+    let node = match tokio::task::spawn_blocking(Cluster::single)
+        .await
+        .expect("node start task")
+    {
+        Ok(node) => node,
+        Err(why) => {
+            util::skip_or_fail(&format!(
+                "a RabbitMQ node of the test's own cannot start: {why}"
+            ));
+            return;
+        }
+    };
+    let node_ready = began.elapsed();
+    let bound = replicas_bound();
+    let lease = bound + Duration::from_secs(1);
+    // The block lasts past the lease, so a claim taken before it would have ended during it.
+    let alarm_for = lease + Duration::from_secs(3);
+    let exchange = unique("alarm-replicas");
+    let consumer = Consumer::start(&node.nodes[0].url(), &exchange).await;
+    let prefix = unique("hg-alarm") + ":";
+    let dirs = [
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    ];
+    let mut gws = Vec::new();
+    for dir in &dirs {
+        let mut cfg = GatewayConfig::new(dir.path(), &exchange);
+        cfg.amqp_url = node.nodes[0].url();
+        cfg.confirm_timeout = format!("{}s", REPLICAS_CONFIRM_TIMEOUT.as_secs());
+        cfg.extra = format!(
+            "dedup:\n  backend: redis\n  in_flight_wait: {}s\n  in_flight_lease: {}s\nredis:\n  url: redis://127.0.0.1:6379/0\n  key_prefix: \"{prefix}\"\n",
+            REPLICAS_IN_FLIGHT_WAIT.as_secs(),
+            lease.as_secs()
+        );
+        gws.push(Arc::new(Gateway::start(&cfg).await));
+    }
+    let gws = [gws[0].clone(), gws[1].clone()];
+    let client = util::client(None);
+    for gw in &gws {
+        util::wait_broker_connected(&client, gw).await;
+    }
+
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load_started = Instant::now();
+    let sender = tokio::spawn(load_with_retries(
+        gws.clone(),
+        client.clone(),
+        stop_load.clone(),
+    ));
+    tokio::time::sleep(LOAD_BEFORE).await;
+    // A memory alarm on the node blocks both replicas' connections past the lease.
+    let name = node.nodes[0].name.clone();
+    let alarm_at = load_started.elapsed();
+    tokio::task::block_in_place(|| ctl(&name, &["set_vm_memory_high_watermark", "0.000001"]))
+        .expect("memory alarm set");
+    tokio::time::sleep(alarm_for).await;
+    let cleared_at = load_started.elapsed();
+    tokio::task::block_in_place(|| ctl(&name, &["set_vm_memory_high_watermark", "0.4"]))
+        .expect("memory alarm cleared");
+    tokio::time::sleep(LOAD_AFTER).await;
+    stop_load.store(true, Ordering::SeqCst);
+    let deliveries = sender.await.expect("load");
+
+    // Both spools drain; then a sentinel through each replica closes its stream.
+    for gw in &gws {
+        let drained = within(|| async {
+            scrape(&client, gw).await.find("hookgate_spool_depth", &[]) == Some(0.0)
+        })
+        .await;
+        assert!(drained.is_some(), "a spool never drained");
+    }
+    let mut sentinels = Vec::new();
+    for gw in &gws {
+        let sentinel = unique("evt-sentinel");
+        let (status, answer) = gw
+            .deliver(&client, &event_body(&sentinel), &unique("req"))
+            .await;
+        assert_eq!(status, 200, "sentinel: {answer}");
+        sentinels.push(sentinel);
+    }
+    let arrived = within(|| {
+        let got = consumer.received();
+        let seen = sentinels.iter().all(|s| got.contains(s));
+        async move { seen }
+    })
+    .await;
+    assert!(arrived.is_some(), "a sentinel never arrived");
+
+    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
+    for id in consumer.received() {
+        if !sentinels.contains(&id) {
+            *copies.entry(id).or_default() += 1;
+        }
+    }
+    let tries: Vec<&Try> = deliveries.iter().flat_map(|d| &d.tries).collect();
+    let late: Vec<(&str, usize, u16, Duration)> = deliveries
+        .iter()
+        .flat_map(|d| d.tries.iter().map(move |t| (d.id.as_str(), t)))
+        .filter(|(_, t)| t.took > bound)
+        .map(|(id, t)| (id, t.replica, t.status, t.took))
+        .collect();
+    let mut answered: BTreeMap<&str, bool> = BTreeMap::new();
+    for d in &deliveries {
+        *answered.entry(d.id.as_str()).or_default() |= d.tries.iter().any(|t| t.status == 200);
+    }
+    let accepted: Vec<&str> = answered
+        .iter()
+        .filter(|(_, a)| **a)
+        .map(|(id, _)| *id)
+        .collect();
+    let unanswered: Vec<&str> = answered
+        .iter()
+        .filter(|(_, a)| !**a)
+        .map(|(id, _)| *id)
+        .collect();
+    let missing: Vec<&&str> = accepted
+        .iter()
+        .filter(|id| !copies.contains_key(**id))
+        .collect();
+    let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+    for t in &tries {
+        let outcome = t.answer["status"].as_str().unwrap_or_default();
+        *statuses
+            .entry(format!("{} {outcome}", t.status))
+            .or_default() += 1;
+    }
+    let repeats = deliveries.iter().filter(|d| d.repeat).count();
+    let retried = deliveries.iter().filter(|d| d.tries.len() > 1).count();
+    let mut per_event: BTreeMap<usize, usize> = BTreeMap::new();
+    for id in &accepted {
+        *per_event
+            .entry(copies.get(*id).copied().unwrap_or(0))
+            .or_default() += 1;
+    }
+    // The events with more than one copy, with when each was first sent.
+    let twice: Vec<(&str, usize, Duration)> = copies
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| {
+            let first = deliveries
+                .iter()
+                .filter(|d| d.id == *id)
+                .map(|d| d.at)
+                .min()
+                .unwrap_or_default();
+            (id.as_str(), *n, first)
+        })
+        .collect();
+    // The alarm blocked both replicas' connections.
+    let blocked: Vec<usize> = gws
+        .iter()
+        .map(|gw| logged(gw, "broker blocked the connection; spooling"))
+        .collect();
+    let spooled: Vec<usize> = gws.iter().map(|gw| logged(gw, "event spooled")).collect();
+    let slowest = tries.iter().map(|t| t.took).max().unwrap_or_default();
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "blocked connection, two replicas: node ready in {node_ready:.1?}; bound {bound:?}, lease {lease:?}, memory alarm from {alarm_at:.1?} to {cleared_at:.1?} into the load; \
+         blocks logged by each replica {blocked:?}, events spooled by each {spooled:?}; \
+         {} deliveries ({repeats} repeats of an earlier event through the other replica), {} requests ({statuses:?}), \
+         {retried} deliveries retried through the other replica after a 503; slowest answer {slowest:.1?}, later than the bound {}; \
+         events {}, answered 200 {}, never {}; copies per accepted event {per_event:?} (copies: events), more than one {twice:.1?} (event, copies, first sent); \
+         messages {}, accepted events missing {}; test took {:.1?}",
+        deliveries.len(),
+        tries.len(),
+        late.len(),
+        answered.len(),
+        accepted.len(),
+        unanswered.len(),
+        copies.values().sum::<usize>(),
+        missing.len(),
+        began.elapsed(),
+    );
+    assert!(
+        late.is_empty(),
+        "{} answers came later than the bound {bound:?}, e.g. {:?}",
+        late.len(),
+        late.iter().take(5).collect::<Vec<_>>()
+    );
+    let not_503: Vec<&String> = statuses
+        .keys()
+        .filter(|k| !k.starts_with("200 ") && !k.starts_with("503 "))
+        .collect();
+    assert!(
+        not_503.is_empty(),
+        "answers besides 200 and 503: {not_503:?}"
+    );
+    assert!(
+        blocked.iter().all(|n| *n > 0),
+        "the alarm did not block both replicas' connections: {blocked:?}"
+    );
+    assert!(
+        unanswered.is_empty(),
+        "events never answered 200 within {RETRY_FOR:?} of retries: {unanswered:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "events answered 200 never arrived: {missing:?}"
+    );
 }
