@@ -25,6 +25,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 
+use crate::util::shared_redis::{KeyPrefix, REDIS_URL};
 use crate::util::{self, event_body, scrape, unique, Gateway, GatewayConfig};
 
 /// How long a node may take to boot on a loaded machine.
@@ -1284,7 +1285,8 @@ async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_repli
     let alarm_for = lease + Duration::from_secs(3);
     let exchange = unique("alarm-replicas");
     let consumer = Consumer::start(&node.nodes[0].url(), &exchange).await;
-    let prefix = unique("hg-alarm") + ":";
+    // A prefix of the test's own on the machine's Redis; its keys go when it is dropped.
+    let prefix = KeyPrefix::new();
     let dirs = [
         tempfile::tempdir().expect("tempdir"),
         tempfile::tempdir().expect("tempdir"),
@@ -1295,7 +1297,7 @@ async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_repli
         cfg.amqp_url = node.nodes[0].url();
         cfg.confirm_timeout = format!("{}s", REPLICAS_CONFIRM_TIMEOUT.as_secs());
         cfg.extra = format!(
-            "dedup:\n  backend: redis\n  in_flight_wait: {}s\n  in_flight_lease: {}s\nredis:\n  url: redis://127.0.0.1:6379/0\n  key_prefix: \"{prefix}\"\n",
+            "dedup:\n  backend: redis\n  in_flight_wait: {}s\n  in_flight_lease: {}s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n",
             REPLICAS_IN_FLIGHT_WAIT.as_secs(),
             lease.as_secs()
         );
