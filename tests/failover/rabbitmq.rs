@@ -1,12 +1,14 @@
-//! A RabbitMQ cluster of the test's own: two nodes (`rabbitmq-server`) on free loopback
-//! ports, each with its own data, log and config folders in a temporary directory, joined
-//! with `rabbitmqctl join_cluster`. The machine's broker (5672), which other tests share,
-//! is never named. The packaged `rabbitmq-server` and `rabbitmqctl` switch to the
-//! `rabbitmq` user, so the nodes and the tool share that user's Erlang cookie.
+//! A RabbitMQ cluster of the test's own: two or three nodes (`rabbitmq-server`) on free
+//! loopback ports, each with its own data, log and config folders in a temporary
+//! directory, joined with `rabbitmqctl join_cluster`. The machine's broker (5672), which
+//! other tests share, is never named. The packaged `rabbitmq-server` and `rabbitmqctl`
+//! switch to the `rabbitmq` user, so the nodes and the tool share that user's Erlang cookie.
 //!
-//! The real gateway publishes to the cluster with `amqp.urls` naming both nodes under a
-//! steady load; the node it is connected to is stopped; it must move to the other, and
-//! every event answered 200 must reach the consumer at least once.
+//! The real gateway publishes to the cluster with `amqp.urls` naming its nodes under a
+//! steady load; nodes are stopped (the one it is connected to; with three, first the node
+//! of the quorum queue's leader); it must move on, and every event answered 200 must reach
+//! the queue at least once. A single node's memory alarm blocks the connections of one
+//! gateway, or of two replicas on one Redis, past the lease.
 
 use std::collections::{BTreeMap, HashSet};
 use std::net::TcpListener;
@@ -23,6 +25,7 @@ use lapin::options::{
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Connection, ConnectionProperties, ExchangeKind};
 
+use crate::util::shared_redis::{KeyPrefix, REDIS_URL};
 use crate::util::{self, event_body, scrape, unique, Gateway, GatewayConfig};
 
 /// How long a node may take to boot on a loaded machine.
@@ -59,8 +62,8 @@ fn free_ports(n: usize) -> Vec<u16> {
         .collect()
 }
 
-/// Runs `command`, killing it after `deadline`: Ok, or why not (its output).
-fn run(command: &mut Command, deadline: Duration) -> Result<(), String> {
+/// Runs `command`, killing it after `deadline`: its output, or why it failed.
+fn run(command: &mut Command, deadline: Duration) -> Result<String, String> {
     let out = std::env::temp_dir().join(format!("{}.out", unique("hgtest-cmd")));
     let file = std::fs::File::create(&out).map_err(|e| e.to_string())?;
     let err = file.try_clone().map_err(|e| e.to_string())?;
@@ -85,7 +88,7 @@ fn run(command: &mut Command, deadline: Duration) -> Result<(), String> {
     let output = std::fs::read_to_string(&out).unwrap_or_default();
     let _ = std::fs::remove_file(&out);
     match status {
-        Some(s) if s.success() => Ok(()),
+        Some(s) if s.success() => Ok(output),
         Some(s) => Err(format!("{command:?} exited with {s}: {}", output.trim())),
         None => Err(format!(
             "{command:?} took over {deadline:?}: {}",
@@ -94,8 +97,8 @@ fn run(command: &mut Command, deadline: Duration) -> Result<(), String> {
     }
 }
 
-/// `rabbitmqctl -n node args...`.
-fn ctl(node: &str, args: &[&str]) -> Result<(), String> {
+/// `rabbitmqctl -n node args...`: its output.
+fn ctl(node: &str, args: &[&str]) -> Result<String, String> {
     run(
         Command::new("rabbitmqctl")
             .arg("-q")
@@ -115,6 +118,8 @@ fn port_open(port: u16) -> bool {
 struct Node {
     name: String,
     amqp_port: u16,
+    /// The node's Erlang distribution port, kept for a restart.
+    dist_port: u16,
     dir: PathBuf,
     /// The `rabbitmq-server` wrapper, which runs while the node does.
     wrapper: Child,
@@ -142,11 +147,32 @@ impl Node {
                 .arg(base),
             CTL_DEADLINE,
         )?;
-        let output =
-            std::fs::File::create(base.join(format!("{name}.out"))).map_err(|e| e.to_string())?;
+        let name = format!("{name}@localhost");
+        let wrapper = Self::launch(&name, &dir, ports)?;
+        Ok(Self {
+            name,
+            amqp_port: ports.0,
+            dist_port: ports.1,
+            dir,
+            wrapper,
+            stopped: false,
+        })
+    }
+
+    /// Runs `rabbitmq-server` for the node `name` whose folders are in `dir`; its output
+    /// goes to `<short name>.out` beside them (appended, so a restart keeps the first
+    /// boot's).
+    fn launch(name: &str, dir: &Path, ports: (u16, u16)) -> Result<Child, String> {
+        let short = name.trim_end_matches("@localhost");
+        let base = dir.parent().unwrap_or(dir);
+        let output = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(base.join(format!("{short}.out")))
+            .map_err(|e| e.to_string())?;
         let errors = output.try_clone().map_err(|e| e.to_string())?;
-        let wrapper = Command::new("rabbitmq-server")
-            .env("RABBITMQ_NODENAME", format!("{name}@localhost"))
+        Command::new("rabbitmq-server")
+            .env("RABBITMQ_NODENAME", name)
             .env("RABBITMQ_NODE_IP_ADDRESS", "127.0.0.1")
             .env("RABBITMQ_NODE_PORT", ports.0.to_string())
             .env("RABBITMQ_DIST_PORT", ports.1.to_string())
@@ -159,14 +185,16 @@ impl Node {
             .stdout(output)
             .stderr(errors)
             .spawn()
-            .map_err(|e| format!("rabbitmq-server: {e}"))?;
-        Ok(Self {
-            name: format!("{name}@localhost"),
-            amqp_port: ports.0,
-            dir,
-            wrapper,
-            stopped: false,
-        })
+            .map_err(|e| format!("rabbitmq-server: {e}"))
+    }
+
+    /// Starts a stopped node again, with its own data: it rejoins its cluster. Does not
+    /// wait for it.
+    fn restart(&mut self) -> Result<(), String> {
+        self.reap_wrapper();
+        self.wrapper = Self::launch(&self.name, &self.dir, (self.amqp_port, self.dist_port))?;
+        self.stopped = false;
+        Ok(())
     }
 
     /// Waits until the node takes AMQP connections, or says why it will not.
@@ -211,7 +239,7 @@ impl Node {
     /// Stops the node (the whole Erlang VM).
     fn stop(&mut self) -> Result<(), String> {
         self.stopped = true;
-        ctl(&self.name, &["stop"])
+        ctl(&self.name, &["stop"]).map(drop)
     }
 
     /// Makes sure the node is gone: `rabbitmqctl stop`, then SIGKILL to the pid it wrote.
@@ -227,6 +255,11 @@ impl Node {
             // Gone already in the usual case: the error is expected then.
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
+        self.reap_wrapper();
+    }
+
+    /// Waits up to 10 s for the wrapper of a stopped node to exit, then kills and reaps it.
+    fn reap_wrapper(&mut self) {
         let until = Instant::now() + Duration::from_secs(10);
         while matches!(self.wrapper.try_wait(), Ok(None)) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(100));
@@ -244,8 +277,8 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// Starts two nodes and joins the second to the first.
-    fn start() -> Result<Self, String> {
+    /// Starts `n` nodes (`a`, `b`, `c`, …) at once and joins the others to the first.
+    fn start(n: usize) -> Result<Self, String> {
         if let Err(e) = Command::new("rabbitmq-server")
             .arg("--help")
             .stdin(Stdio::null())
@@ -259,31 +292,29 @@ impl Cluster {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let tag = unique("x");
         let tag = &tag[2..10];
-        let ports = free_ports(4);
+        let ports = free_ports(2 * n);
         let mut cluster = Self {
             nodes: Vec::new(),
             _dir: dir,
         };
         let base = cluster._dir.path().to_owned();
-        cluster.nodes.push(Node::spawn(
-            &base,
-            &format!("hgtest-a-{tag}"),
-            (ports[0], ports[1]),
-        )?);
-        cluster.nodes.push(Node::spawn(
-            &base,
-            &format!("hgtest-b-{tag}"),
-            (ports[2], ports[3]),
-        )?);
+        for (i, letter) in ('a'..='z').take(n).enumerate() {
+            cluster.nodes.push(Node::spawn(
+                &base,
+                &format!("hgtest-{letter}-{tag}"),
+                (ports[2 * i], ports[2 * i + 1]),
+            )?);
+        }
         for node in &mut cluster.nodes {
             node.wait_ready()?;
         }
         let first = cluster.nodes[0].name.clone();
-        let second = &mut cluster.nodes[1];
-        ctl(&second.name, &["stop_app"])?;
-        ctl(&second.name, &["join_cluster", &first])?;
-        ctl(&second.name, &["start_app"])?;
-        second.wait_ready()?;
+        for other in &mut cluster.nodes[1..] {
+            ctl(&other.name, &["stop_app"])?;
+            ctl(&other.name, &["join_cluster", &first])?;
+            ctl(&other.name, &["start_app"])?;
+            other.wait_ready()?;
+        }
         Ok(cluster)
     }
 }
@@ -380,9 +411,23 @@ impl Consumer {
             )
             .await
             .expect("bind");
+        Self::consume(connection, &channel, &queue).await
+    }
+
+    /// Consumes the existing queue `queue` on the node at `url`.
+    async fn of(url: &str, queue: &str) -> Self {
+        let connection = Connection::connect(url, ConnectionProperties::default())
+            .await
+            .expect("consumer connection");
+        let channel = connection.create_channel().await.expect("channel");
+        Self::consume(connection, &channel, queue).await
+    }
+
+    /// Takes every message of `queue` (no acks: the test reads each once) into the list.
+    async fn consume(connection: Connection, channel: &lapin::Channel, queue: &str) -> Self {
         let mut deliveries = channel
             .basic_consume(
-                ShortString::from(queue.as_str()),
+                ShortString::from(queue),
                 ShortString::from("failover"),
                 BasicConsumeOptions {
                     no_ack: true,
@@ -440,14 +485,21 @@ where
 /// One request of the load.
 struct Sent {
     id: String,
+    /// Of the type [`UNROUTABLE`].
+    unroutable: bool,
     status: u16,
     answer: serde_json::Value,
     took: Duration,
 }
 
 /// Sends fresh events at [`LOAD_PER_SECOND`], at most [`LOAD_IN_FLIGHT`] at once, until
-/// `stop`.
-async fn load(gw: Arc<Gateway>, client: reqwest::Client, stop: Arc<AtomicBool>) -> Vec<Sent> {
+/// `stop`; with `unroutable_every` n, each n-th is of the type [`UNROUTABLE`].
+async fn load(
+    gw: Arc<Gateway>,
+    client: reqwest::Client,
+    stop: Arc<AtomicBool>,
+    unroutable_every: Option<u64>,
+) -> Vec<Sent> {
     let permits = Arc::new(tokio::sync::Semaphore::new(LOAD_IN_FLIGHT));
     let mut tick = tokio::time::interval(Duration::from_millis(1000 / LOAD_PER_SECOND));
     let mut requests = Vec::new();
@@ -457,15 +509,20 @@ async fn load(gw: Arc<Gateway>, client: reqwest::Client, stop: Arc<AtomicBool>) 
         let permit = permits.clone().acquire_owned().await.expect("semaphore");
         let (gw, client) = (gw.clone(), client.clone());
         n += 1;
+        let unroutable = unroutable_every.is_some_and(|every| n.is_multiple_of(every));
         let id = format!("evt-failover-{n}");
+        let body = if unroutable {
+            unroutable_body(&id)
+        } else {
+            event_body(&id)
+        };
         requests.push(tokio::spawn(async move {
             let started = Instant::now();
-            let (status, answer) = gw
-                .deliver(&client, &event_body(&id), &format!("req-{id}"))
-                .await;
+            let (status, answer) = gw.deliver(&client, &body, &format!("req-{id}")).await;
             drop(permit);
             Sent {
                 id,
+                unroutable,
                 status,
                 answer,
                 took: started.elapsed(),
@@ -492,7 +549,7 @@ fn logged(gw: &Gateway, message: &str) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted_event_arrives() {
     let began = Instant::now();
-    let cluster = match tokio::task::spawn_blocking(Cluster::start)
+    let cluster = match tokio::task::spawn_blocking(|| Cluster::start(2))
         .await
         .expect("cluster start task")
     {
@@ -527,7 +584,7 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
 
     let stop_load = Arc::new(AtomicBool::new(false));
     let load_started = Instant::now();
-    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone()));
+    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone(), None));
     tokio::time::sleep(LOAD_BEFORE).await;
 
     // The node the gateway is connected to goes away mid-load.
@@ -635,6 +692,364 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
     );
 }
 
+/// The type (and routing key) of the three-node test's unroutable events: the gateway's
+/// queue is bound to `contact.#` only, until the test binds `orphan.#` after the failover.
+const UNROUTABLE: &str = "orphan.updated";
+/// One event in this many of the three-node test's load is of the type [`UNROUTABLE`].
+const UNROUTABLE_EVERY: u64 = 10;
+/// How often a `rabbitmqctl` query is repeated while the test waits for the cluster.
+const CTL_POLL: Duration = Duration::from_millis(500);
+
+/// A fresh event of the type [`UNROUTABLE`].
+fn unroutable_body(id: &str) -> String {
+    serde_json::json!({
+        "id": id,
+        "event": UNROUTABLE,
+        "timestamp": util::rfc3339_from_now(0),
+        "data": {"contact_id": 1}
+    })
+    .to_string()
+}
+
+/// A quorum queue as the node `ask` sees it: its leader's node and its members online.
+fn quorum_state(ask: &str, queue: &str) -> Result<(String, Vec<String>), String> {
+    let out = ctl(
+        ask,
+        &[
+            "list_queues",
+            "name",
+            "leader",
+            "online",
+            "--formatter",
+            "json",
+        ],
+    )?;
+    let json = out.find('[').map_or("", |at| &out[at..]);
+    let rows: serde_json::Value =
+        serde_json::from_str(json.trim()).map_err(|e| format!("{e}: {out}"))?;
+    let row = rows
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|r| r["name"] == queue)
+        .ok_or_else(|| format!("no queue {queue}: {out}"))?;
+    let online = row["online"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|n| n.as_str().map(str::to_owned))
+        .collect();
+    Ok((
+        row["leader"].as_str().unwrap_or_default().to_owned(),
+        online,
+    ))
+}
+
+/// Asks `ask` every [`CTL_POLL`] for the state of `queue` until `done` holds of it, for up
+/// to [`WAIT`]: the state, or the last answer.
+fn quorum_until(
+    ask: &str,
+    queue: &str,
+    done: impl Fn(&(String, Vec<String>)) -> bool,
+) -> Result<(String, Vec<String>), String> {
+    let until = Instant::now() + WAIT;
+    loop {
+        let state = quorum_state(ask, queue);
+        match state {
+            Ok(state) if done(&state) => return Ok(state),
+            _ if Instant::now() >= until => {
+                return Err(format!("{queue} after {WAIT:?}: {state:?}"));
+            }
+            _ => std::thread::sleep(CTL_POLL),
+        }
+    }
+}
+
+/// Declares the durable topic `exchange` and the quorum queue `queue` through the node at
+/// `url`, as a consumer that ran before the gateway would.
+async fn declare_quorum_queue(url: &str, exchange: &str, queue: &str) {
+    let connection = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .expect("declaring connection");
+    let channel = connection.create_channel().await.expect("channel");
+    channel
+        .exchange_declare(
+            ShortString::from(exchange),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .expect("exchange");
+    let mut args = FieldTable::default();
+    args.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString(LongString::from("quorum")),
+    );
+    channel
+        .queue_declare(
+            ShortString::from(queue),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            args,
+        )
+        .await
+        .expect("quorum queue");
+    let _ = connection.close(0, ShortString::from("declared")).await;
+}
+
+/// Binds `queue` to `exchange` with `key` through the node at `url`.
+async fn bind(url: &str, exchange: &str, queue: &str, key: &str) {
+    let connection = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .expect("binding connection");
+    let channel = connection.create_channel().await.expect("channel");
+    channel
+        .queue_bind(
+            ShortString::from(queue),
+            ShortString::from(exchange),
+            ShortString::from(key),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind");
+    let _ = connection.close(0, ShortString::from("bound")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quorum_queue_on_three_nodes_keeps_every_accepted_event_when_its_leader_and_then_the_used_node_stop(
+) {
+    let began = Instant::now();
+    let mut cluster = match tokio::task::spawn_blocking(|| Cluster::start(3))
+        .await
+        .expect("cluster start task")
+    {
+        Ok(cluster) => cluster,
+        Err(why) => {
+            util::skip_or_fail(&format!(
+                "a RabbitMQ cluster of the test's own cannot start: {why}"
+            ));
+            return;
+        }
+    };
+    let cluster_ready = began.elapsed();
+    let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
+    let index_of = |name: &str| names.iter().position(|n| n == name);
+    let exchange = unique("quorum");
+    let queue = unique("quorum-q");
+    // The queue exists before the gateway starts, declared through the second node: its
+    // leader starts there (RabbitMQ puts it on the declaring node), its members on all
+    // three, and the gateway connects to the first node, so the two are apart.
+    declare_quorum_queue(&cluster.nodes[1].url(), &exchange, &queue).await;
+    let (first_leader, _) = tokio::task::block_in_place(|| {
+        quorum_until(&names[2], &queue, |(leader, online)| {
+            !leader.is_empty() && online.len() == 3
+        })
+    })
+    .expect("the quorum queue has a leader and three members online");
+    let leader = index_of(&first_leader).expect("the leader is a node of the cluster");
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut cfg = GatewayConfig::new(dir.path(), &exchange);
+    cfg.amqp_url = String::new();
+    cfg.amqp_extra = format!(
+        "  urls: ['{}', '{}', '{}']\n  queue:\n    name: {queue}\n    type: quorum\n    binding: 'contact.#'\n",
+        cluster.nodes[0].url(),
+        cluster.nodes[1].url(),
+        cluster.nodes[2].url()
+    );
+    let gw = Arc::new(Gateway::start(&cfg).await);
+    let client = util::client(None);
+    util::wait_broker_connected(&client, &gw).await;
+    let first_used = broker_node(&client, &gw).await;
+
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load_started = Instant::now();
+    let sender = tokio::spawn(load(
+        gw.clone(),
+        client.clone(),
+        stop_load.clone(),
+        Some(UNROUTABLE_EVERY),
+    ));
+    tokio::time::sleep(LOAD_BEFORE).await;
+
+    // 1. The node of the queue's leader stops; another member becomes the leader.
+    let leader_stopped_at = load_started.elapsed();
+    tokio::task::block_in_place(|| cluster.nodes[leader].stop())
+        .expect("rabbitmqctl stop of the leader's node");
+    let survivor = (leader + 2) % 3;
+    let (second_leader, _) = tokio::task::block_in_place(|| {
+        quorum_until(&names[survivor], &queue, |(l, _)| {
+            !l.is_empty() && *l != first_leader
+        })
+    })
+    .expect("a new leader after the leader's node stopped");
+    let new_leader_at = load_started.elapsed();
+    // It comes back, as in a rolling restart: a quorum queue of three members outlives one
+    // node at a time, not two.
+    tokio::task::block_in_place(|| {
+        cluster.nodes[leader].restart()?;
+        cluster.nodes[leader].wait_ready()
+    })
+    .expect("the leader's node starts again");
+    tokio::task::block_in_place(|| {
+        quorum_until(&names[survivor], &queue, |(_, online)| online.len() == 3)
+    })
+    .expect("the restarted node is a member online again");
+    let leader_back_at = load_started.elapsed();
+
+    // 2. The node the gateway is connected to stops (it may still be moving, when the
+    // leader's node was its node).
+    let connected =
+        within(|| async { broker_node(&client, &gw).await.is_some_and(|n| n >= 0.0) }).await;
+    assert!(connected.is_some(), "the gateway has no node");
+    let used = broker_node(&client, &gw)
+        .await
+        .filter(|n| *n >= 0.0)
+        .map(|n| n as usize)
+        .expect("the gateway is connected");
+    let used_stopped_at = load_started.elapsed();
+    let stopping = Instant::now();
+    tokio::task::block_in_place(|| cluster.nodes[used].stop())
+        .expect("rabbitmqctl stop of the node the gateway uses");
+    let resumed = within(|| async {
+        broker_node(&client, &gw)
+            .await
+            .is_some_and(|n| n >= 0.0 && n as usize != used)
+    })
+    .await
+    .map(|_| stopping.elapsed());
+    let Some(resumed) = resumed else {
+        panic!(
+            "the gateway never moved off node {used}; logs:\n{}",
+            gw.logs().join("\n")
+        );
+    };
+    let moved_to = broker_node(&client, &gw).await;
+    tokio::time::sleep(LOAD_AFTER).await;
+    stop_load.store(true, Ordering::SeqCst);
+    let answers = sender.await.expect("load");
+    let load_time = load_started.elapsed();
+
+    // Every unroutable event answered 200 waits in the held area: nothing is bound for it.
+    let unroutable_accepted = answers
+        .iter()
+        .filter(|a| a.unroutable && a.status == 200)
+        .count();
+    let held_wait = within(|| async {
+        scrape(&client, &gw)
+            .await
+            .find("hookgate_spool_held", &[])
+            .is_some_and(|held| held >= unroutable_accepted as f64)
+    })
+    .await;
+    let held = scrape(&client, &gw)
+        .await
+        .find("hookgate_spool_held", &[])
+        .unwrap_or_default();
+    assert!(
+        held_wait.is_some(),
+        "{unroutable_accepted} unroutable events answered 200, {held} held"
+    );
+
+    // A queue for them: the held entries go out, and the spool drains.
+    let up = (used + 1..used + 3)
+        .map(|i| i % 3)
+        .find(|i| !cluster.nodes[*i].stopped)
+        .expect("a node is up");
+    bind(&cluster.nodes[up].url(), &exchange, &queue, "orphan.#").await;
+    let drained = within(|| async {
+        let m = scrape(&client, &gw).await;
+        m.find("hookgate_spool_depth", &[]) == Some(0.0)
+            && m.find("hookgate_spool_held", &[]) == Some(0.0)
+    })
+    .await;
+    assert!(drained.is_some(), "the spool never drained");
+    let sentinel = unique("evt-sentinel");
+    let (status, answer) = gw
+        .deliver(&client, &event_body(&sentinel), &unique("req"))
+        .await;
+    assert_eq!(status, 200, "sentinel: {answer}");
+
+    // A consumer on a node that is up reads the queue to the sentinel.
+    let consumer = Consumer::of(&cluster.nodes[up].url(), &queue).await;
+    let arrived = within(|| {
+        let seen = consumer.received().contains(&sentinel);
+        async move { seen }
+    })
+    .await;
+    assert!(arrived.is_some(), "the sentinel never arrived");
+
+    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
+    for id in consumer.received().into_iter().filter(|id| *id != sentinel) {
+        *copies.entry(id).or_default() += 1;
+    }
+    let accepted: Vec<&Sent> = answers
+        .iter()
+        .filter(|a| a.status == 200 && a.answer["status"] == "accepted")
+        .collect();
+    let missing: Vec<&str> = accepted
+        .iter()
+        .filter(|a| !copies.contains_key(&a.id))
+        .map(|a| a.id.as_str())
+        .collect();
+    let mut others: BTreeMap<String, usize> = BTreeMap::new();
+    for a in answers.iter().filter(|a| a.status != 200) {
+        *others
+            .entry(format!("{} {}", a.status, a.answer))
+            .or_insert(0) += 1;
+    }
+    let not_503: Vec<&String> = others.keys().filter(|k| !k.starts_with("503 ")).collect();
+    let answered_503 = answers.iter().filter(|a| a.status == 503).count();
+    let messages: usize = copies.values().sum();
+    let twice = copies.values().filter(|n| **n > 1).count();
+    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    let spooled = logged(&gw, "event spooled");
+    let failed = logged(&gw, "publish failed; spooling");
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "quorum failover: cluster of three ready in {cluster_ready:.1?}; gateway first on node {first_used:?}; \
+         leader {first_leader} (node {leader}) stopped at {leader_stopped_at:.1?} into the load, new leader {second_leader} by {new_leader_at:.1?}, \
+         back and online at {leader_back_at:.1?}; node {used} (the gateway's) stopped at {used_stopped_at:.1?}, \
+         publishing on node {moved_to:?} {resumed:.1?} after the stop began; load {LOAD_PER_SECOND}/s for {load_time:.1?}; \
+         requests {}, answered 200 accepted {}, 503 {answered_503}, other answers {others:?}; slowest answer {slowest:.1?}; \
+         unroutable answered 200 {unroutable_accepted}, held {held} before their binding; \
+         events spooled {spooled} ({failed} after a failed publish); messages {messages}, distinct {}, events with more than one copy {twice}, \
+         accepted events missing {}; test took {:.1?}",
+        answers.len(),
+        accepted.len(),
+        copies.len(),
+        missing.len(),
+        began.elapsed(),
+    );
+    assert!(
+        missing.is_empty(),
+        "{} events answered 200 never arrived, e.g. {:?}",
+        missing.len(),
+        missing.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        not_503.is_empty(),
+        "answers besides 200 and 503: {not_503:?}"
+    );
+    assert!(
+        unroutable_accepted > 0,
+        "no unroutable event was accepted: the held area was not shown"
+    );
+    assert!(
+        accepted.len() > LOAD_PER_SECOND as usize,
+        "too few events accepted for a test: {}",
+        accepted.len()
+    );
+}
+
 /// The lease of the blocked-connection test: longer than its bound, `in_flight_wait` 1 s +
 /// `confirm_timeout` 2 s + 5 s for the spool's fsync (local backend) = 8 s.
 const ALARM_LEASE: Duration = Duration::from_secs(9);
@@ -670,7 +1085,7 @@ async fn a_connection_blocked_past_the_lease_answers_every_request_within_it() {
     util::wait_broker_connected(&client, &gw).await;
 
     let stop_load = Arc::new(AtomicBool::new(false));
-    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone()));
+    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone(), None));
     tokio::time::sleep(LOAD_BEFORE).await;
     // A memory alarm on the node: the broker blocks the publishing connection, longer than
     // a claim's lease, while the load goes on.
@@ -745,4 +1160,315 @@ async fn a_connection_blocked_past_the_lease_answers_every_request_within_it() {
         late.iter().take(5).collect::<Vec<_>>()
     );
     assert_eq!(missing, 0, "events answered 200 never arrived");
+}
+
+/// The two-replica blocked-connection test's `dedup.in_flight_wait` and
+/// `amqp.confirm_timeout`: short, so the bound on a claim's hold is short too.
+const REPLICAS_IN_FLIGHT_WAIT: Duration = Duration::from_secs(1);
+const REPLICAS_CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+/// The pause of the sender before it retries a 503 through the other replica.
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long the sender keeps retrying one event.
+const RETRY_FOR: Duration = Duration::from_secs(60);
+/// Fresh events per second of the two-replica load: one request at a time per event,
+/// each retried until it gets a 200.
+const REPLICAS_PER_SECOND: u64 = 40;
+
+/// The longest a request holds its claim with the Redis backend, as the config check
+/// computes it for the test's settings (no `wait_replicas`).
+fn replicas_bound() -> Duration {
+    hookgate::config::Redis::default()
+        .longest_hold(REPLICAS_IN_FLIGHT_WAIT, REPLICAS_CONFIRM_TIMEOUT)
+}
+
+/// One try of an event: the replica it went to, its answer and how long it took.
+struct Try {
+    replica: usize,
+    status: u16,
+    answer: serde_json::Value,
+    took: Duration,
+}
+
+/// One delivery of the two-replica load and its tries.
+struct Delivery {
+    id: String,
+    /// A repeat of an event sent earlier, as a sender sends whose own timeout fired.
+    repeat: bool,
+    /// When the first try was sent, from the start of the load.
+    at: Duration,
+    tries: Vec<Try>,
+}
+
+/// Sends [`REPLICAS_PER_SECOND`] deliveries a second until `stop`: fresh events to the two
+/// replicas in turn, and every third a repeat of a recent event through the replica the
+/// event did not first go to. Each delivery is retried through the other replica after
+/// every 503 (after [`RETRY_PAUSE`]), until an answer that is not a 503 or [`RETRY_FOR`]
+/// has passed.
+async fn load_with_retries(
+    gws: [Arc<Gateway>; 2],
+    client: reqwest::Client,
+    stop: Arc<AtomicBool>,
+) -> Vec<Delivery> {
+    let mut tick = tokio::time::interval(Duration::from_millis(1000 / REPLICAS_PER_SECOND));
+    let load_started = Instant::now();
+    let mut deliveries = Vec::new();
+    let (mut n, mut events) = (0usize, 0usize);
+    while !stop.load(Ordering::SeqCst) {
+        tick.tick().await;
+        n += 1;
+        let (event, repeat) = if n % 3 == 0 && events > 0 {
+            (events.saturating_sub(1 + n % 7), true)
+        } else {
+            events += 1;
+            (events - 1, false)
+        };
+        let first = if repeat { (event + 1) % 2 } else { event % 2 };
+        let (gws, client) = (gws.clone(), client.clone());
+        let id = format!("evt-replicas-{event}");
+        let at = load_started.elapsed();
+        deliveries.push(tokio::spawn(async move {
+            let started = Instant::now();
+            let mut tries = Vec::new();
+            let mut replica = first;
+            loop {
+                let began = Instant::now();
+                let (status, answer) = gws[replica]
+                    .deliver(&client, &event_body(&id), &unique("req"))
+                    .await;
+                tries.push(Try {
+                    replica,
+                    status,
+                    answer,
+                    took: began.elapsed(),
+                });
+                if status != 503 || started.elapsed() >= RETRY_FOR {
+                    break;
+                }
+                replica = 1 - replica;
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            Delivery {
+                id,
+                repeat,
+                at,
+                tries,
+            }
+        }));
+    }
+    let mut out = Vec::with_capacity(deliveries.len());
+    for d in deliveries {
+        out.push(d.await.expect("delivery task"));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_replica_answers_within_the_bound(
+) {
+    if !util::local_port_open(6379) {
+        util::skip_or_fail("Redis is not reachable on 127.0.0.1:6379");
+        return;
+    }
+    let began = Instant::now();
+    let node = match tokio::task::spawn_blocking(Cluster::single)
+        .await
+        .expect("node start task")
+    {
+        Ok(node) => node,
+        Err(why) => {
+            util::skip_or_fail(&format!(
+                "a RabbitMQ node of the test's own cannot start: {why}"
+            ));
+            return;
+        }
+    };
+    let node_ready = began.elapsed();
+    let bound = replicas_bound();
+    let lease = bound + Duration::from_secs(1);
+    // The block lasts past the lease, so a claim taken before it would have ended during it.
+    let alarm_for = lease + Duration::from_secs(3);
+    let exchange = unique("alarm-replicas");
+    let consumer = Consumer::start(&node.nodes[0].url(), &exchange).await;
+    // A prefix of the test's own on the machine's Redis; its keys go when it is dropped.
+    let prefix = KeyPrefix::new();
+    let dirs = [
+        tempfile::tempdir().expect("tempdir"),
+        tempfile::tempdir().expect("tempdir"),
+    ];
+    let mut gws = Vec::new();
+    for dir in &dirs {
+        let mut cfg = GatewayConfig::new(dir.path(), &exchange);
+        cfg.amqp_url = node.nodes[0].url();
+        cfg.confirm_timeout = format!("{}s", REPLICAS_CONFIRM_TIMEOUT.as_secs());
+        cfg.extra = format!(
+            "dedup:\n  backend: redis\n  in_flight_wait: {}s\n  in_flight_lease: {}s\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\n",
+            REPLICAS_IN_FLIGHT_WAIT.as_secs(),
+            lease.as_secs()
+        );
+        gws.push(Arc::new(Gateway::start(&cfg).await));
+    }
+    let gws = [gws[0].clone(), gws[1].clone()];
+    let client = util::client(None);
+    for gw in &gws {
+        util::wait_broker_connected(&client, gw).await;
+    }
+
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let load_started = Instant::now();
+    let sender = tokio::spawn(load_with_retries(
+        gws.clone(),
+        client.clone(),
+        stop_load.clone(),
+    ));
+    tokio::time::sleep(LOAD_BEFORE).await;
+    // A memory alarm on the node blocks both replicas' connections past the lease.
+    let name = node.nodes[0].name.clone();
+    let alarm_at = load_started.elapsed();
+    tokio::task::block_in_place(|| ctl(&name, &["set_vm_memory_high_watermark", "0.000001"]))
+        .expect("memory alarm set");
+    tokio::time::sleep(alarm_for).await;
+    let cleared_at = load_started.elapsed();
+    tokio::task::block_in_place(|| ctl(&name, &["set_vm_memory_high_watermark", "0.4"]))
+        .expect("memory alarm cleared");
+    tokio::time::sleep(LOAD_AFTER).await;
+    stop_load.store(true, Ordering::SeqCst);
+    let deliveries = sender.await.expect("load");
+
+    // Both spools drain; then a sentinel through each replica closes its stream.
+    for gw in &gws {
+        let drained = within(|| async {
+            scrape(&client, gw).await.find("hookgate_spool_depth", &[]) == Some(0.0)
+        })
+        .await;
+        assert!(drained.is_some(), "a spool never drained");
+    }
+    let mut sentinels = Vec::new();
+    for gw in &gws {
+        let sentinel = unique("evt-sentinel");
+        let (status, answer) = gw
+            .deliver(&client, &event_body(&sentinel), &unique("req"))
+            .await;
+        assert_eq!(status, 200, "sentinel: {answer}");
+        sentinels.push(sentinel);
+    }
+    let arrived = within(|| {
+        let got = consumer.received();
+        let seen = sentinels.iter().all(|s| got.contains(s));
+        async move { seen }
+    })
+    .await;
+    assert!(arrived.is_some(), "a sentinel never arrived");
+
+    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
+    for id in consumer.received() {
+        if !sentinels.contains(&id) {
+            *copies.entry(id).or_default() += 1;
+        }
+    }
+    let tries: Vec<&Try> = deliveries.iter().flat_map(|d| &d.tries).collect();
+    let late: Vec<(&str, usize, u16, Duration)> = deliveries
+        .iter()
+        .flat_map(|d| d.tries.iter().map(move |t| (d.id.as_str(), t)))
+        .filter(|(_, t)| t.took > bound)
+        .map(|(id, t)| (id, t.replica, t.status, t.took))
+        .collect();
+    let mut answered: BTreeMap<&str, bool> = BTreeMap::new();
+    for d in &deliveries {
+        *answered.entry(d.id.as_str()).or_default() |= d.tries.iter().any(|t| t.status == 200);
+    }
+    let accepted: Vec<&str> = answered
+        .iter()
+        .filter(|(_, a)| **a)
+        .map(|(id, _)| *id)
+        .collect();
+    let unanswered: Vec<&str> = answered
+        .iter()
+        .filter(|(_, a)| !**a)
+        .map(|(id, _)| *id)
+        .collect();
+    let missing: Vec<&&str> = accepted
+        .iter()
+        .filter(|id| !copies.contains_key(**id))
+        .collect();
+    let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+    for t in &tries {
+        let outcome = t.answer["status"].as_str().unwrap_or_default();
+        *statuses
+            .entry(format!("{} {outcome}", t.status))
+            .or_default() += 1;
+    }
+    let repeats = deliveries.iter().filter(|d| d.repeat).count();
+    let retried = deliveries.iter().filter(|d| d.tries.len() > 1).count();
+    let mut per_event: BTreeMap<usize, usize> = BTreeMap::new();
+    for id in &accepted {
+        *per_event
+            .entry(copies.get(*id).copied().unwrap_or(0))
+            .or_default() += 1;
+    }
+    // The events with more than one copy, with when each was first sent.
+    let twice: Vec<(&str, usize, Duration)> = copies
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| {
+            let first = deliveries
+                .iter()
+                .filter(|d| d.id == *id)
+                .map(|d| d.at)
+                .min()
+                .unwrap_or_default();
+            (id.as_str(), *n, first)
+        })
+        .collect();
+    // The alarm blocked both replicas' connections.
+    let blocked: Vec<usize> = gws
+        .iter()
+        .map(|gw| logged(gw, "broker blocked the connection; spooling"))
+        .collect();
+    let spooled: Vec<usize> = gws.iter().map(|gw| logged(gw, "event spooled")).collect();
+    let slowest = tries.iter().map(|t| t.took).max().unwrap_or_default();
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr(),
+        "blocked connection, two replicas: node ready in {node_ready:.1?}; bound {bound:?}, lease {lease:?}, memory alarm from {alarm_at:.1?} to {cleared_at:.1?} into the load; \
+         blocks logged by each replica {blocked:?}, events spooled by each {spooled:?}; \
+         {} deliveries ({repeats} repeats of an earlier event through the other replica), {} requests ({statuses:?}), \
+         {retried} deliveries retried through the other replica after a 503; slowest answer {slowest:.1?}, later than the bound {}; \
+         events {}, answered 200 {}, never {}; copies per accepted event {per_event:?} (copies: events), more than one {twice:.1?} (event, copies, first sent); \
+         messages {}, accepted events missing {}; test took {:.1?}",
+        deliveries.len(),
+        tries.len(),
+        late.len(),
+        answered.len(),
+        accepted.len(),
+        unanswered.len(),
+        copies.values().sum::<usize>(),
+        missing.len(),
+        began.elapsed(),
+    );
+    assert!(
+        late.is_empty(),
+        "{} answers came later than the bound {bound:?}, e.g. {:?}",
+        late.len(),
+        late.iter().take(5).collect::<Vec<_>>()
+    );
+    let not_503: Vec<&String> = statuses
+        .keys()
+        .filter(|k| !k.starts_with("200 ") && !k.starts_with("503 "))
+        .collect();
+    assert!(
+        not_503.is_empty(),
+        "answers besides 200 and 503: {not_503:?}"
+    );
+    assert!(
+        blocked.iter().all(|n| *n > 0),
+        "the alarm did not block both replicas' connections: {blocked:?}"
+    );
+    assert!(
+        unanswered.is_empty(),
+        "events never answered 200 within {RETRY_FOR:?} of retries: {unanswered:?}"
+    );
+    assert!(
+        missing.is_empty(),
+        "events answered 200 never arrived: {missing:?}"
+    );
 }

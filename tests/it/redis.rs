@@ -7,7 +7,7 @@ use crate::require_broker;
 use crate::util::proxy::Proxy;
 use crate::util::*;
 
-pub(crate) const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
+pub(crate) use crate::util::shared_redis::{KeyPrefix, REDIS_URL};
 
 /// Whether Redis can be used; the same rule as the broker (skip loudly, or fail in CI).
 pub(crate) fn redis_available() -> bool {
@@ -38,48 +38,6 @@ pub(crate) async fn redis_connection(url: &str) -> redis::aio::MultiplexedConnec
         .await
         .expect("redis connect timed out")
         .expect("redis connect")
-}
-
-/// A fresh key prefix in the shared Redis (`hg-test-<random>:`). Every key under it is
-/// deleted on drop, also when the test fails, so test runs leave Redis as they found it.
-pub(crate) struct KeyPrefix(String);
-
-impl KeyPrefix {
-    pub(crate) fn new() -> Self {
-        Self(unique("hg-test") + ":")
-    }
-}
-
-impl std::ops::Deref for KeyPrefix {
-    type Target = str;
-    fn deref(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Display for KeyPrefix {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl Drop for KeyPrefix {
-    /// A blocking connection: drop cannot await.
-    fn drop(&mut self) {
-        let Ok(client) = redis::Client::open(REDIS_URL) else {
-            return;
-        };
-        let Ok(mut conn) = client.get_connection_with_timeout(BROKER_TIMEOUT) else {
-            return;
-        };
-        let keys: Vec<String> = redis::cmd("KEYS")
-            .arg(format!("{}*", self.0))
-            .query(&mut conn)
-            .unwrap_or_default();
-        if !keys.is_empty() {
-            let _: redis::RedisResult<i64> = redis::cmd("DEL").arg(&keys).query(&mut conn);
-        }
-    }
 }
 
 /// Two gateways (each with its own sled store and spool) sharing one fresh Redis prefix:

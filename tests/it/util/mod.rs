@@ -13,6 +13,7 @@ pub mod metrics;
 pub mod proxy;
 pub mod raw;
 pub mod scenarios;
+pub mod shared_redis;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
