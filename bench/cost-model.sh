@@ -63,37 +63,14 @@ EXCHANGE=hookgate-cost-$RUN
 QUEUE=hookgate-cost-$RUN
 PORT=$((20000 + RANDOM % 20000)) ADMIN=$((PORT + 1))
 LOAD=$PWD/target/release/examples/load
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    "$LOAD" --amqp-teardown --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-# shellcheck source=bench/wait.sh
-source bench/wait.sh
+# shellcheck source=bench/common.sh
+source bench/common.sh
 
 "$LOAD" --gen-cert "$TMP"
 "$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE"
 "$LOAD" --consume --amqp-url "$RABBIT" --queue "$QUEUE" >"$TMP/consumer.log" 2>&1 &
 PIDS+=("$!")
-
-cat >"$TMP/hookgate.yaml" <<EOF
-listen:
-  addr: 127.0.0.1:$PORT
-  tls: {cert: $TMP/tls.crt, key: $TMP/tls.key}
-admin:
-  addr: 127.0.0.1:$ADMIN
-store:
-  path: $TMP/store
-amqp:
-  url: "$RABBIT"
-  exchange: $EXCHANGE
-  routing_key: "{event}"
-  declare: true
-$(<bench/route.yaml)
-EOF
+gateway_config "$TMP/hookgate.yaml" "$PORT" "$ADMIN"
 
 # start TARGET BUILD_DIR [WRAPPER...]: starts TARGET from the binaries of BUILD_DIR under
 # WRAPPER (valgrind), with a fresh store; sets SERVER to its pid.

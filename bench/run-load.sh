@@ -79,15 +79,8 @@ BASELINE_STORE_DIR=${BASELINE_STORE_DIR:-}
 BASELINE_STORE_KEYS=${BASELINE_STORE_KEYS:-}
 BASELINE_STORE=
 PRELOADED=${PRELOADED:-}
-PIDS=()
-
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    "$LOAD" --amqp-teardown --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" || true
-    rm -rf "$TMP" ${BASELINE_STORE:+"$BASELINE_STORE"}
-}
-trap cleanup EXIT
+# shellcheck source=bench/common.sh
+source bench/common.sh
 
 "$LOAD" --gen-cert "$TMP"
 "$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" \
@@ -102,21 +95,7 @@ fi
 # The broker's own CPU is reported next to the servers' when it runs on this machine.
 PID_broker=$(pgrep -x beam.smp | head -n 1 || true)
 
-cat >"$TMP/hookgate.yaml" <<EOF
-listen:
-  addr: 127.0.0.1:$PORT_HG
-  tls: {cert: $TMP/tls.crt, key: $TMP/tls.key}
-admin:
-  addr: 127.0.0.1:$PORT_ADMIN
-store:
-  path: $TMP/store
-amqp:
-  url: "$RABBIT"
-  exchange: $EXCHANGE
-  routing_key: "{event}"
-  declare: true
-$(<bench/route.yaml)
-EOF
+gateway_config "$TMP/hookgate.yaml" "$PORT_HG" "$PORT_ADMIN"
 
 BENCH_SECRET=$SECRET "$HOOKGATE" --config "$TMP/hookgate.yaml" --log-format json \
     >"$TMP/hookgate.log" 2>&1 &
@@ -141,7 +120,10 @@ start_beside() {
     TARGETS="$TARGETS $name"
 }
 if [[ -n $BASELINE ]]; then
-    [[ -z $BASELINE_STORE_DIR ]] || BASELINE_STORE=$(mktemp -d "$BASELINE_STORE_DIR/hookgate-bench.XXXXXX")
+    if [[ -n $BASELINE_STORE_DIR ]]; then
+        BASELINE_STORE=$(mktemp -d "$BASELINE_STORE_DIR/hookgate-bench.XXXXXX")
+        CLEANUP_PATHS+=("$BASELINE_STORE")
+    fi
     start_beside baseline "$BASELINE" "$PORT_BASE_HG" "$PORT_BASE_ADMIN" "${BASELINE_STORE:-$TMP}" "$BASELINE_STORE_KEYS"
 fi
 if [[ -n $PRELOADED ]]; then
@@ -164,8 +146,6 @@ LOAD_SECRET=$SECRET "$LOAD" --serve-baseline durable --listen "127.0.0.1:$PORT_D
 PID_durable=$!
 PIDS+=("$PID_durable")
 
-# shellcheck source=bench/wait.sh
-source bench/wait.sh
 wait_for hookgate curl -sf "http://127.0.0.1:$PORT_ADMIN/readyz"
 [[ -z $BASELINE ]] || wait_for baseline curl -sf "http://127.0.0.1:$PORT_BASE_ADMIN/readyz"
 [[ -z $PRELOADED ]] || wait_for preloaded curl -sf "http://127.0.0.1:$PORT_PRE_ADMIN/readyz"

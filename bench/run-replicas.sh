@@ -44,18 +44,9 @@ QUEUE=hookgate-bench-$RUN
 BASE=$((20000 + RANDOM % 20000))
 PORT_REDIS=$BASE PORT_REPLICA=$((BASE + 1)) PORT_PUB=$((BASE + 2))
 NEXT_PORT=$((BASE + 10))
-PIDS=()
 
-cleanup() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
-    "$LOAD" --amqp-teardown --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" || true
-    rm -rf "$TMP"
-}
-trap cleanup EXIT
-
-# shellcheck source=bench/wait.sh
-source bench/wait.sh
+# shellcheck source=bench/common.sh
+source bench/common.sh
 
 redis() { # name port [redis-server args...]
     local name=$1 port=$2
