@@ -3,7 +3,10 @@
 //! either. [`StoreError`] is the failure type of every store.
 //!
 //! The spool lives in `spool.redb`: a durable redb commit ends with an `fdatasync` of that
-//! file, so what a commit returned for survives a power cut. sled (0.34) is kept only to
+//! file, so what a commit returned for survives a power cut. redb reads and writes it
+//! through the disk seam ([`SeamFile`]), and each open first makes the file durable as it
+//! reads ([`rewrite_as_read`]), so that nothing is built on pages a failed sync left in the
+//! page cache. sled (0.34) is kept only to
 //! read what earlier versions left: its flush returns after `sync_file_range`, which
 //! neither writes metadata nor flushes the device cache, and its `fsync` runs every 500 ms
 //! on a thread of its own, so nothing a 200 depends on may rest on it.
@@ -189,41 +192,33 @@ impl Store {
     /// Opens (or creates) the store folder, with a page cache of `cache_bytes` for the
     /// spool's database. A locked, unreadable or corrupt store is an error naming the path.
     /// A legacy sled database in the folder is opened too, or removed if nothing in it is
-    /// left to migrate.
+    /// left to migrate. The spool's database is read and written through the disk seam
+    /// ([`SeamFile`]), as in the tests that run it on a simulated disk.
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let open_err = |reason: String| StoreError::Open {
             path: path.to_owned(),
             reason,
         };
-        create_dir_synced(path).map_err(|e| open_err(e.to_string()))?;
-        let file = path.join(SPOOL_FILE);
-        let fresh = !file.exists();
-        let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
-        let spool = wait_for_lock(
-            || {
-                redb::Database::builder()
-                    .set_cache_size(cache)
-                    .create(&file)
-            },
-            |e| matches!(e, redb::DatabaseError::DatabaseAlreadyOpen),
-        )
-        .map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => open_err(
-                "it is locked by another process (is another hookgate running on it?)".into(),
-            ),
-            other => open_err(other.to_string()),
-        })?;
-        if fresh {
-            // The new file's name must survive a power cut with the data committed in it.
-            sync_dir(path).map_err(|e| open_err(e.to_string()))?;
-        }
+        let disk = disk_seam::real();
+        make_folder(&*disk, path).map_err(|e| open_err(e.to_string()))?;
+        let lock =
+            wait_for_lock(|| lock_spool(&path.join(SPOOL_FILE)), |e| e.is_none()).map_err(|e| {
+                open_err(e.map_or_else(
+                    || {
+                        "it is locked by another process (is another hookgate running on it?)"
+                            .into()
+                    },
+                    |e| e.to_string(),
+                ))
+            })?;
+        let spool = open_spool(&*disk, path, cache_bytes, Some(lock))?;
         let legacy = Legacy {
             dir: path.to_owned(),
             db: Mutex::new(None),
         };
         if legacy_present(path) {
             let db = legacy.open().map_err(|e| open_err(e.to_string()))?;
-            *lock(&legacy.db) = Some(db);
+            *lock_mutex(&legacy.db) = Some(db);
         }
         let store = Self {
             dir: path.to_owned(),
@@ -236,32 +231,16 @@ impl Store {
         Ok(store)
     }
 
-    /// Opens (or creates) the store folder `path` on `disk`, the spool's database in a file
-    /// of that seam ([`SeamFile`]): how tests run the spool on a simulated disk that a power
-    /// cut takes unsynced writes from. No legacy sled store is opened: sled reads the real
-    /// file system only.
+    /// Opens (or creates) the store folder `path` on `disk`, as [`Store::open_with_cache`]
+    /// does on the real file system: how tests run the spool on a simulated disk that a
+    /// power cut takes unsynced writes from. No legacy sled store is opened (sled reads the
+    /// real file system only), and no lock is taken (a simulated disk has one process).
     pub fn open_on(disk: Arc<dyn Disk>, path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        let open_err = |reason: String| StoreError::Open {
+        make_folder(&*disk, path).map_err(|e| StoreError::Open {
             path: path.to_owned(),
-            reason,
-        };
-        disk_seam::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
-        let fresh = !disk
-            .list(path)
-            .map_err(|e| open_err(e.to_string()))?
-            .iter()
-            .any(|name| name == SPOOL_FILE);
-        let file = disk
-            .open_rw(&path.join(SPOOL_FILE))
-            .map_err(|e| open_err(e.to_string()))?;
-        if fresh {
-            disk.sync_dir(path).map_err(|e| open_err(e.to_string()))?;
-        }
-        let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
-        let spool = redb::Database::builder()
-            .set_cache_size(cache)
-            .create_with_backend(SeamFile(file))
-            .map_err(|e| open_err(e.to_string()))?;
+            reason: e.to_string(),
+        })?;
+        let spool = open_spool(&*disk, path, cache_bytes, None)?;
         Ok(Self {
             dir: path.to_owned(),
             spool: Arc::new(spool),
@@ -293,7 +272,7 @@ impl Store {
 
     /// Whether the folder holds a legacy sled database still open.
     pub fn has_legacy(&self) -> bool {
-        lock(&self.legacy.db).is_some()
+        lock_mutex(&self.legacy.db).is_some()
     }
 
     /// Closes the legacy sled database and removes its files once every tree in it is
@@ -303,7 +282,7 @@ impl Store {
     /// until then they stay, and a crash in between finds every entry still in one place.
     /// Returns whether the files were removed.
     pub fn retire_legacy_if_empty(&self) -> Result<bool, StoreError> {
-        let mut slot = lock(&self.legacy.db);
+        let mut slot = lock_mutex(&self.legacy.db);
         let Some(db) = slot.as_ref() else {
             return Ok(false);
         };
@@ -337,7 +316,7 @@ impl Store {
                 std::fs::remove_file(entry.path())?;
             }
         }
-        sync_dir(&self.dir)?;
+        disk_seam::real().sync_dir(&self.dir)?;
         tracing::info!(path = %self.dir.display(), "legacy sled store migrated and removed");
         Ok(true)
     }
@@ -377,7 +356,7 @@ impl Legacy {
     /// The named tree, if a legacy database is open; with `create`, opening (creating)
     /// one first.
     fn tree(&self, name: &str, create: bool) -> Result<Option<sled::Tree>, StoreError> {
-        let mut slot = lock(&self.db);
+        let mut slot = lock_mutex(&self.db);
         if slot.is_none() && create {
             *slot = Some(self.open()?);
         }
@@ -388,7 +367,7 @@ impl Legacy {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        if let Some(db) = lock(&self.db).as_ref() {
+        if let Some(db) = lock_mutex(&self.db).as_ref() {
             db.flush()?;
         }
         Ok(())
@@ -416,37 +395,109 @@ fn legacy_present(dir: &Path) -> bool {
     dir.join("conf").exists() || dir.join("db").exists()
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock_mutex<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Creates `dir` (and its parents) and syncs the parent of each folder it created, so the
-/// folder survives a power cut with what is written in it.
-fn create_dir_synced(dir: &Path) -> std::io::Result<()> {
-    let mut missing = Vec::new();
-    let mut at = Some(dir);
-    while let Some(path) = at.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        missing.push(path);
-        at = path.parent();
-    }
-    std::fs::create_dir_all(dir)?;
-    for created in missing.iter().rev() {
-        if let Some(parent) = created.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
+/// Creates the store folder (and its parents) and syncs the folder's own entry into its
+/// parent: a power cut that takes the folder back takes the spool with it, and a sync of
+/// that entry that failed in an earlier run must not stay failed.
+fn make_folder(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
+    disk_seam::create_dir_all(disk, dir)?;
+    let parent = disk_seam::parent_of(dir);
+    match disk.sync_dir(&parent) {
+        // A parent the process may not read (a mount point's) cannot be synced by it; the
+        // store worked there before, and keeps working.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
+            Ok(())
         }
+        synced => synced,
     }
-    Ok(())
 }
 
-/// fsyncs a directory: the names created or removed in it survive a power cut.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
+/// Takes the lock that keeps a second process off the spool's database (`flock`, as redb's
+/// own file backend and earlier versions take it). `Err(None)` when another process holds
+/// it.
+fn lock_spool(file: &Path) -> Result<std::fs::File, Option<std::io::Error>> {
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(file)
+        .map_err(Some)?;
+    match handle.try_lock() {
+        Ok(()) => Ok(handle),
+        Err(std::fs::TryLockError::WouldBlock) => Err(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(Some(e)),
+    }
+}
+
+/// Opens the spool's database in `dir` on `disk`. Before redb reads it, its name is synced
+/// into the folder and every byte of it is written again and synced
+/// ([`rewrite_as_read`]): what the next commits build on is then on the disk, not only in
+/// the page cache.
+fn open_spool(
+    disk: &dyn Disk,
+    dir: &Path,
+    cache_bytes: u64,
+    lock: Option<std::fs::File>,
+) -> Result<redb::Database, StoreError> {
+    let open_err = |reason: String| StoreError::Open {
+        path: dir.to_owned(),
+        reason,
+    };
+    let file = disk
+        .open_rw(&dir.join(SPOOL_FILE))
+        .map_err(|e| open_err(e.to_string()))?;
+    // The name of a file created by an earlier run whose sync of the folder failed must
+    // survive a power cut with the commits in it.
+    disk.sync_dir(dir).map_err(|e| open_err(e.to_string()))?;
+    rewrite_as_read(&*file).map_err(|e| open_err(format!("{SPOOL_FILE} not made durable: {e}")))?;
+    let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+    redb::Database::builder()
+        .set_cache_size(cache)
+        .create_with_backend(SeamFile { file, _lock: lock })
+        .map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => open_err(
+                "it is locked by another process (is another hookgate running on it?)".into(),
+            ),
+            other => open_err(other.to_string()),
+        })
+}
+
+/// Bytes [`rewrite_as_read`] moves at once.
+const REWRITE_CHUNK: usize = 1 << 20;
+
+/// Writes every byte of `file` again, as it reads now, and syncs it. After a failed
+/// `fdatasync` the kernel may keep the failed pages in the page cache, marked clean: a
+/// process restarted without a power cut reads them, redb opens on them and later
+/// commits point into them, yet a power cut takes them away and with them every root
+/// (redb then cannot open the file at all). A write makes such pages dirty again, so the
+/// sync puts on the disk exactly what redb is about to read. The cost is one pass over the
+/// file at each open.
+fn rewrite_as_read(file: &dyn DiskFile) -> std::io::Result<()> {
+    let len = file.len()?;
+    let mut buf = vec![0; REWRITE_CHUNK];
+    let mut at = 0;
+    while at < len {
+        let n = usize::try_from(len - at).map_or(REWRITE_CHUNK, |left| left.min(REWRITE_CHUNK));
+        file.read_exact_at(&mut buf[..n], at)?;
+        file.write_all_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_data()
 }
 
 /// redb's storage in a file of the disk seam: every read, write, resize and sync of the
-/// spool's database goes through [`DiskFile`]. Production opens the file with redb's own
-/// backend, which also locks it against a second process.
-pub struct SeamFile(pub Arc<dyn DiskFile>);
+/// spool's database goes through [`DiskFile`], in production and in tests alike.
+pub struct SeamFile {
+    file: Arc<dyn DiskFile>,
+    /// The `flock` that keeps a second process off the file (real disks only), held as long
+    /// as redb holds its storage.
+    _lock: Option<std::fs::File>,
+}
 
 impl std::fmt::Debug for SeamFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -456,23 +507,23 @@ impl std::fmt::Debug for SeamFile {
 
 impl redb::StorageBackend for SeamFile {
     fn len(&self) -> Result<u64, std::io::Error> {
-        self.0.len()
+        self.file.len()
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.0.read_exact_at(out, offset)
+        self.file.read_exact_at(out, offset)
     }
 
     fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.0.set_len(len)
+        self.file.set_len(len)
     }
 
     fn sync_data(&self) -> Result<(), std::io::Error> {
-        self.0.sync_data()
+        self.file.sync_data()
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.0.write_all_at(data, offset)
+        self.file.write_all_at(data, offset)
     }
 }
 

@@ -140,6 +140,18 @@ impl State {
         generation
     }
 
+    /// A process restart: nothing on the disk or in the page cache changes; the next
+    /// generation starts. Returns it.
+    pub(super) fn restart(&mut self) -> u64 {
+        self.generation += 1;
+        self.scheduled.clear();
+        let generation = self.generation;
+        self.note(format_args!(
+            "process restart; generation {generation} starts"
+        ));
+        generation
+    }
+
     /// Keeps the synced entries of every directory that survives (an entry whose directory
     /// did not survive is gone with it), and the files they name.
     fn keep_synced_entries(&mut self) {
