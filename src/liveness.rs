@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A shared flag with a reason: set once a part is in a state only a restart cures (a
-/// thread that must run has ended, an error a store keeps until it is opened again). Cheap
-/// to clone; every clone sees the same flag.
+/// thread that must run has ended, a store that cannot be set back to its last good
+/// state). Cheap to clone; every clone sees the same flag.
 ///
 /// A part marks it with [`Liveness::needs_restart`] and nothing else: it answers its own
 /// callers as before (503s), and the restart comes from the liveness probe. A condition

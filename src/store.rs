@@ -17,7 +17,7 @@
 //! is empty, [`Store::retire_legacy_if_empty`] closes it and removes its files.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 use disk_seam::{Disk, DiskFile};
@@ -173,8 +173,25 @@ fn is_locked(e: &sled::Error) -> bool {
 pub struct Store {
     dir: PathBuf,
     spool: Arc<redb::Database>,
+    /// What [`Store::reopen_spool`] opens the spool's database again with.
+    spool_file: Arc<SpoolFile>,
     legacy: Arc<Legacy>,
 }
+
+/// The spool's database file as [`Store::reopen_spool`] opens it again: on which disk,
+/// with what cache and lock, and the fence of the storage the database open now uses.
+struct SpoolFile {
+    disk: Arc<dyn Disk>,
+    cache_bytes: u64,
+    lock: Option<Arc<std::fs::File>>,
+    fence: Mutex<Fence>,
+}
+
+/// Closed (true) once the database that uses a storage is replaced: every call of that
+/// storage then fails, so the replaced database can neither write over the new one's
+/// pages nor read them half-written. A read-write lock, so fencing waits for the calls
+/// under way.
+type Fence = Arc<RwLock<bool>>;
 
 /// The legacy sled database of the folder, opened when it holds one, or on the first
 /// write into one of its trees (tests that write a store as an earlier version did).
@@ -211,7 +228,15 @@ impl Store {
                     |e| e.to_string(),
                 ))
             })?;
-        let spool = open_spool(&*disk, path, cache_bytes, Some(lock))?;
+        let lock = Some(Arc::new(lock));
+        let fence = Fence::default();
+        let spool = open_spool(&*disk, path, cache_bytes, lock.clone(), fence.clone())?;
+        let spool_file = SpoolFile {
+            disk,
+            cache_bytes,
+            lock,
+            fence: Mutex::new(fence),
+        };
         let legacy = Legacy {
             dir: path.to_owned(),
             db: Mutex::new(None),
@@ -223,6 +248,7 @@ impl Store {
         let store = Self {
             dir: path.to_owned(),
             spool: Arc::new(spool),
+            spool_file: Arc::new(spool_file),
             legacy: Arc::new(legacy),
         };
         store
@@ -240,10 +266,17 @@ impl Store {
             path: path.to_owned(),
             reason: e.to_string(),
         })?;
-        let spool = open_spool(&*disk, path, cache_bytes, None)?;
+        let fence = Fence::default();
+        let spool = open_spool(&*disk, path, cache_bytes, None, fence.clone())?;
         Ok(Self {
             dir: path.to_owned(),
             spool: Arc::new(spool),
+            spool_file: Arc::new(SpoolFile {
+                disk,
+                cache_bytes,
+                lock: None,
+                fence: Mutex::new(fence),
+            }),
             legacy: Arc::new(Legacy {
                 dir: path.to_owned(),
                 db: Mutex::new(None),
@@ -256,9 +289,29 @@ impl Store {
         &self.dir
     }
 
-    /// The spool's database.
+    /// The spool's database, as the open opened it.
     pub fn spool_db(&self) -> Arc<redb::Database> {
         self.spool.clone()
+    }
+
+    /// Opens the spool's database again, as a process starting would (the file made
+    /// durable as it reads first), after a commit met an I/O error: redb refuses every
+    /// write from then on. The database open until now is fenced off its file first: any
+    /// call it still makes fails.
+    pub fn reopen_spool(&self) -> Result<Arc<redb::Database>, StoreError> {
+        let file = &self.spool_file;
+        let mut current = lock_mutex(&file.fence);
+        *current.write().unwrap_or_else(PoisonError::into_inner) = true;
+        let fence = Fence::default();
+        let db = open_spool(
+            &*file.disk,
+            &self.dir,
+            file.cache_bytes,
+            file.lock.clone(),
+            fence.clone(),
+        )?;
+        *current = fence;
+        Ok(Arc::new(db))
     }
 
     /// A tree of the legacy sled database. Reads of a store that has none find it empty;
@@ -442,7 +495,8 @@ fn open_spool(
     disk: &dyn Disk,
     dir: &Path,
     cache_bytes: u64,
-    lock: Option<std::fs::File>,
+    lock: Option<Arc<std::fs::File>>,
+    fence: Fence,
 ) -> Result<redb::Database, StoreError> {
     let open_err = |reason: String| StoreError::Open {
         path: dir.to_owned(),
@@ -458,7 +512,11 @@ fn open_spool(
     let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
     redb::Database::builder()
         .set_cache_size(cache)
-        .create_with_backend(SeamFile { file, _lock: lock })
+        .create_with_backend(SeamFile {
+            file,
+            fence,
+            _lock: lock,
+        })
         .map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => open_err(
                 "it is locked by another process (is another hookgate running on it?)".into(),
@@ -494,9 +552,27 @@ fn rewrite_as_read(file: &dyn DiskFile) -> std::io::Result<()> {
 /// spool's database goes through [`DiskFile`], in production and in tests alike.
 pub struct SeamFile {
     file: Arc<dyn DiskFile>,
+    /// Closed when the database is opened again ([`Store::reopen_spool`]).
+    fence: Fence,
     /// The `flock` that keeps a second process off the file (real disks only), held as long
     /// as redb holds its storage.
-    _lock: Option<std::fs::File>,
+    _lock: Option<Arc<std::fs::File>>,
+}
+
+impl SeamFile {
+    /// Runs `op` on the file unless the fence is closed.
+    fn guarded<T>(
+        &self,
+        op: impl FnOnce(&dyn DiskFile) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let closed = self.fence.read().unwrap_or_else(PoisonError::into_inner);
+        if *closed {
+            return Err(std::io::Error::other(
+                "the spool's database was opened again; this handle is closed",
+            ));
+        }
+        op(&*self.file)
+    }
 }
 
 impl std::fmt::Debug for SeamFile {
@@ -507,23 +583,23 @@ impl std::fmt::Debug for SeamFile {
 
 impl redb::StorageBackend for SeamFile {
     fn len(&self) -> Result<u64, std::io::Error> {
-        self.file.len()
+        self.guarded(|f| f.len())
     }
 
     fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.file.read_exact_at(out, offset)
+        self.guarded(|f| f.read_exact_at(out, offset))
     }
 
     fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.file.set_len(len)
+        self.guarded(|f| f.set_len(len))
     }
 
     fn sync_data(&self) -> Result<(), std::io::Error> {
-        self.file.sync_data()
+        self.guarded(|f| f.sync_data())
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.file.write_all_at(data, offset)
+        self.guarded(|f| f.write_all_at(data, offset))
     }
 }
 

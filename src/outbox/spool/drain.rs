@@ -213,9 +213,10 @@ impl Spool {
                         tracing::error!(%error, "cannot delete published spool entries; the spool waits until the store takes writes again");
                         reported = true;
                     }
-                    if self.restart_needed().is_some() {
+                    if self.restart_needed().is_some() || self.reopening() {
                         // Retrying cannot help: the database refuses writes until it is
-                        // opened again. The entries go out once more after the restart.
+                        // opened again (by the writer, or by a restart). The entries go
+                        // out once more after that: at most this batch twice.
                         return false;
                     }
                     if stop.is_cancelled() {
@@ -318,6 +319,11 @@ impl<S: Sink> Drainer<S> {
             }
             if let Some(reason) = self.spool.restart_needed() {
                 self.wait_for_restart(&reason).await;
+            } else if self.spool.reopening() {
+                // Publishing now would publish entries it cannot delete; the writer opens
+                // the database again as soon as the disk lets it.
+                self.spool.refused_since_ms.store(-1, Ordering::SeqCst);
+                self.spool.pause(&self.stop, BEAT).await;
             } else if let Some((area, seq)) = self.take_marked() {
                 let reason = "the drainer failed on it twice";
                 self.spool.park_entry(area, seq, reason, &self.stop).await;

@@ -111,7 +111,7 @@ fn copy_tree(
                 value: value.clone(),
             });
         }
-        tables::commit(tables.db(), &ops)?;
+        tables::commit(&tables.db(), &ops)?;
         migrated.entries += ops.len() as u64;
         for (key, _) in &page {
             if seq_of(key).is_some() {
@@ -153,7 +153,7 @@ fn park_strays(
             });
             ops.push(Op::Migrated { legacy_key, seq });
         }
-        tables::commit(tables.db(), &ops)?;
+        tables::commit(&tables.db(), &ops)?;
         migrated.entries += chunk.len() as u64;
         for (tree, key, _) in chunk {
             tree.remove(key)?;

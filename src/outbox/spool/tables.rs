@@ -1,7 +1,7 @@
 //! The spool's tables in its redb database: one per area, keyed by sequence number, and
 //! the reads of them; the writes are [`Op`]s that the writer thread commits.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
@@ -55,10 +55,16 @@ pub(super) enum Op {
 /// An entry: its sequence number and value.
 pub(super) type Row = (u64, Vec<u8>);
 
+/// An entry by area and number, and its value (`None`: absent).
+pub(super) type Slot = (Area, u64, Option<Vec<u8>>);
+
 /// Read access to the tables; cheap to clone.
 #[derive(Clone)]
 pub(super) struct Tables {
-    db: Arc<Database>,
+    /// The database open now: the writer replaces it when it opens the file again after an
+    /// I/O error. A read takes a clone of the handle, so a read under way finishes (or
+    /// fails) on the handle it started on.
+    db: Arc<RwLock<Arc<Database>>>,
 }
 
 impl Tables {
@@ -70,11 +76,41 @@ impl Tables {
         }
         txn.open_table(MIGRATED)?;
         txn.commit()?;
-        Ok(Self { db })
+        Ok(Self {
+            db: Arc::new(RwLock::new(db)),
+        })
     }
 
-    pub(super) fn db(&self) -> &Arc<Database> {
-        &self.db
+    /// The database open now.
+    pub(super) fn db(&self) -> Arc<Database> {
+        self.db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads and writes go to `db` from now on.
+    pub(super) fn replace(&self, db: Arc<Database>) {
+        *self.db.write().unwrap_or_else(PoisonError::into_inner) = db;
+    }
+
+    /// The value of each entry `ops` change, as the last commit left it (`None`: absent):
+    /// the commit that brings them back after a failed one.
+    pub(super) fn before<'a>(
+        &self,
+        ops: impl IntoIterator<Item = &'a Op>,
+    ) -> Result<Vec<Slot>, StoreError> {
+        let txn = self.db().begin_read()?;
+        let mut out = Vec::new();
+        for op in ops {
+            let (Op::Put { area, seq, .. } | Op::Remove { area, seq }) = op else {
+                continue;
+            };
+            let table = txn.open_table(area.table())?;
+            let value = table.get(*seq)?.map(|v| v.value().to_vec());
+            out.push((*area, *seq, value));
+        }
+        Ok(out)
     }
 
     /// The entry with the lowest number.
@@ -84,7 +120,7 @@ impl Tables {
 
     /// The highest number in `area`.
     pub(super) fn last_seq(&self, area: Area) -> Result<Option<u64>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let last = table.last()?.map(|(k, _)| k.value());
         Ok(last)
@@ -92,7 +128,7 @@ impl Tables {
 
     /// Entry `seq`.
     pub(super) fn get(&self, area: Area, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let value = table.get(seq)?.map(|v| v.value().to_vec());
         Ok(value)
@@ -105,7 +141,7 @@ impl Tables {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Row>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let from = match after {
             Some(seq) => match seq.checked_add(1) {
@@ -124,14 +160,14 @@ impl Tables {
 
     /// Number of entries in `area`.
     pub(super) fn len(&self, area: Area) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let len = txn.open_table(area.table())?.len()?;
         Ok(len)
     }
 
     /// The number a legacy corrupt entry was given by an earlier run of the migration.
     pub(super) fn migrated(&self, legacy_key: &[u8]) -> Result<Option<u64>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(MIGRATED)?;
         let seq = table.get(legacy_key)?.map(|v| v.value());
         Ok(seq)
