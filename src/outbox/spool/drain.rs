@@ -312,6 +312,8 @@ impl<S: Sink> Drainer<S> {
     /// Takes one step at a time until `stop`: waits out a store that needs a restart,
     /// parks an entry marked for it, passes over held entries when due, else drains main.
     async fn run(mut self) {
+        self.spool.beat();
+        self.spool.drainer_started.store(true, Ordering::SeqCst);
         loop {
             self.spool.beat();
             if self.stop.is_cancelled() {

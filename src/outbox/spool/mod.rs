@@ -41,7 +41,7 @@ mod model;
 mod testkit;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -162,6 +162,8 @@ pub struct Spool {
     epoch: Instant,
     /// When the drainer last said it is alive.
     beat_ms: AtomicI64,
+    /// Whether a drainer runs: only then does a silent beat mean a hang.
+    drainer_started: AtomicBool,
     /// Since when the broker, connected, keeps refusing the head; -1 when it is not.
     refused_since_ms: AtomicI64,
     stall_after: Duration,
@@ -222,6 +224,7 @@ impl Spool {
             failed_on: Mutex::new(Failures::default()),
             epoch: Instant::now(),
             beat_ms: AtomicI64::new(0),
+            drainer_started: AtomicBool::new(false),
             refused_since_ms: AtomicI64::new(-1),
             stall_after: cfg.stall_after,
         };
@@ -277,6 +280,25 @@ impl Spool {
     /// [`writer`]). Nothing clears it but a restart.
     pub fn restart_needed(&self) -> Option<String> {
         ledger::lock(&self.ledger.broken).clone()
+    }
+
+    /// For the liveness check: why the spool needs a restart because a thread of it hangs,
+    /// or `None`: its writer has been in one commit for longer than `deadline` (a hung
+    /// `fdatasync`), or its drainer, once started, has not beaten for that long (it beats at
+    /// least every second while it waits, and a publish waits at most a confirm timeout).
+    pub fn hung(&self, deadline: Duration) -> Option<String> {
+        let writing = *ledger::lock(&self.ledger.writing_since);
+        if let Some(reason) = writing.and_then(|since| {
+            crate::liveness::overdue("spool's writer thread", "commit", since.elapsed(), deadline)
+        }) {
+            return Some(reason);
+        }
+        if !self.drainer_started.load(Ordering::SeqCst) {
+            return None;
+        }
+        let silent = self.clock_ms() - self.beat_ms.load(Ordering::SeqCst);
+        let silent = Duration::from_millis(u64::try_from(silent).unwrap_or(0));
+        crate::liveness::overdue("spool's drainer", "step", silent, deadline)
     }
 
     /// Whether the database refuses writes until the writer has opened it again (after an
@@ -962,6 +984,42 @@ mod tests {
                 "seed {seed}: the refused entry at most: {held:?}"
             );
         }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_commit_whose_sync_hangs_is_reported_past_the_deadline_and_not_after_it_returns() {
+        let disk = SimDisk::new(1);
+        let spool = Arc::new(testkit::open_on(&disk).expect("open"));
+        let deadline = Duration::from_millis(1);
+        assert_eq!(spool.hung(deadline), None, "an idle writer is no hung one");
+        disk.hold_syncs();
+        // Released however the test ends: a held sync would keep the writer from closing.
+        struct Release(SimDisk);
+        impl Drop for Release {
+            fn drop(&mut self) {
+                self.0.release_syncs();
+            }
+        }
+        let release = Release(disk.clone());
+        let pushing = {
+            let spool = spool.clone();
+            tokio::spawn(async move { spool.push(&testkit::event("e0", None)).await })
+        };
+        let end = Instant::now() + Duration::from_secs(10);
+        let reason = loop {
+            if let Some(reason) = spool.hung(deadline) {
+                break reason;
+            }
+            assert!(Instant::now() < end, "a hung sync was never reported");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        };
+        assert!(reason.contains("spool's writer thread"), "{reason}");
+        drop(release);
+        pushing
+            .await
+            .expect("join")
+            .expect("push once the sync returns");
+        assert_eq!(spool.hung(deadline), None);
     }
 
     /// Copies the sled spool of `tests/data/spool/README.md` ("sled-v0") into `dir`.

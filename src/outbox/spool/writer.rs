@@ -202,7 +202,9 @@ impl Thread {
                     Err(_) => return,
                 }
             };
+            *lock(&self.ledger.writing_since) = Some(Instant::now());
             self.reopen_if_due();
+            *lock(&self.ledger.writing_since) = None;
             let Some(first) = first else { continue };
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
@@ -211,11 +213,13 @@ impl Thread {
                     Err(_) => break,
                 }
             }
+            *lock(&self.ledger.writing_since) = Some(Instant::now());
             let result = match &self.recovery {
                 // Nothing is tried on a database that refuses writes.
                 Some(recovery) => Err(StoreError::Disk(recovery.error.clone().into())),
                 None => self.commit(&batch),
             };
+            *lock(&self.ledger.writing_since) = None;
             for request in batch {
                 let answer = match &result {
                     Ok(()) => Ok(()),

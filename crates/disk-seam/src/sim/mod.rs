@@ -135,6 +135,20 @@ impl SimDisk {
         lock(&self.state).random_faults = per_million;
     }
 
+    /// Every sync from now on waits, as on a device that stopped answering, until
+    /// [`SimDisk::release_syncs`].
+    pub fn hold_syncs(&self) {
+        let gate = lock(&self.state).syncs_held.clone();
+        *gate.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    }
+
+    /// The syncs held by [`SimDisk::hold_syncs`] go on.
+    pub fn release_syncs(&self) {
+        let gate = lock(&self.state).syncs_held.clone();
+        *gate.0.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        gate.1.notify_all();
+    }
+
     /// Forgets faults scheduled with [`SimDisk::fail_next`] and not yet met.
     pub fn clear_faults(&self) {
         let mut state = lock(&self.state);
@@ -279,6 +293,15 @@ impl SimDisk {
     }
 }
 
+/// Waits while syncs are held ([`SimDisk::hold_syncs`]).
+fn wait_while_held(state: &Mutex<State>) {
+    let gate = lock(state).syncs_held.clone();
+    let mut held = gate.0.lock().unwrap_or_else(PoisonError::into_inner);
+    while *held {
+        held = gate.1.wait(held).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
 fn absolute(path: &Path) -> PathBuf {
     if path.is_absolute() {
         path.to_owned()
@@ -338,6 +361,7 @@ impl Disk for SimDisk {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let dir = absolute(dir);
+        wait_while_held(&self.state);
         let mut guard = self.begin(
             Some(OpKind::Sync),
             format_args!("sync dir {}", dir.display()),

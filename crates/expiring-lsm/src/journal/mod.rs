@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -158,6 +158,9 @@ struct Shared {
     failing: AtomicBool,
     /// Set while the flush thread cannot write runs.
     flush_failing: AtomicBool,
+    /// When the writer thread started the commit it is in, if it is in one: a commit whose
+    /// `fdatasync` hangs shows here ([`Journal::writer_busy_for`]).
+    writing_since: Mutex<Option<Instant>>,
     /// Looks of the flush thread for something to write (tests check it does not spin).
     #[cfg(test)]
     flush_passes: AtomicU64,
@@ -166,6 +169,13 @@ struct Shared {
 }
 
 impl Journal {
+    /// How long the writer thread has been in the commit it is in (a write and an
+    /// `fdatasync`), or `None` while it waits for records: a liveness check that finds it
+    /// there far longer than a commit takes has found a hung disk.
+    pub fn writer_busy_for(&self) -> Option<Duration> {
+        lock(&self.shared.writing_since).map(|since| since.elapsed())
+    }
+
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
     pub fn get(&self, key: &Digest) -> Result<Option<Vec<u8>>, Error> {
         let key = *key;
@@ -1043,6 +1053,30 @@ pub(crate) mod tests {
             Some(&b"forever"[..]),
             "a power cut after the restart took the run back, and the segments were gone"
         );
+    }
+
+    #[test]
+    fn a_commit_whose_sync_hangs_shows_as_the_writer_busy_until_it_returns() {
+        let (_dir, store) = temp_store();
+        let disk = disk_seam::sim::SimDisk::new(9);
+        let settings = Settings {
+            background: true,
+            ..on_sim(&disk, 4096)
+        };
+        let j = open_with(&store, Path::new("/store"), 0, settings);
+        assert_eq!(j.writer_busy_for(), None, "waiting for records is not busy");
+        disk.hold_syncs();
+        put(&j, b"k", b"v", i64::MAX, 0);
+        let wait = |busy: bool| {
+            let end = std::time::Instant::now() + Duration::from_secs(10);
+            while j.writer_busy_for().is_some() != busy {
+                assert!(std::time::Instant::now() < end, "busy never became {busy}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        wait(true);
+        disk.release_syncs();
+        wait(false);
     }
 
     #[test]

@@ -185,6 +185,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             flush_failing: AtomicBool::new(false),
+            writing_since: Mutex::new(None),
             #[cfg(test)]
             flush_passes: AtomicU64::new(0),
             progress: watch::Sender::new(Progress {
