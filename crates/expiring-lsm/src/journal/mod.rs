@@ -52,7 +52,8 @@ pub struct Settings {
     /// Entries the hot set holds before a flush writes them to a run.
     pub hot_entries: usize,
     /// The dedup window: a run is rewritten alone this long after it was written, so that
-    /// long-lived records do not keep expired ones on disk.
+    /// long-lived records do not keep expired ones on disk. Must be longer than zero
+    /// ([`Journal::open`] refuses zero).
     pub ttl: Duration,
     /// The clock of the background threads (expiry of runs).
     pub clock: Clock,
@@ -1053,6 +1054,20 @@ pub(crate) mod tests {
             Some(&b"forever"[..]),
             "a power cut after the restart took the run back, and the segments were gone"
         );
+    }
+
+    #[test]
+    fn a_ttl_of_zero_is_refused_at_open() {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        let settings = Settings {
+            ttl: Duration::ZERO,
+            ..settings(1024, &now)
+        };
+        let error = Journal::open(store.tree("state").expect("tree"), dir.path(), 0, settings)
+            .err()
+            .expect("a zero ttl would rewrite a run forever");
+        assert!(error.to_string().contains("ttl"), "{error}");
     }
 
     #[test]
