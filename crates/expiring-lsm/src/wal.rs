@@ -11,10 +11,12 @@
 //! Reading a segment stops at the first frame that is zero (its end), cut short, fails its
 //! checksum or does not carry the previous one's sequence number plus one. In the last
 //! segment that is a write a crash cut short (never acknowledged, since the commit's
-//! `fdatasync` did not return). After a failed write or `fdatasync` the segment is not
-//! trusted again (a failed `fsync` may have dropped pages that later read back as
-//! written): the batches are written again to a new segment. A later segment may so repeat
-//! batches of an earlier one; replaying every segment in order gives the same state.
+//! `fdatasync` did not return). After a failed write or `fdatasync` a segment holding
+//! acknowledged frames is not written again (a failed `fsync` may have dropped pages that
+//! later read back as written): the batches are written again to a new segment. A segment
+//! no commit succeeded in is written again from its start instead, so an outage adds one
+//! segment, however often it retries. A later segment may so repeat batches of an earlier
+//! one; replaying every segment in order gives the same state.
 //!
 //! Damage is what leaves acknowledged batches unread: a sealed segment whose reading
 //! stopped early (at its first frame too), with no later segment starting at or before the
@@ -60,8 +62,11 @@ struct Active {
     offset: u64,
     /// The last sequence number written to it, if any.
     last_seq: Option<u64>,
-    /// A write or `fdatasync` to it failed: the next commit goes to a new segment.
+    /// A write or `fdatasync` to it failed: the next commit goes to a new segment, or,
+    /// if no commit to it ever succeeded, writes its frames again from its start.
     broken: bool,
+    /// Whether a commit to it succeeded: its frames are acknowledged.
+    acked: bool,
 }
 
 /// A segment that is no longer written.
@@ -147,7 +152,16 @@ impl Wal {
             return Ok(());
         }
         if self.active.broken {
-            self.rotate()?;
+            if self.active.acked {
+                self.rotate()?;
+            } else {
+                // Nothing in it was acknowledged: the frames are written again over the
+                // failed ones, which makes their pages dirty again, so the next
+                // `fdatasync` writes them (one new segment per outage, not one per retry).
+                self.active.offset = MAGIC.len() as u64;
+                self.active.last_seq = None;
+                self.active.broken = false;
+            }
         }
         for frame in frames.iter_mut() {
             seal(frame);
@@ -166,6 +180,7 @@ impl Wal {
             self.active.offset += len;
         }
         self.active.file.sync_data()?;
+        self.active.acked = true;
         Ok(())
     }
 
@@ -280,6 +295,7 @@ impl Active {
             offset: MAGIC.len() as u64,
             last_seq: None,
             broken: false,
+            acked: false,
         }
     }
 }

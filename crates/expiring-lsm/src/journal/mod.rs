@@ -1057,6 +1057,46 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_journal_outage_grows_neither_segments_nor_buffers_with_its_retries() {
+        use disk_seam::sim::{Fault, OpKind, SimDisk};
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(5);
+        let dir = Path::new("/store");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+        put(&j, b"before", b"kept", i64::MAX, 0);
+        j.write_now().expect("commit");
+        let segments = lock(&j.shared.writer).wal.segments();
+        // Fifty commits in a row fail at their fdatasync, with one key changing between.
+        for i in 0..50u8 {
+            put(&j, b"key", &[i], i64::MAX, 0);
+            disk.fail_next_matching(OpKind::Sync, Fault::Io, "sync_data");
+            assert!(j.write_now().is_err(), "retry {i}");
+        }
+        {
+            let writer = lock(&j.shared.writer);
+            assert!(
+                writer.wal.segments() <= segments + 1,
+                "{} segments after 50 failed retries, {segments} before",
+                writer.wal.segments()
+            );
+            assert!(
+                writer.pending.len() <= 1,
+                "{} batches kept in memory",
+                writer.pending.len()
+            );
+        }
+        j.write_now().expect("the disk is back");
+        drop(j);
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+        assert_eq!(get(&j, b"before").as_deref(), Some(&b"kept"[..]));
+        assert_eq!(get(&j, b"key").as_deref(), Some(&[49u8][..]));
+        drop(j);
+        let disk = disk.crash();
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+        assert_eq!(get(&j, b"key").as_deref(), Some(&[49u8][..]), "durable");
+    }
+
+    #[test]
     fn a_ttl_of_zero_is_refused_at_open() {
         let (dir, store) = temp_store();
         let now = Arc::new(AtomicI64::new(0));
