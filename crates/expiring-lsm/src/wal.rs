@@ -116,6 +116,7 @@ impl Wal {
             highest: None,
             before: None,
             sealed: VecDeque::new(),
+            proven_damage: false,
         };
         for (i, &(number, accepted)) in numbers.iter().enumerate() {
             let last = i + 1 == numbers.len();
@@ -393,6 +394,9 @@ struct Reading {
     before: Option<(PathBuf, Option<u64>, bool)>,
     /// The segments kept, oldest first.
     sealed: VecDeque<Sealed>,
+    /// Whether a segment read before held no whole batch before its damage but one after
+    /// it: batches were acknowledged there, though no number is known below them.
+    proven_damage: bool,
 }
 
 impl Reading {
@@ -420,14 +424,17 @@ impl Reading {
         if let Some(first) = read.first {
             match self.highest {
                 Some(high) => self.check_gap(high + 1, first)?,
-                // Nothing read before, but an earlier segment stopped at damage: whatever
-                // the runs do not hold, up to this segment's first batch, was in it.
-                None if self.before.is_some() => self.check_gap(self.needed_from, first)?,
+                // Nothing read before, but an earlier segment has a whole frame after its
+                // damage: whatever the runs do not hold, up to this segment's first batch,
+                // was in it. (A torn first frame with nothing after it may be a commit
+                // that failed, its batches written again here: no loss is proven.)
+                None if self.proven_damage => self.check_gap(self.needed_from, first)?,
                 None => {}
             }
         }
         self.highest = self.highest.max(read.last);
         let damaged = read.stopped_at.is_some() && (read.later.is_some() || !last);
+        self.proven_damage |= read.last.is_none() && read.later.is_some();
         if read.last.is_some() || damaged {
             self.before = Some((path.clone(), read.stopped_at, accepted));
         }
