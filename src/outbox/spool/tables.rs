@@ -36,6 +36,10 @@ const PARKED: TableDefinition<u64, &[u8]> = TableDefinition::new("spool_parked")
 /// their old key: a migration run again after a crash reuses them instead of parking the
 /// entry twice.
 const MIGRATED: TableDefinition<&[u8], u64> = TableDefinition::new("spool_migrated_corrupt");
+/// The numbers of the legacy entries the migration copied, committed with the copies: sled
+/// syncs its removals up to half a second late, so a power cut can bring back entries
+/// already copied and drained, and a migration run again skips them.
+const MIGRATED_SEQS: TableDefinition<u64, ()> = TableDefinition::new("spool_migrated_seqs");
 
 /// One change of a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,6 +54,8 @@ pub(super) enum Op {
     Remove { area: Area, seq: u64 },
     /// Records the number a legacy corrupt entry was given.
     Migrated { legacy_key: Vec<u8>, seq: u64 },
+    /// Records that legacy entry `seq` was copied.
+    MigratedSeq(u64),
 }
 
 /// An entry: its sequence number and value.
@@ -75,6 +81,7 @@ impl Tables {
             txn.open_table(area.table())?;
         }
         txn.open_table(MIGRATED)?;
+        txn.open_table(MIGRATED_SEQS)?;
         txn.commit()?;
         Ok(Self {
             db: Arc::new(RwLock::new(db)),
@@ -173,6 +180,14 @@ impl Tables {
         Ok(seq)
     }
 
+    /// Whether legacy entry `seq` was copied by an earlier run of the migration.
+    pub(super) fn seq_migrated(&self, seq: u64) -> Result<bool, StoreError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(MIGRATED_SEQS)?;
+        let found = table.get(seq)?.is_some();
+        Ok(found)
+    }
+
     /// Calls `f` on every entry of `area`, a page at a time.
     pub(super) fn for_each(
         &self,
@@ -207,6 +222,7 @@ pub(super) fn commit<'a>(
         let mut held = txn.open_table(HELD)?;
         let mut parked = txn.open_table(PARKED)?;
         let mut migrated = txn.open_table(MIGRATED)?;
+        let mut migrated_seqs = txn.open_table(MIGRATED_SEQS)?;
         for op in ops {
             match op {
                 Op::Put { area, seq, value } => {
@@ -227,6 +243,9 @@ pub(super) fn commit<'a>(
                 }
                 Op::Migrated { legacy_key, seq } => {
                     migrated.insert(legacy_key.as_slice(), *seq)?;
+                }
+                Op::MigratedSeq(seq) => {
+                    migrated_seqs.insert(*seq, ())?;
                 }
             }
         }
