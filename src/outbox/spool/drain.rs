@@ -164,7 +164,7 @@ impl Spool {
             // Marked held before it leaves main: a request that finds main empty then also
             // finds the key held, and goes behind this entry.
             self.ledger.hold_key(order_key);
-            changes.moved_to_held(seq, value.clone());
+            changes.moved_to_held(seq, value.clone(), order_key);
             return None;
         }
         match sink.publish(exchange, &msg).await {
@@ -177,7 +177,7 @@ impl Spool {
                     tracing::error!(%error, event_id = %msg.message_id, held, "spooled event is unroutable; held apart until a queue is bound to the exchange");
                 }
                 self.ledger.hold_key(order_key);
-                changes.moved_to_held(seq, value.clone());
+                changes.moved_to_held(seq, value.clone(), order_key);
             }
             Err(error @ PublishError::Unfit(_)) => {
                 changes.parked(Area::Main, seq, &value, order_key, &error.to_string());
@@ -216,11 +216,14 @@ impl Spool {
                     if self.restart_needed().is_some() || self.reopening() {
                         // Retrying cannot help: the database refuses writes until it is
                         // opened again (by the writer, or by a restart). The entries go
-                        // out once more after that: at most this batch twice.
+                        // out once more after that: at most this batch twice. The guard keys
+                        // marked held for its moves are taken back with it.
+                        changes.abandon(&self.ledger);
                         return false;
                     }
                     if stop.is_cancelled() {
                         tracing::warn!("shutting down with published spool entries not deleted; they will be published again after the restart");
+                        changes.abandon(&self.ledger);
                         return false;
                     }
                     self.pause(stop, retry.next_pause()).await;
