@@ -17,6 +17,7 @@ use crate::http::serve_admin;
 use crate::http::token::AdminToken;
 use crate::http::webhook::{serve_webhooks, WebhookService};
 use crate::inspect::Inspector;
+use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::outbox::publish::{BrokerNodes, Publisher};
 use crate::outbox::spool::Spool;
@@ -107,7 +108,7 @@ impl Gateway {
             metrics.clone(),
             stop_background.clone(),
         );
-        let spool = open_spool(&store, &config, &metrics)?;
+        let spool = open_spool(&store, &config, &metrics, &options.liveness)?;
         let state = open_state(backend, &config, &store, options, &stop_background)?;
         let exchange = &config.amqp.exchange;
         let outbox = Outbox::new(publisher.clone(), spool.clone(), exchange.clone());
@@ -319,8 +320,12 @@ fn open_spool(
     store: &Store,
     config: &Config,
     metrics: &Arc<Metrics>,
+    liveness: &Liveness,
 ) -> Result<Arc<Spool>, AppError> {
     let spool = Arc::new(Spool::open(store, &config.spool, metrics.clone())?);
+    let watched = Arc::downgrade(&spool);
+    let deadline = config.store.hung_after;
+    liveness.watch(move || watched.upgrade()?.hung(deadline));
     let depth = spool.status(0).depth;
     if depth > 0 {
         tracing::info!(

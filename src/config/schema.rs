@@ -123,6 +123,13 @@ pub struct StoreConfig {
     /// under load. Default 1ms; at most 100ms.
     #[serde(with = "duration")]
     pub commit_interval: Duration,
+    /// A background thread of the stores that has been in one step this long (the state
+    /// journal's writer or the spool's writer in one commit, a hung `fsync` say; the spool's
+    /// drainer without a beat) makes `/healthz` answer 503, so the liveness probe restarts
+    /// the process. Must exceed `amqp.confirm_timeout` and the longest `fsync` a loaded disk
+    /// takes. Default 2m.
+    #[serde(with = "duration")]
+    pub hung_after: Duration,
 }
 
 impl Default for StoreConfig {
@@ -133,6 +140,7 @@ impl Default for StoreConfig {
             hot_entries: 65_536,
             journal_segment: 4 << 20,
             commit_interval: Duration::from_millis(1),
+            hung_after: Duration::from_secs(120),
         }
     }
 }

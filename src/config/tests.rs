@@ -391,6 +391,11 @@ fn each_refusal_names_its_key() {
             "store.commit_interval",
         ),
         (
+            "a hung thread's deadline no longer than the confirm timeout",
+            format!("{MINIMAL}store: {{hung_after: 5s}}\namqp: {{confirm_timeout: 5s}}\n"),
+            "store.hung_after",
+        ),
+        (
             "a header limit under 1KiB",
             format!("{MINIMAL}limits: {{max_header_bytes: 1000}}\n"),
             "limits.max_header_bytes",

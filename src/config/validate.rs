@@ -137,6 +137,10 @@ impl Config {
     }
 
     fn validate_spool_and_exchange(&self) -> Result<(), ConfigError> {
+        if self.store.hung_after <= self.amqp.confirm_timeout {
+            // A drainer waits up to a confirm timeout for the broker without a beat.
+            return invalid("store.hung_after: must exceed amqp.confirm_timeout");
+        }
         if self.spool.stall_after <= self.amqp.confirm_timeout {
             return invalid(
                 "spool.stall_after: must be longer than amqp.confirm_timeout, or one slow publish would look like a stall",

@@ -191,6 +191,17 @@ impl StateStore {
                 };
                 let legacy = Arc::new(store.tree(JOURNAL_TREE)?);
                 let journal = Journal::open(legacy, store.dir(), now_ms, settings)?;
+                let watched = Arc::downgrade(&journal);
+                let deadline = config.store.hung_after;
+                liveness.watch(move || {
+                    let busy = watched.upgrade()?.writer_busy_for()?;
+                    crate::liveness::overdue(
+                        "state journal's writer thread",
+                        "commit",
+                        busy,
+                        deadline,
+                    )
+                });
                 Ok(StateStore::Local(LocalState {
                     marks: JournalMarks::new(journal.clone(), config.dedup.in_flight_lease),
                     journal,

@@ -11,15 +11,20 @@
 //! Reading a segment stops at the first frame that is zero (its end), cut short, fails its
 //! checksum or does not carry the previous one's sequence number plus one. In the last
 //! segment that is a write a crash cut short (never acknowledged, since the commit's
-//! `fdatasync` did not return). After a failed write or `fdatasync` the segment is not
-//! trusted again (a failed `fsync` may have dropped pages that later read back as
-//! written): the batches are written again to a new segment. A later segment may so repeat
-//! batches of an earlier one; replaying every segment in order gives the same state.
+//! `fdatasync` did not return). After a failed write or `fdatasync` a segment holding
+//! acknowledged frames is not written again (a failed `fsync` may have dropped pages that
+//! later read back as written): the batches are written again to a new segment. A segment
+//! no commit succeeded in is written again from its start instead, so an outage adds one
+//! segment, however often it retries. A later segment may so repeat batches of an earlier
+//! one; replaying every segment in order gives the same state.
 //!
 //! Damage is what leaves acknowledged batches unread: a sealed segment whose reading
-//! stopped early, with no later segment starting at or before the first batch it lost.
-//! [`Wal::open`] refuses such a journal, naming the segment and the byte, rather than start
-//! without opt-outs it acknowledged. A gap after a segment read whole to its end is not
+//! stopped early (at its first frame too), with no later segment starting at or before the
+//! first batch it lost; or the last segment stopped early with a whole frame after the stop
+//! (a torn last write is followed by zeros only, since a segment is zero-filled and a
+//! commit appends). [`Wal::open`] refuses such a journal, naming the segment and the byte,
+//! and leaves the file as it is, rather than start without opt-outs it acknowledged or give
+//! their sequence numbers to new batches. A gap after a segment read whole to its end is not
 //! damage: batches whose write or sync failed (answered with an error) and that a crash
 //! kept from their retry leave it; it is logged at ERROR. An operator who accepts the loss
 //! renames that segment to `<name>.wal.damaged`: it is then read up to the damage and the
@@ -57,8 +62,11 @@ struct Active {
     offset: u64,
     /// The last sequence number written to it, if any.
     last_seq: Option<u64>,
-    /// A write or `fdatasync` to it failed: the next commit goes to a new segment.
+    /// A write or `fdatasync` to it failed: the next commit goes to a new segment, or,
+    /// if no commit to it ever succeeded, writes its frames again from its start.
     broken: bool,
+    /// Whether a commit to it succeeded: its frames are acknowledged.
+    acked: bool,
 }
 
 /// A segment that is no longer written.
@@ -108,9 +116,11 @@ impl Wal {
             highest: None,
             before: None,
             sealed: VecDeque::new(),
+            proven_damage: false,
         };
-        for &(number, accepted) in &numbers {
-            reading.segment(&*disk, dir, number, accepted, &mut replay)?;
+        for (i, &(number, accepted)) in numbers.iter().enumerate() {
+            let last = i + 1 == numbers.len();
+            reading.segment(&*disk, dir, number, accepted, last, &mut replay)?;
         }
         // Past every number in the folder, a damaged one kept by the operator included.
         let next_number = numbers.last().map_or(0, |(n, _)| n + 1);
@@ -143,7 +153,16 @@ impl Wal {
             return Ok(());
         }
         if self.active.broken {
-            self.rotate()?;
+            if self.active.acked {
+                self.rotate()?;
+            } else {
+                // Nothing in it was acknowledged: the frames are written again over the
+                // failed ones, which makes their pages dirty again, so the next
+                // `fdatasync` writes them (one new segment per outage, not one per retry).
+                self.active.offset = MAGIC.len() as u64;
+                self.active.last_seq = None;
+                self.active.broken = false;
+            }
         }
         for frame in frames.iter_mut() {
             seal(frame);
@@ -162,6 +181,7 @@ impl Wal {
             self.active.offset += len;
         }
         self.active.file.sync_data()?;
+        self.active.acked = true;
         Ok(())
     }
 
@@ -276,6 +296,7 @@ impl Active {
             offset: MAGIC.len() as u64,
             last_seq: None,
             broken: false,
+            acked: false,
         }
     }
 }
@@ -394,23 +415,28 @@ struct Reading {
     needed_from: u64,
     /// The highest sequence number read so far.
     highest: Option<u64>,
-    /// The last segment that held batches: its path, the byte where its reading stopped
-    /// early (if it did), and whether its loss is accepted. Checked against the next
-    /// segment's first batch.
+    /// The last segment that held batches or damage: its path, the byte where its reading
+    /// stopped early (if it did), and whether its loss is accepted. Checked against the
+    /// next segment's first batch.
     before: Option<(PathBuf, Option<u64>, bool)>,
     /// The segments kept, oldest first.
     sealed: VecDeque<Sealed>,
+    /// Whether a segment read before held no whole batch before its damage but one after
+    /// it: batches were acknowledged there, though no number is known below them.
+    proven_damage: bool,
 }
 
 impl Reading {
-    /// Replays segment `number`, checks that no batch went missing before it, and keeps it
-    /// (or removes it if it holds nothing).
+    /// Replays segment `number` (`last`: the highest number in the folder, the one being
+    /// written at the last stop), checks that no batch went missing before it or inside it,
+    /// and keeps it (or removes it if it holds nothing and no damage).
     fn segment(
         &mut self,
         disk: &dyn Disk,
         dir: &Path,
         number: u64,
         accepted: bool,
+        last: bool,
         replay: &mut impl FnMut(u64, &[u8]),
     ) -> Result<(), Error> {
         let mut path = segment_path(dir, number);
@@ -422,19 +448,38 @@ impl Reading {
             path: path.clone(),
             reason,
         })?;
-        if let (Some(first), Some(high)) = (read.first, self.highest) {
-            self.check_gap(high, first)?;
+        if let Some(first) = read.first {
+            match self.highest {
+                Some(high) => self.check_gap(high + 1, first)?,
+                // Nothing read before, but an earlier segment has a whole frame after its
+                // damage: whatever the runs do not hold, up to this segment's first batch,
+                // was in it. (A torn first frame with nothing after it may be a commit
+                // that failed, its batches written again here: no loss is proven.)
+                None if self.proven_damage => self.check_gap(self.needed_from, first)?,
+                None => {}
+            }
         }
         self.highest = self.highest.max(read.last);
-        if read.last.is_some() {
+        let damaged = read.stopped_at.is_some() && (read.later.is_some() || !last);
+        self.proven_damage |= read.last.is_none() && read.later.is_some();
+        if read.last.is_some() || damaged {
             self.before = Some((path.clone(), read.stopped_at, accepted));
+        }
+        if let (true, Some(later)) = (last, read.later) {
+            // No later segment can hold what lies between the damage and a whole frame
+            // after it: a commit after the damaged one acknowledged it.
+            let next = self.highest.map_or(self.needed_from, |h| h + 1);
+            self.check_gap(next, later + 1)?;
+            // Numbers a commit used are never used again, even for a loss accepted.
+            self.highest = self.highest.max(Some(later));
         }
         if accepted {
             // Left for the operator to remove; never written again.
             return Ok(());
         }
-        if read.last.is_none() {
-            // Nothing in it: a segment started just before a stop.
+        if read.last.is_none() && !damaged {
+            // Nothing in it: a segment started just before a stop, or one whose first
+            // commit the stop cut short (never acknowledged: no whole frame follows).
             disk.remove(&path)?;
             return Ok(());
         }
@@ -445,11 +490,11 @@ impl Reading {
         Ok(())
     }
 
-    /// Judges the batches between the last one read (`high`) and the next segment's first
+    /// Judges the batches from `next` (the one after the last read) to the next one found
     /// (`first`): none missing, a loss the operator accepted or a failed write left (logged),
     /// or damage (an error).
-    fn check_gap(&self, high: u64, first: u64) -> Result<(), Error> {
-        let lost_from = (high + 1).max(self.needed_from);
+    fn check_gap(&self, next: u64, first: u64) -> Result<(), Error> {
+        let lost_from = next.max(self.needed_from);
         if lost_from >= first {
             return Ok(());
         }
@@ -490,6 +535,9 @@ struct SegmentRead {
     /// The byte where reading stopped before the segment's end: a frame cut short, failing
     /// its checksum or out of sequence.
     stopped_at: Option<u64>,
+    /// The highest sequence number of a whole frame after that byte: a torn last write is
+    /// followed by zeros only, so such a frame shows batches lost to damage.
+    later: Option<u64>,
 }
 
 /// Hands each frame of a segment's `bytes` to `replay`. An error only if the file is not
@@ -503,6 +551,7 @@ fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Segm
         first: None,
         last: None,
         stopped_at: None,
+        later: None,
     };
     while let Some(head) = rest.get(..FRAME_HEAD) {
         let at = (bytes.len() - rest.len()) as u64;
@@ -521,6 +570,7 @@ fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Segm
             .filter(|frame| len > 0 && crc32fast::hash(&frame[8..]) == crc);
         let Some(frame) = whole.filter(|_| follows) else {
             read.stopped_at = Some(at);
+            read.later = last_whole_frame(bytes, at as usize + 1, read.last);
             break;
         };
         replay(seq, &frame[FRAME_HEAD..]);
@@ -529,6 +579,50 @@ fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Segm
         rest = &rest[FRAME_HEAD + len..];
     }
     Ok(read)
+}
+
+/// Sequence numbers a whole frame after a stop may carry above the last one read: more is
+/// taken as chance, not a frame (it saves a checksum over most of the random bytes a
+/// damaged region holds).
+const LATER_SEQ_SPAN: u64 = 1 << 32;
+
+/// The highest sequence number of a whole frame (its checksum holds, its number above
+/// `after`) starting at or after byte `from`, looked for at every byte: the damaged frame's
+/// length cannot be trusted to find the next one.
+fn last_whole_frame(bytes: &[u8], from: usize, after: Option<u64>) -> Option<u64> {
+    let floor = after.map_or(0, |a| a + 1);
+    let mut found = None;
+    let mut at = from;
+    while at + FRAME_HEAD <= bytes.len() {
+        // A frame's head holds a non-zero length in its first four bytes: skip zeros fast.
+        let Some(nonzero) = bytes[at..].iter().position(|b| *b != 0) else {
+            break;
+        };
+        let start = at.max((at + nonzero).saturating_sub(3));
+        for candidate in start..=at + nonzero {
+            if let Some(seq) = whole_frame_at(bytes, candidate, floor) {
+                found = found.max(Some(seq));
+            }
+        }
+        at += nonzero + 1;
+    }
+    found
+}
+
+/// The sequence number of a whole frame at byte `at`, if one starts there with a number in
+/// `floor..floor + LATER_SEQ_SPAN`.
+fn whole_frame_at(bytes: &[u8], at: usize, floor: u64) -> Option<u64> {
+    let head = bytes.get(at..at + FRAME_HEAD)?;
+    let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+    let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+    let mut seq_bytes = [0; 8];
+    seq_bytes.copy_from_slice(&head[8..16]);
+    let seq = u64::from_le_bytes(seq_bytes);
+    if len == 0 || seq < floor || seq - floor >= LATER_SEQ_SPAN {
+        return None;
+    }
+    let frame = bytes.get(at..at + FRAME_HEAD + len)?;
+    (crc32fast::hash(&frame[8..]) == crc).then_some(seq)
 }
 
 #[cfg(test)]
@@ -707,6 +801,80 @@ mod tests {
             (wal, read)
         };
         assert_eq!(read, [1, 4]);
+    }
+
+    #[test]
+    fn damage_inside_the_segment_written_last_is_an_error_and_no_number_is_used_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let last = wal.active.number;
+        commit(&mut wal, &[(1, b"a")]);
+        commit(&mut wal, &[(2, b"b")]);
+        commit(&mut wal, &[(3, b"c")]);
+        drop(wal);
+        // Batch 2 rots in the segment that was being written at the stop: 3 was
+        // acknowledged after it, and is whole.
+        damage(dir.path(), last, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused, not opened without batch 3")
+            .to_string();
+        assert!(error.contains(&segment_name(last)), "{error}");
+        assert!(
+            error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
+            "{error}"
+        );
+        assert!(error.contains("2..=3"), "{error}");
+        let again = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {});
+        assert!(again.is_err(), "refused at every open, not once");
+    }
+
+    #[test]
+    fn damage_to_the_first_frame_of_a_sealed_segment_keeps_the_file_and_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(3, b"c")]);
+        drop(wal);
+        damage(dir.path(), first, 0);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(error.contains(&format!("byte {}", MAGIC.len())), "{error}");
+        // The damaged frame's number cannot be trusted: the loss reaches from what the
+        // runs hold up to the batch before the next segment's first.
+        assert!(error.contains("0..=2"), "{error}");
+        assert!(
+            segment_path(dir.path(), first).exists(),
+            "the damaged segment is kept for the operator"
+        );
+    }
+
+    #[test]
+    fn a_torn_last_write_is_no_damage() {
+        // A crash cut the last commit short: its frame is torn and only zeros follow.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let last = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b")]);
+        drop(wal);
+        damage(dir.path(), last, 1);
+        let (_, read) = reopen(dir.path(), 1 << 16);
+        assert_eq!(read.iter().map(|(s, _)| *s).collect::<Vec<_>>(), [1]);
+        // A segment holding a torn first commit only is removed.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let last = wal.active.number;
+        commit(&mut wal, &[(1, b"a")]);
+        drop(wal);
+        damage(dir.path(), last, 0);
+        let (_, read) = reopen(dir.path(), 1 << 16);
+        assert!(read.is_empty());
+        assert!(!segment_path(dir.path(), last).exists());
     }
 
     #[test]

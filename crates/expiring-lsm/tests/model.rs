@@ -10,8 +10,9 @@
 //! a release). Put keys take durable puts with short, long and unbounded lifetimes. The
 //! generator also moves the clock across the lifetimes and `ttl` (when runs are rewritten);
 //! commits, flushes to runs, merges, rewrites, sweeps and prepares segments; reopens cleanly;
-//! cuts the power at once or before a random later file operation (between any two, a rename
-//! and an unlink included); and injects ENOSPC and EIO. The store runs without its threads:
+//! restarts the process with no stop (the page cache stays, what a failed sync left in it
+//! included); cuts the power at once or before a random later file operation (between any
+//! two, a rename and an unlink included); and injects ENOSPC and EIO. The store runs without its threads:
 //! every step is a call the seed chose.
 //!
 //! Every value the test writes carries its own end: like the store's callers, the test
@@ -110,6 +111,7 @@ struct Totals {
     steps: u64,
     crashes: u64,
     reopens: u64,
+    restarts: u64,
     faults: u64,
     file_ops: u64,
 }
@@ -127,6 +129,7 @@ struct World {
     log: Vec<String>,
     crashes: u64,
     reopens: u64,
+    restarts: u64,
 }
 
 type Checked = Result<(), String>;
@@ -145,6 +148,7 @@ impl World {
             log: Vec::new(),
             crashes: 0,
             reopens: 0,
+            restarts: 0,
         };
         world.open()?;
         Ok(world)
@@ -239,6 +243,20 @@ impl World {
         self.resolve()
     }
 
+    /// A process restart with no clean stop and no power cut (a kill, or a restart a
+    /// liveness probe asked for): the old process writes nothing more, the page cache stays,
+    /// pages a failed sync left there included; a later power cut may still take those.
+    fn restart(&mut self) -> Checked {
+        if self.disk.power_is_cut() {
+            return self.crash_and_reopen();
+        }
+        self.disk = self.disk.restart();
+        self.journal = None;
+        self.restarts += 1;
+        self.open()?;
+        self.resolve()
+    }
+
     /// A commit succeeded: it covered every write made since the store was opened.
     fn acked_all(&mut self) {
         for k in &mut self.keys {
@@ -329,10 +347,15 @@ impl World {
             70..=73 => self.sweep(&journal, now),
             74..=75 => format!("spare -> {}", ok(&journal.prepare_spare())),
             76..=87 => self.advance_clock(),
-            88..=89 => {
+            88 => {
                 drop(journal);
                 self.note(step, "clean reopen".into());
                 return self.reopen();
+            }
+            89 => {
+                drop(journal);
+                self.note(step, "process restart".into());
+                return self.restart();
             }
             90..=91 => {
                 drop(journal);
@@ -595,6 +618,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Checked {
     totals.steps += steps;
     totals.crashes += world.crashes;
     totals.reopens += world.reopens;
+    totals.restarts += world.restarts;
     totals.faults += world.disk.faults_injected();
     totals.file_ops += world.disk.ops();
     outcome
@@ -639,12 +663,13 @@ fn the_store_matches_its_model_through_crashes_and_faults() {
         seed += 1;
     }
     eprintln!(
-        "model test: seeds {first}..{seed} ({} seeds), {} steps, {} file operations, {} power cuts, {} clean reopens, {} injected faults, in {:.1?}",
+        "model test: seeds {first}..{seed} ({} seeds), {} steps, {} file operations, {} power cuts, {} clean reopens, {} process restarts, {} injected faults, in {:.1?}",
         totals.seeds,
         totals.steps,
         totals.file_ops,
         totals.crashes,
         totals.reopens,
+        totals.restarts,
         totals.faults,
         started.elapsed()
     );

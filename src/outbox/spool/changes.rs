@@ -18,7 +18,7 @@ enum Effect {
         order_key: Option<String>,
     },
     /// A main entry went to held (its guard key was marked held when that was decided).
-    Moved,
+    Moved { order_key: Option<String> },
     /// An entry of `from` was parked.
     Parked {
         from: Area,
@@ -44,7 +44,8 @@ impl Changes {
         });
     }
 
-    pub(super) fn moved_to_held(&mut self, seq: u64, value: Vec<u8>) {
+    /// Moves main entry `seq` to held; its guard key `order_key` was marked held already.
+    pub(super) fn moved_to_held(&mut self, seq: u64, value: Vec<u8>, order_key: Option<&str>) {
         self.ops.push(Op::Remove {
             area: Area::Main,
             seq,
@@ -54,7 +55,19 @@ impl Changes {
             seq,
             value,
         });
-        self.effects.push(Effect::Moved);
+        self.effects.push(Effect::Moved {
+            order_key: order_key.map(str::to_owned),
+        });
+    }
+
+    /// Takes back the guard keys marked held for these changes, which will not be
+    /// committed: the entries stay where they were.
+    pub(super) fn abandon(self, ledger: &Ledger) {
+        for effect in self.effects {
+            if let Effect::Moved { order_key } = effect {
+                ledger.release_key(order_key.as_deref());
+            }
+        }
     }
 
     pub(super) fn parked(
@@ -101,7 +114,7 @@ impl Changes {
                         ledger.release_key(order_key.as_deref());
                     }
                 }
-                Effect::Moved => {
+                Effect::Moved { .. } => {
                     let _ = ledger
                         .depth
                         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));

@@ -164,7 +164,7 @@ impl Spool {
             // Marked held before it leaves main: a request that finds main empty then also
             // finds the key held, and goes behind this entry.
             self.ledger.hold_key(order_key);
-            changes.moved_to_held(seq, value.clone());
+            changes.moved_to_held(seq, value.clone(), order_key);
             return None;
         }
         match sink.publish(exchange, &msg).await {
@@ -177,7 +177,7 @@ impl Spool {
                     tracing::error!(%error, event_id = %msg.message_id, held, "spooled event is unroutable; held apart until a queue is bound to the exchange");
                 }
                 self.ledger.hold_key(order_key);
-                changes.moved_to_held(seq, value.clone());
+                changes.moved_to_held(seq, value.clone(), order_key);
             }
             Err(error @ PublishError::Unfit(_)) => {
                 changes.parked(Area::Main, seq, &value, order_key, &error.to_string());
@@ -213,13 +213,17 @@ impl Spool {
                         tracing::error!(%error, "cannot delete published spool entries; the spool waits until the store takes writes again");
                         reported = true;
                     }
-                    if self.restart_needed().is_some() {
+                    if self.restart_needed().is_some() || self.reopening() {
                         // Retrying cannot help: the database refuses writes until it is
-                        // opened again. The entries go out once more after the restart.
+                        // opened again (by the writer, or by a restart). The entries go
+                        // out once more after that: at most this batch twice. The guard keys
+                        // marked held for its moves are taken back with it.
+                        changes.abandon(&self.ledger);
                         return false;
                     }
                     if stop.is_cancelled() {
                         tracing::warn!("shutting down with published spool entries not deleted; they will be published again after the restart");
+                        changes.abandon(&self.ledger);
                         return false;
                     }
                     self.pause(stop, retry.next_pause()).await;
@@ -311,6 +315,8 @@ impl<S: Sink> Drainer<S> {
     /// Takes one step at a time until `stop`: waits out a store that needs a restart,
     /// parks an entry marked for it, passes over held entries when due, else drains main.
     async fn run(mut self) {
+        self.spool.beat();
+        self.spool.drainer_started.store(true, Ordering::SeqCst);
         loop {
             self.spool.beat();
             if self.stop.is_cancelled() {
@@ -318,6 +324,11 @@ impl<S: Sink> Drainer<S> {
             }
             if let Some(reason) = self.spool.restart_needed() {
                 self.wait_for_restart(&reason).await;
+            } else if self.spool.reopening() {
+                // Publishing now would publish entries it cannot delete; the writer opens
+                // the database again as soon as the disk lets it.
+                self.spool.refused_since_ms.store(-1, Ordering::SeqCst);
+                self.spool.pause(&self.stop, BEAT).await;
             } else if let Some((area, seq)) = self.take_marked() {
                 let reason = "the drainer failed on it twice";
                 self.spool.park_entry(area, seq, reason, &self.stop).await;

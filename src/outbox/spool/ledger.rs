@@ -28,6 +28,11 @@ pub(super) struct Ledger {
     pub(super) refused: AtomicBool,
     /// Set when a commit failed (a full disk, say), cleared when one succeeds.
     pub(super) store_failing: AtomicBool,
+    /// Set while the database refuses writes until the writer has opened it again.
+    pub(super) reopening: AtomicBool,
+    /// When the writer thread started the commit (or reopen) it is in, if it is in one: a
+    /// hung `fdatasync` shows here.
+    pub(super) writing_since: Mutex<Option<std::time::Instant>>,
     /// Why the spool can take no writes until the process starts again, once it cannot.
     pub(super) broken: Mutex<Option<String>>,
     /// Guard keys with entries in held, and how many: a later event of such a key goes
@@ -47,6 +52,8 @@ impl Ledger {
             oldest_secs: AtomicI64::new(-1),
             refused: AtomicBool::new(false),
             store_failing: AtomicBool::new(false),
+            reopening: AtomicBool::new(false),
+            writing_since: Mutex::new(None),
             broken: Mutex::new(None),
             held_keys: Mutex::new(HashMap::new()),
             metrics,

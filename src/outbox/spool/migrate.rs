@@ -2,11 +2,13 @@
 //! entry moves into the redb tables under its own sequence number (so in its order and its
 //! area), then leaves the sled tree.
 //!
-//! Crash safety: a page of entries is copied in one durable redb commit and only then
-//! removed from sled. A crash before the commit leaves it all in sled; a crash after it
-//! leaves entries in both, and the next open copies them again under the same numbers,
-//! which overwrites rather than duplicates. Entries of the old `spool_corrupt` tree get new
-//! numbers; the number each got is committed with it, so a second run reuses it.
+//! Crash safety: a page of entries is copied in one durable redb commit, with the number (or
+//! legacy key) of each entry copied, and only then removed from sled. A crash before the
+//! commit leaves it all in sled; a crash after it leaves entries in both, and the next open
+//! skips those it copied before and removes them from sled. sled syncs its removals up to
+//! half a second late, so a power cut may bring back entries copied and since drained: they
+//! are skipped too, never published twice. Entries of the old `spool_corrupt` tree get new
+//! numbers; the number each got is committed with it.
 //!
 //! The old format could leave one entry in two areas (its move to held or parked wrote the
 //! new area, then removed it from the old one, with no commit spanning both). Such an entry
@@ -101,7 +103,12 @@ fn copy_tree(
                 strays.push((tree.clone(), key.clone(), value.clone()));
                 continue;
             };
+            if tables.seq_migrated(seq)? {
+                // Copied by an earlier run: in redb still, or drained since.
+                continue;
+            }
             if moved_on(trees, tables, area, key, seq)? {
+                // Its copy in the later area is copied (and recorded) under this number.
                 migrated.duplicates += 1;
                 continue;
             }
@@ -110,9 +117,10 @@ fn copy_tree(
                 seq,
                 value: value.clone(),
             });
+            ops.push(Op::MigratedSeq(seq));
         }
-        tables::commit(tables.db(), &ops)?;
-        migrated.entries += ops.len() as u64;
+        tables::commit(&tables.db(), &ops)?;
+        migrated.entries += ops.iter().filter(|op| matches!(op, Op::Put { .. })).count() as u64;
         for (key, _) in &page {
             if seq_of(key).is_some() {
                 tree.remove(key)?;
@@ -134,13 +142,12 @@ fn park_strays(
         let mut ops = Vec::new();
         for (tree, key, value) in chunk {
             let legacy_key = tree_tag(tree, key);
-            let seq = match tables.migrated(&legacy_key)? {
-                Some(seq) => seq,
-                None => {
-                    next += 1;
-                    next - 1
-                }
-            };
+            if tables.migrated(&legacy_key)?.is_some() {
+                // Parked by an earlier run: parked still, or deleted by an operator since.
+                continue;
+            }
+            let seq = next;
+            next += 1;
             let reason = if record::decode(value).is_ok() {
                 "set aside by an earlier version"
             } else {
@@ -153,8 +160,8 @@ fn park_strays(
             });
             ops.push(Op::Migrated { legacy_key, seq });
         }
-        tables::commit(tables.db(), &ops)?;
-        migrated.entries += chunk.len() as u64;
+        tables::commit(&tables.db(), &ops)?;
+        migrated.entries += (ops.len() / 2) as u64;
         for (tree, key, _) in chunk {
             tree.remove(key)?;
         }

@@ -85,6 +85,9 @@ struct Run {
     parked_ever: HashSet<String>,
     deleted: HashSet<String>,
     log: Vec<String>,
+    /// Power cuts and process restarts so far.
+    cuts: u64,
+    restarts: u64,
 }
 
 impl Run {
@@ -125,6 +128,8 @@ impl Run {
             parked_ever: HashSet::new(),
             deleted: HashSet::new(),
             log: Vec::new(),
+            cuts: 0,
+            restarts: 0,
         }
     }
 
@@ -154,14 +159,39 @@ impl Run {
         out
     }
 
-    /// A power cut (or, with everything kept, a process restart): the spool's process is
-    /// gone, the disk keeps what was synced and some of the rest.
+    /// A power cut: the spool's process is gone, the disk keeps what was synced and some
+    /// of the rest.
     fn crash(&mut self) {
         let next = self.disk.crash();
         drop(self.spool.take());
-        self.log.push("crash".into());
+        self.log.push("power cut".into());
+        self.cuts += 1;
         self.disk = next;
-        self.spool = Some(testkit::open_on(&self.disk).expect("reopen after a crash"));
+        self.reopen("a power cut");
+    }
+
+    /// A process restart that is no power cut: the page cache stays, pages a failed sync
+    /// left there included, and the next process reads them.
+    fn restart(&mut self) {
+        if self.disk.power_is_cut() {
+            return self.crash();
+        }
+        let next = self.disk.restart();
+        drop(self.spool.take());
+        self.log.push("process restart".into());
+        self.restarts += 1;
+        self.disk = next;
+        self.reopen("a restart");
+    }
+
+    fn reopen(&mut self, after: &str) {
+        match testkit::open_on(&self.disk) {
+            Ok(spool) => self.spool = Some(spool),
+            Err(error) => panic!(
+                "the spool does not open after {after}: {error}\n{}",
+                self.trail()
+            ),
+        }
     }
 
     async fn push(&mut self) {
@@ -269,7 +299,8 @@ impl Run {
             60..68 => self.retry_held().await,
             68..71 => self.park().await,
             71..75 => self.operator().await,
-            75..83 => self.crash(),
+            75..79 => self.crash(),
+            79..83 => self.restart(),
             83..90 => {
                 // The power goes mid-operation, after some writes of its commit.
                 let ops = 1 + self.rng.below(24);
@@ -300,9 +331,9 @@ impl Run {
             self.log.push(format!("  broker: {}", said.join(", ")));
         }
         if self.spool().restart_needed().is_some() {
-            // What a liveness probe does: the process is restarted.
-            self.log.push("restart: the spool needs one".into());
-            self.crash();
+            // What a liveness probe does: the process is restarted, the page cache stays.
+            self.log.push("the spool needs a restart".into());
+            self.restart();
         }
     }
 
@@ -407,7 +438,27 @@ impl Run {
     }
 }
 
-async fn run_seed(seed: u64, steps: usize) {
+/// What the seeds run so far did, for the closing line.
+#[derive(Default)]
+struct Tally {
+    seeds: u64,
+    steps: u64,
+    faults: u64,
+    restarts: u64,
+    cuts: u64,
+}
+
+impl std::fmt::Display for Tally {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} seeds, {} steps, {} injected faults, {} process restarts, {} power cuts",
+            self.seeds, self.steps, self.faults, self.restarts, self.cuts
+        )
+    }
+}
+
+async fn run_seed(seed: u64, steps: usize, tally: &mut Tally) {
     let _report = SeedReport(seed);
     let mut run = Run::new(seed);
     for _ in 0..steps {
@@ -417,6 +468,11 @@ async fn run_seed(seed: u64, steps: usize) {
     run.crash();
     run.check();
     run.check_order();
+    tally.seeds += 1;
+    tally.steps += steps as u64;
+    tally.faults += run.disk.faults_injected();
+    tally.restarts += run.restarts;
+    tally.cuts += run.cuts;
 }
 
 fn env_u64(name: &str) -> Option<u64> {
@@ -425,8 +481,10 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[tokio::test]
 async fn the_spool_keeps_every_promised_entry_in_one_place_and_each_keys_order() {
+    let mut tally = Tally::default();
     if let Some(seed) = env_u64("HOOKGATE_SPOOL_MODEL_SEED") {
-        run_seed(seed, STEPS).await;
+        run_seed(seed, STEPS, &mut tally).await;
+        eprintln!("spool model: seed {seed} passed: {tally}");
         return;
     }
     if let Some(secs) = env_u64("HOOKGATE_SPOOL_MODEL_SECS") {
@@ -434,13 +492,14 @@ async fn the_spool_keeps_every_promised_entry_in_one_place_and_each_keys_order()
         let start = Rng(std::process::id() as u64).next();
         let mut n = 0;
         while Instant::now() < end {
-            run_seed(start.wrapping_add(n), STEPS).await;
+            run_seed(start.wrapping_add(n), STEPS, &mut tally).await;
             n += 1;
         }
-        eprintln!("spool model: {n} seeds from {start} passed");
+        eprintln!("spool model: seeds from {start} passed: {tally}");
         return;
     }
     for seed in 0..SEEDS {
-        run_seed(seed, STEPS).await;
+        run_seed(seed, STEPS, &mut tally).await;
     }
+    eprintln!("spool model: {tally}");
 }

@@ -1,7 +1,7 @@
 //! The spool's tables in its redb database: one per area, keyed by sequence number, and
 //! the reads of them; the writes are [`Op`]s that the writer thread commits.
 
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
@@ -36,6 +36,10 @@ const PARKED: TableDefinition<u64, &[u8]> = TableDefinition::new("spool_parked")
 /// their old key: a migration run again after a crash reuses them instead of parking the
 /// entry twice.
 const MIGRATED: TableDefinition<&[u8], u64> = TableDefinition::new("spool_migrated_corrupt");
+/// The numbers of the legacy entries the migration copied, committed with the copies: sled
+/// syncs its removals up to half a second late, so a power cut can bring back entries
+/// already copied and drained, and a migration run again skips them.
+const MIGRATED_SEQS: TableDefinition<u64, ()> = TableDefinition::new("spool_migrated_seqs");
 
 /// One change of a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,15 +54,23 @@ pub(super) enum Op {
     Remove { area: Area, seq: u64 },
     /// Records the number a legacy corrupt entry was given.
     Migrated { legacy_key: Vec<u8>, seq: u64 },
+    /// Records that legacy entry `seq` was copied.
+    MigratedSeq(u64),
 }
 
 /// An entry: its sequence number and value.
 pub(super) type Row = (u64, Vec<u8>);
 
+/// An entry by area and number, and its value (`None`: absent).
+pub(super) type Slot = (Area, u64, Option<Vec<u8>>);
+
 /// Read access to the tables; cheap to clone.
 #[derive(Clone)]
 pub(super) struct Tables {
-    db: Arc<Database>,
+    /// The database open now: the writer replaces it when it opens the file again after an
+    /// I/O error. A read takes a clone of the handle, so a read under way finishes (or
+    /// fails) on the handle it started on.
+    db: Arc<RwLock<Arc<Database>>>,
 }
 
 impl Tables {
@@ -69,12 +81,43 @@ impl Tables {
             txn.open_table(area.table())?;
         }
         txn.open_table(MIGRATED)?;
+        txn.open_table(MIGRATED_SEQS)?;
         txn.commit()?;
-        Ok(Self { db })
+        Ok(Self {
+            db: Arc::new(RwLock::new(db)),
+        })
     }
 
-    pub(super) fn db(&self) -> &Arc<Database> {
-        &self.db
+    /// The database open now.
+    pub(super) fn db(&self) -> Arc<Database> {
+        self.db
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads and writes go to `db` from now on.
+    pub(super) fn replace(&self, db: Arc<Database>) {
+        *self.db.write().unwrap_or_else(PoisonError::into_inner) = db;
+    }
+
+    /// The value of each entry `ops` change, as the last commit left it (`None`: absent):
+    /// the commit that brings them back after a failed one.
+    pub(super) fn before<'a>(
+        &self,
+        ops: impl IntoIterator<Item = &'a Op>,
+    ) -> Result<Vec<Slot>, StoreError> {
+        let txn = self.db().begin_read()?;
+        let mut out = Vec::new();
+        for op in ops {
+            let (Op::Put { area, seq, .. } | Op::Remove { area, seq }) = op else {
+                continue;
+            };
+            let table = txn.open_table(area.table())?;
+            let value = table.get(*seq)?.map(|v| v.value().to_vec());
+            out.push((*area, *seq, value));
+        }
+        Ok(out)
     }
 
     /// The entry with the lowest number.
@@ -84,7 +127,7 @@ impl Tables {
 
     /// The highest number in `area`.
     pub(super) fn last_seq(&self, area: Area) -> Result<Option<u64>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let last = table.last()?.map(|(k, _)| k.value());
         Ok(last)
@@ -92,7 +135,7 @@ impl Tables {
 
     /// Entry `seq`.
     pub(super) fn get(&self, area: Area, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let value = table.get(seq)?.map(|v| v.value().to_vec());
         Ok(value)
@@ -105,7 +148,7 @@ impl Tables {
         after: Option<u64>,
         limit: usize,
     ) -> Result<Vec<Row>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let from = match after {
             Some(seq) => match seq.checked_add(1) {
@@ -124,17 +167,25 @@ impl Tables {
 
     /// Number of entries in `area`.
     pub(super) fn len(&self, area: Area) -> Result<u64, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let len = txn.open_table(area.table())?.len()?;
         Ok(len)
     }
 
     /// The number a legacy corrupt entry was given by an earlier run of the migration.
     pub(super) fn migrated(&self, legacy_key: &[u8]) -> Result<Option<u64>, StoreError> {
-        let txn = self.db.begin_read()?;
+        let txn = self.db().begin_read()?;
         let table = txn.open_table(MIGRATED)?;
         let seq = table.get(legacy_key)?.map(|v| v.value());
         Ok(seq)
+    }
+
+    /// Whether legacy entry `seq` was copied by an earlier run of the migration.
+    pub(super) fn seq_migrated(&self, seq: u64) -> Result<bool, StoreError> {
+        let txn = self.db().begin_read()?;
+        let table = txn.open_table(MIGRATED_SEQS)?;
+        let found = table.get(seq)?.is_some();
+        Ok(found)
     }
 
     /// Calls `f` on every entry of `area`, a page at a time.
@@ -171,6 +222,7 @@ pub(super) fn commit<'a>(
         let mut held = txn.open_table(HELD)?;
         let mut parked = txn.open_table(PARKED)?;
         let mut migrated = txn.open_table(MIGRATED)?;
+        let mut migrated_seqs = txn.open_table(MIGRATED_SEQS)?;
         for op in ops {
             match op {
                 Op::Put { area, seq, value } => {
@@ -191,6 +243,9 @@ pub(super) fn commit<'a>(
                 }
                 Op::Migrated { legacy_key, seq } => {
                     migrated.insert(legacy_key.as_slice(), *seq)?;
+                }
+                Op::MigratedSeq(seq) => {
+                    migrated_seqs.insert(*seq, ())?;
                 }
             }
         }

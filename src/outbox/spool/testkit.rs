@@ -95,6 +95,15 @@ pub(super) fn power_cut(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
     (next, spool)
 }
 
+/// A process restart that is no power cut: the page cache stays, so the next process
+/// reads what was written, synced or not. Returns the disk and the spool reopened.
+pub(super) fn restart(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
+    let next = disk.restart();
+    drop(spool);
+    let spool = open_on(&next).expect("reopen after the restart");
+    (next, spool)
+}
+
 /// A message with event id `id` and guard key `key`.
 pub(super) fn event(id: &str, key: Option<&str>) -> Message<'static> {
     Message {

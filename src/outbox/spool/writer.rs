@@ -2,11 +2,22 @@
 //! a commit runs; the next commit takes all of them in one transaction and one
 //! `fdatasync`, then answers each. A request is answered `Ok` only after that commit
 //! returned, so a 200 that waits for it stands on synced data.
+//!
+//! After a commit meets an I/O error (a full disk, a failed `fdatasync`), redb refuses
+//! every write until the database is opened again. The thread opens it again itself, at
+//! most every [`REOPEN_PAUSE`], at the next request or while idle, so a disk that has room
+//! again takes writes with no restart: the reopen makes the file durable as it reads
+//! (pages a failed sync left in the page cache included), then one commit sets every entry
+//! the failed commits touched back to what the last good commit left, which is what the
+//! counts say (a failed push's reservation was taken back, a failed delete is retried by
+//! its caller). Requests that arrive before the reopen succeeds are refused at once.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use redb::Database;
 use tokio::sync::oneshot;
@@ -14,10 +25,21 @@ use tokio::sync::oneshot;
 use crate::store::StoreError;
 
 use super::ledger::{lock, Ledger};
-use super::tables::{self, Op};
+use super::tables::{self, Area, Op, Slot, Tables};
 
 /// Requests one commit takes at most: a commit of a burst stays a few megabytes.
 const MAX_BATCH: usize = 1_024;
+
+/// The least time between two reopens of a database that met an I/O error: each reads and
+/// writes the whole file, and a disk that is still full would only be worked harder. The
+/// unit and model tests reopen at once, so that a seed replays the same way.
+#[cfg(not(test))]
+pub(super) const REOPEN_PAUSE: Duration = Duration::from_secs(1);
+#[cfg(test)]
+pub(super) const REOPEN_PAUSE: Duration = Duration::ZERO;
+
+/// Opens the spool's database again ([`crate::store::Store::reopen_spool`]).
+pub(super) type Reopen = Box<dyn Fn() -> Result<Arc<Database>, StoreError> + Send>;
 
 /// Undoes what a request reserved in the counts, when its commit fails.
 pub(super) type Undo = Box<dyn FnOnce(&Ledger) + Send>;
@@ -50,7 +72,8 @@ pub(super) struct Writer {
 impl Writer {
     /// Starts the thread; entries pushed from now on are numbered from `next_seq`.
     pub(super) fn start(
-        db: Arc<Database>,
+        tables: Tables,
+        reopen: Reopen,
         ledger: Arc<Ledger>,
         next_seq: u64,
     ) -> Result<Self, StoreError> {
@@ -58,7 +81,16 @@ impl Writer {
         let thread_ledger = ledger.clone();
         let thread = std::thread::Builder::new()
             .name("spool-writer".into())
-            .spawn(move || run(&db, &thread_ledger, &receiver))
+            .spawn(move || {
+                Thread {
+                    tables,
+                    reopen,
+                    ledger: thread_ledger,
+                    failing: false,
+                    recovery: None,
+                }
+                .run(&receiver)
+            })
             .map_err(|e| StoreError::Stopped(format!("cannot start the spool writer: {e}")))?;
         Ok(Self {
             queue: Mutex::new(Queue {
@@ -131,60 +163,189 @@ impl Drop for Writer {
     }
 }
 
-/// The thread: takes what is queued, commits it in one transaction, answers each request.
-fn run(db: &Database, ledger: &Ledger, receiver: &mpsc::Receiver<Request>) {
-    let mut failing = false;
-    while let Ok(first) = receiver.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(request) => batch.push(request),
-                Err(_) => break,
-            }
-        }
-        let result = tables::commit(db, batch.iter().flat_map(|r| r.ops.iter()));
-        ledger
-            .store_failing
-            .store(result.is_err(), Ordering::SeqCst);
-        match &result {
-            Ok(()) if failing => {
-                failing = false;
-                tracing::info!("the spool's database takes writes again");
-            }
-            Ok(()) => {}
-            Err(error) => {
-                if tables::needs_reopen(error) {
-                    ledger.set_broken(format!(
-                        "the spool's database refuses writes after an I/O error until it is opened again: {error}"
-                    ));
+/// What the thread keeps between batches.
+struct Thread {
+    tables: Tables,
+    reopen: Reopen,
+    ledger: Arc<Ledger>,
+    /// Whether the last commit failed: its recovery is logged once.
+    failing: bool,
+    /// Set while the database refuses writes until it is opened again.
+    recovery: Option<Recovery>,
+}
+
+/// A database to open again, and what to set back once it is.
+struct Recovery {
+    /// Each entry a failed commit touched, with its value before (`None`: absent); the
+    /// first failure's value wins.
+    before: HashMap<(Area, u64), Option<Vec<u8>>>,
+    /// When the last reopen was tried.
+    tried: Option<Instant>,
+    /// Why writes are refused, for the requests refused meanwhile.
+    error: String,
+}
+
+impl Thread {
+    /// Takes what is queued, commits it in one transaction, answers each request; opens
+    /// the database again when it needs it.
+    fn run(mut self, receiver: &mpsc::Receiver<Request>) {
+        loop {
+            let first = if self.recovery.is_some() {
+                match receiver.recv_timeout(REOPEN_PAUSE.max(Duration::from_millis(100))) {
+                    Ok(request) => Some(request),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => return,
                 }
-                if !failing {
-                    // Spooled events are refused (503) and drained ones wait for their
-                    // deletes: an operator must look at the disk.
-                    tracing::error!(%error, "spool commit failed; spooling answers 503 until the disk takes writes again");
-                }
-                failing = true;
-            }
-        }
-        for request in batch {
-            let answer = match &result {
-                Ok(()) => Ok(()),
-                Err(error) => {
-                    if let Some(undo) = request.undo {
-                        undo(ledger);
-                    }
-                    Err(copy_error(error))
+            } else {
+                match receiver.recv() {
+                    Ok(request) => Some(request),
+                    Err(_) => return,
                 }
             };
-            let _ = request.reply.send(answer);
+            *lock(&self.ledger.writing_since) = Some(Instant::now());
+            self.reopen_if_due();
+            *lock(&self.ledger.writing_since) = None;
+            let Some(first) = first else { continue };
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(request) => batch.push(request),
+                    Err(_) => break,
+                }
+            }
+            *lock(&self.ledger.writing_since) = Some(Instant::now());
+            let result = match &self.recovery {
+                // Nothing is tried on a database that refuses writes.
+                Some(recovery) => Err(StoreError::Disk(recovery.error.clone().into())),
+                None => self.commit(&batch),
+            };
+            *lock(&self.ledger.writing_since) = None;
+            for request in batch {
+                let answer = match &result {
+                    Ok(()) => Ok(()),
+                    Err(error) => {
+                        if let Some(undo) = request.undo {
+                            undo(&self.ledger);
+                        }
+                        Err(copy_error(error))
+                    }
+                };
+                let _ = request.reply.send(answer);
+            }
         }
+    }
+
+    /// Commits the batch's changes; after an I/O error, notes what they touched for the
+    /// recovery.
+    fn commit(&mut self, batch: &[Request]) -> Result<(), StoreError> {
+        let db = self.tables.db();
+        let ops = || batch.iter().flat_map(|r| r.ops.iter());
+        let result = tables::commit(&db, ops());
+        self.ledger
+            .store_failing
+            .store(result.is_err(), Ordering::SeqCst);
+        let error = match result {
+            Ok(()) => {
+                if self.failing {
+                    self.failing = false;
+                    tracing::info!("the spool's database takes writes again");
+                }
+                return Ok(());
+            }
+            Err(error) => error,
+        };
+        if !self.failing {
+            // Spooled events are refused (503) and drained ones wait for their deletes
+            // until the disk takes writes again.
+            tracing::error!(%error, "spool commit failed; spooling answers 503 until the disk takes writes again");
+        }
+        self.failing = true;
+        if tables::needs_reopen(&error) {
+            // The last good commit is what this handle still reads: the failed one is in no
+            // root it knows.
+            match self.tables.before(ops()) {
+                Ok(before) => {
+                    self.recover(before, error.to_string());
+                    // At once: until the entries are set back, a restart would find the
+                    // failed commit's entries in the page cache, and publish them after
+                    // events that came later.
+                    self.reopen_if_due();
+                }
+                Err(read) => self.ledger.set_broken(format!(
+                    "the spool's database refuses writes after an I/O error ({error}), and what it held before cannot be read: {read}"
+                )),
+            }
+        }
+        Err(StoreError::from(error))
+    }
+
+    /// Starts (or adds to) a recovery: the database is to be opened again, and these
+    /// entries set back.
+    fn recover(&mut self, before: Vec<Slot>, error: String) {
+        let recovery = self.recovery.get_or_insert_with(|| Recovery {
+            before: HashMap::new(),
+            tried: None,
+            error: String::new(),
+        });
+        recovery.error = error;
+        self.ledger.reopening.store(true, Ordering::SeqCst);
+        for (area, seq, value) in before {
+            recovery.before.entry((area, seq)).or_insert(value);
+        }
+    }
+
+    /// Opens the database again if a recovery waits and the pause since the last try is
+    /// over; then sets back what failed commits touched, in one durable commit.
+    fn reopen_if_due(&mut self) {
+        let Some(recovery) = self.recovery.as_mut() else {
+            return;
+        };
+        if recovery.tried.is_some_and(|t| t.elapsed() < REOPEN_PAUSE) {
+            return;
+        }
+        recovery.tried = Some(Instant::now());
+        let db = match (self.reopen)() {
+            Ok(db) => db,
+            Err(error) => {
+                recovery.error = error.to_string();
+                return;
+            }
+        };
+        let ops: Vec<Op> = recovery
+            .before
+            .iter()
+            .map(|(&(area, seq), value)| match value {
+                Some(value) => Op::Put {
+                    area,
+                    seq,
+                    value: value.clone(),
+                },
+                None => Op::Remove { area, seq },
+            })
+            .collect();
+        if let Err(error) = tables::commit(&db, &ops) {
+            recovery.error = error.to_string();
+            if !tables::needs_reopen(&error) {
+                self.ledger.set_broken(format!(
+                    "the spool's database, opened again, cannot set back what a failed commit touched: {error}"
+                ));
+            }
+            return;
+        }
+        self.tables.replace(db);
+        self.recovery = None;
+        self.failing = false;
+        self.ledger.store_failing.store(false, Ordering::SeqCst);
+        self.ledger.reopening.store(false, Ordering::SeqCst);
+        tracing::info!("the spool's database is open again and takes writes");
     }
 }
 
 /// A [`StoreError`] for each request a failed commit answers.
-fn copy_error(error: &redb::Error) -> StoreError {
+fn copy_error(error: &StoreError) -> StoreError {
     match error {
-        redb::Error::Corrupted(_) => StoreError::Corrupt(error.to_string().into()),
-        _ => StoreError::Disk(error.to_string().into()),
+        StoreError::Corrupt(cause) => StoreError::Corrupt(cause.to_string().into()),
+        StoreError::Disk(cause) => StoreError::Disk(cause.to_string().into()),
+        other => StoreError::Disk(other.to_string().into()),
     }
 }

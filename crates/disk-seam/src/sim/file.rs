@@ -40,6 +40,7 @@ impl SimFile {
     }
 
     fn sync(&self, what: &str) -> io::Result<()> {
+        super::wait_while_held(&self.state);
         let inode = self.inode;
         let mut state = lock(&self.state);
         // A dead handle changes nothing, not even what a failed sync would drop.

@@ -12,7 +12,9 @@
 //!
 //! A failed sync of a file keeps the data readable but drops it from what a power cut
 //! keeps, as Linux does after a failed writeback. A failed write, rename or removal
-//! changes nothing.
+//! changes nothing. A process restart ([`SimDisk::restart`]) is not a power cut: the page
+//! cache stays, so the next process reads what a failed sync left there, and a later power
+//! cut still takes it away.
 //!
 //! The simulated disk is public, not behind a feature, so that unit tests and the
 //! integration tests (another crate, which sees no `cfg(test)` item) use the same one: it
@@ -133,6 +135,20 @@ impl SimDisk {
         lock(&self.state).random_faults = per_million;
     }
 
+    /// Every sync from now on waits, as on a device that stopped answering, until
+    /// [`SimDisk::release_syncs`].
+    pub fn hold_syncs(&self) {
+        let gate = lock(&self.state).syncs_held.clone();
+        *gate.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+    }
+
+    /// The syncs held by [`SimDisk::hold_syncs`] go on.
+    pub fn release_syncs(&self) {
+        let gate = lock(&self.state).syncs_held.clone();
+        *gate.0.lock().unwrap_or_else(PoisonError::into_inner) = false;
+        gate.1.notify_all();
+    }
+
     /// Forgets faults scheduled with [`SimDisk::fail_next`] and not yet met.
     pub fn clear_faults(&self) {
         let mut state = lock(&self.state);
@@ -158,6 +174,22 @@ impl SimDisk {
     /// and open file fails from now on.
     pub fn crash(&self) -> SimDisk {
         let generation = lock(&self.state).power_cut();
+        Self {
+            state: self.state.clone(),
+            generation,
+        }
+    }
+
+    /// A process restart without a power cut (a crash of the process, `kill -9`, a restart
+    /// a liveness probe asked for): the page cache stays, so everything written reads back,
+    /// synced or not, pages a failed sync left behind included; what a later power cut
+    /// keeps is unchanged. Faults scheduled for the old process are forgotten. Returns the
+    /// handle of the next "process"; every earlier handle and open file fails from now on,
+    /// as a dead process writes nothing more. A power cut set by
+    /// [`SimDisk::cut_power_after`] that was reached stays a power cut: call
+    /// [`SimDisk::crash`] instead.
+    pub fn restart(&self) -> SimDisk {
+        let generation = lock(&self.state).restart();
         Self {
             state: self.state.clone(),
             generation,
@@ -261,6 +293,15 @@ impl SimDisk {
     }
 }
 
+/// Waits while syncs are held ([`SimDisk::hold_syncs`]).
+fn wait_while_held(state: &Mutex<State>) {
+    let gate = lock(state).syncs_held.clone();
+    let mut held = gate.0.lock().unwrap_or_else(PoisonError::into_inner);
+    while *held {
+        held = gate.1.wait(held).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
 fn absolute(path: &Path) -> PathBuf {
     if path.is_absolute() {
         path.to_owned()
@@ -320,6 +361,7 @@ impl Disk for SimDisk {
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let dir = absolute(dir);
+        wait_while_held(&self.state);
         let mut guard = self.begin(
             Some(OpKind::Sync),
             format_args!("sync dir {}", dir.display()),
@@ -485,6 +527,28 @@ mod tests {
             .expect("a later sync succeeds, but has nothing left to write");
         let disk = disk.crash();
         assert_eq!(read(&disk, Path::new("/f")).expect("read"), b"first");
+    }
+
+    #[test]
+    fn a_restart_keeps_what_a_failed_sync_left_until_a_power_cut() {
+        let disk = SimDisk::new(8);
+        let file = write_file(&disk, "/f", b"first");
+        file.sync_data().expect("sync");
+        disk.sync_dir(Path::new("/")).expect("sync dir");
+        file.write_all_at(b"SECOND", 0).expect("write");
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        assert!(file.sync_data().is_err());
+        write_file(&disk, "/unsynced", b"u");
+        let disk = disk.restart();
+        assert!(
+            file.len().is_err(),
+            "a handle from before the restart is dead"
+        );
+        assert_eq!(read(&disk, Path::new("/f")).expect("read"), b"SECOND");
+        assert_eq!(disk.list(Path::new("/")).expect("list"), ["f", "unsynced"]);
+        let disk = disk.crash();
+        assert_eq!(read(&disk, Path::new("/f")).expect("read"), b"first");
+        assert_eq!(disk.list(Path::new("/")).expect("list"), ["f"]);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
 
 use super::{parent, root, Fault, OpKind, Rng};
 
@@ -53,6 +54,8 @@ pub(super) struct State {
     pub(super) inodes: HashMap<u64, Inode>,
     pub(super) next_inode: u64,
     pub(super) trace: VecDeque<String>,
+    /// While true, every sync waits (a hung device); a condition variable wakes them.
+    pub(super) syncs_held: Arc<(Mutex<bool>, Condvar)>,
 }
 
 /// Applies a change to a file's data.
@@ -116,6 +119,7 @@ impl State {
             inodes: HashMap::new(),
             next_inode: 0,
             trace: VecDeque::new(),
+            syncs_held: Arc::default(),
         }
     }
 
@@ -137,6 +141,18 @@ impl State {
         self.keep_synced_entries();
         let generation = self.generation;
         self.note(format_args!("power cut; generation {generation} starts"));
+        generation
+    }
+
+    /// A process restart: nothing on the disk or in the page cache changes; the next
+    /// generation starts. Returns it.
+    pub(super) fn restart(&mut self) -> u64 {
+        self.generation += 1;
+        self.scheduled.clear();
+        let generation = self.generation;
+        self.note(format_args!(
+            "process restart; generation {generation} starts"
+        ));
         generation
     }
 

@@ -33,21 +33,24 @@ impl Shared {
         self.write_open(&mut writer)
     }
 
-    /// Writes the open batch (and any earlier one a failed write left) and syncs it; the
-    /// caller holds `writer`.
+    /// Writes the open batch (and, first, any earlier one a failed write left) and syncs
+    /// it; the caller holds `writer`. While a failed batch is kept, the open batch is not
+    /// taken: records arriving during an outage go to that one batch, so the buffers held
+    /// stay two however often the write is retried.
     fn write_open(&self, writer: &mut Writer) -> Result<(), Error> {
-        // The next batch's buffer is allocated before the lock requests wait for.
-        let mut next = Open::new(0);
-        let taken = {
-            let mut open = self.lock_open();
-            (!open.is_empty()).then(|| {
-                next.seq = open.seq + 1;
-                std::mem::replace(&mut *open, next)
-            })
-        };
         let Writer { wal, pending } = writer;
-        pending.extend(taken);
-        if let Some(last) = pending.last() {
+        loop {
+            let retrying = !pending.is_empty();
+            if !retrying {
+                // The next batch's buffer is allocated before the lock requests wait for.
+                let mut next = Open::new(0);
+                let mut open = self.lock_open();
+                if !open.is_empty() {
+                    next.seq = open.seq + 1;
+                    pending.push(std::mem::replace(&mut *open, next));
+                }
+            }
+            let Some(last) = pending.last() else { break };
             let written_below = last.seq + 1;
             let mut frames: Vec<Frame<'_>> = pending
                 .iter_mut()
@@ -57,11 +60,23 @@ impl Shared {
                 })
                 .collect();
             if let Err(error) = wal.commit(&mut frames) {
-                return Err(self.failed(error, written_below));
+                // The open batch was not tried, but cannot be written before the kept one:
+                // its waiters learn of the failure too.
+                let open = self.lock_open();
+                let failed_below = if open.is_empty() {
+                    written_below
+                } else {
+                    written_below.max(open.seq + 1)
+                };
+                drop(open);
+                return Err(self.failed(error, failed_below));
             }
             pending.clear();
             self.progress
                 .send_modify(|p| p.durable_below = p.durable_below.max(written_below));
+            if !retrying {
+                break;
+            }
         }
         if self.failing.swap(false, Ordering::SeqCst) {
             tracing::info!("state journal written again");

@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
@@ -53,7 +53,8 @@ pub struct Settings {
     /// Entries the hot set holds before a flush writes them to a run.
     pub hot_entries: usize,
     /// The dedup window: a run is rewritten alone this long after it was written, so that
-    /// long-lived records do not keep expired ones on disk.
+    /// long-lived records do not keep expired ones on disk. Must be longer than zero
+    /// ([`Journal::open`] refuses zero).
     pub ttl: Duration,
     /// The clock of the background threads (expiry of runs).
     pub clock: Clock,
@@ -159,6 +160,9 @@ struct Shared {
     failing: AtomicBool,
     /// Set while the flush thread cannot write runs.
     flush_failing: AtomicBool,
+    /// When the writer thread started the commit it is in, if it is in one: a commit whose
+    /// `fdatasync` hangs shows here ([`Journal::writer_busy_for`]).
+    writing_since: Mutex<Option<Instant>>,
     /// Looks of the flush thread for something to write (tests check it does not spin).
     #[cfg(test)]
     flush_passes: AtomicU64,
@@ -167,6 +171,13 @@ struct Shared {
 }
 
 impl Journal {
+    /// How long the writer thread has been in the commit it is in (a write and an
+    /// `fdatasync`), or `None` while it waits for records: a liveness check that finds it
+    /// there far longer than a commit takes has found a hung disk.
+    pub fn writer_busy_for(&self) -> Option<Duration> {
+        lock(&self.shared.writing_since).map(|since| since.elapsed())
+    }
+
     /// The value of `key`, if any (expired values stay until a sweep; callers judge them).
     pub fn get(&self, key: &Digest) -> Result<Option<Vec<u8>>, Error> {
         let key = *key;
@@ -1044,6 +1055,84 @@ pub(crate) mod tests {
             Some(&b"forever"[..]),
             "a power cut after the restart took the run back, and the segments were gone"
         );
+    }
+
+    #[test]
+    fn a_journal_outage_grows_neither_segments_nor_buffers_with_its_retries() {
+        use disk_seam::sim::{Fault, OpKind, SimDisk};
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(5);
+        let dir = Path::new("/store");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+        put(&j, b"before", b"kept", i64::MAX, 0);
+        j.write_now().expect("commit");
+        let segments = lock(&j.shared.writer).wal.segments();
+        // Fifty commits in a row fail at their fdatasync, with one key changing between.
+        for i in 0..50u8 {
+            put(&j, b"key", &[i], i64::MAX, 0);
+            disk.fail_next_matching(OpKind::Sync, Fault::Io, "sync_data");
+            assert!(j.write_now().is_err(), "retry {i}");
+        }
+        {
+            let writer = lock(&j.shared.writer);
+            assert!(
+                writer.wal.segments() <= segments + 1,
+                "{} segments after 50 failed retries, {segments} before",
+                writer.wal.segments()
+            );
+            assert!(
+                writer.pending.len() <= 1,
+                "{} batches kept in memory",
+                writer.pending.len()
+            );
+        }
+        j.write_now().expect("the disk is back");
+        drop(j);
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+        assert_eq!(get(&j, b"before").as_deref(), Some(&b"kept"[..]));
+        assert_eq!(get(&j, b"key").as_deref(), Some(&[49u8][..]));
+        drop(j);
+        let disk = disk.crash();
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+        assert_eq!(get(&j, b"key").as_deref(), Some(&[49u8][..]), "durable");
+    }
+
+    #[test]
+    fn a_ttl_of_zero_is_refused_at_open() {
+        let (dir, store) = temp_store();
+        let now = Arc::new(AtomicI64::new(0));
+        let settings = Settings {
+            ttl: Duration::ZERO,
+            ..settings(1024, &now)
+        };
+        let error = Journal::open(store.tree("state").expect("tree"), dir.path(), 0, settings)
+            .err()
+            .expect("a zero ttl would rewrite a run forever");
+        assert!(error.to_string().contains("ttl"), "{error}");
+    }
+
+    #[test]
+    fn a_commit_whose_sync_hangs_shows_as_the_writer_busy_until_it_returns() {
+        let (_dir, store) = temp_store();
+        let disk = disk_seam::sim::SimDisk::new(9);
+        let settings = Settings {
+            background: true,
+            ..on_sim(&disk, 4096)
+        };
+        let j = open_with(&store, Path::new("/store"), 0, settings);
+        assert_eq!(j.writer_busy_for(), None, "waiting for records is not busy");
+        disk.hold_syncs();
+        put(&j, b"k", b"v", i64::MAX, 0);
+        let wait = |busy: bool| {
+            let end = std::time::Instant::now() + Duration::from_secs(10);
+            while j.writer_busy_for().is_some() != busy {
+                assert!(std::time::Instant::now() < end, "busy never became {busy}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        wait(true);
+        disk.release_syncs();
+        wait(false);
     }
 
     #[test]

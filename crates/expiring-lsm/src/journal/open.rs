@@ -22,12 +22,21 @@ impl Journal {
     /// starts the threads. Batches of a store written before the journal had files are
     /// read from `legacy` first; a store written before runs existed holds
     /// its whole state there: the replay reads it, and the first flush moves it to runs.
+    /// A `ttl` of zero is refused.
     pub fn open(
         legacy: Arc<dyn LegacyBatches>,
         dir: &Path,
         now_ms: i64,
         settings: Settings,
     ) -> Result<Arc<Self>, Error> {
+        if settings.ttl.is_zero() {
+            // A run is rewritten `ttl` after it was written: with zero, every rewrite
+            // would be due again at once, and the merge thread would never stop.
+            return Err(Error::Open {
+                path: dir.to_owned(),
+                reason: "ttl must be longer than zero".into(),
+            });
+        }
         sync_store_folder(&*settings.disk, dir)?;
         let runs = Runs::open(settings.disk.clone(), &dir.join(RUNS_DIR))?;
         let mut replay = Replay::new(runs.journal_below());
@@ -185,6 +194,7 @@ impl Shared {
             stop: AtomicBool::new(false),
             failing: AtomicBool::new(false),
             flush_failing: AtomicBool::new(false),
+            writing_since: Mutex::new(None),
             #[cfg(test)]
             flush_passes: AtomicU64::new(0),
             progress: watch::Sender::new(Progress {

@@ -148,8 +148,11 @@ fn write_loop(shared: &Shared) {
             std::thread::sleep(pause);
         }
         last_start = Some(Instant::now());
+        *lock(&shared.writing_since) = last_start;
+        let written = shared.write_now();
+        *lock(&shared.writing_since) = None;
         // A failure is logged (once), reported to the waiters, and retried by the next round.
-        if shared.write_now().is_err() {
+        if written.is_err() {
             std::thread::sleep(RETRY_PAUSE);
         }
     }

@@ -3,10 +3,13 @@
 //! either. [`StoreError`] is the failure type of every store.
 //!
 //! The spool lives in `spool.redb`: a durable redb commit ends with an `fdatasync` of that
-//! file, so what a commit returned for survives a power cut. sled (0.34) is kept only to
-//! read what earlier versions left: its flush returns after `sync_file_range`, which
-//! neither writes metadata nor flushes the device cache, and its `fsync` runs every 500 ms
-//! on a thread of its own, so nothing a 200 depends on may rest on it.
+//! file, so what a commit returned for survives a power cut. redb reads and writes it
+//! through the disk seam ([`SeamFile`]), and each open first makes the file durable as it
+//! reads ([`spool_file`]), so that nothing is built on pages a failed sync left in the
+//! page cache. sled (0.34) is kept only to read what earlier versions left: its flush
+//! returns after `sync_file_range`, which neither writes metadata nor flushes the device
+//! cache, and its `fsync` runs every 500 ms on a thread of its own, so nothing a 200
+//! depends on may rest on it.
 //!
 //! The legacy sled database is opened only when the folder holds one (its `conf` or `db`
 //! file). Its trees are read by the spool's migration and by the state journal's replay of
@@ -17,7 +20,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use disk_seam::{Disk, DiskFile};
+use disk_seam::Disk;
+
+mod spool_file;
+
+pub use spool_file::SeamFile;
+use spool_file::{lock_spool, make_folder, open_spool, Fence};
 
 /// The page cache of the spool's database when the config does not say (`store.cache`).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
@@ -207,7 +215,18 @@ impl ReadHold {
 pub struct Store {
     dir: PathBuf,
     spool: Arc<redb::Database>,
+    /// What [`Store::reopen_spool`] opens the spool's database again with.
+    spool_file: Arc<SpoolFile>,
     legacy: Arc<Legacy>,
+}
+
+/// The spool's database file as [`Store::reopen_spool`] opens it again: on which disk,
+/// with what cache and lock, and the fence of the storage the database open now uses.
+struct SpoolFile {
+    disk: Arc<dyn Disk>,
+    cache_bytes: u64,
+    lock: Option<Arc<std::fs::File>>,
+    fence: Mutex<Fence>,
 }
 
 /// The legacy sled database of the folder, opened when it holds one, or on the first
@@ -226,45 +245,46 @@ impl Store {
     /// Opens (or creates) the store folder, with a page cache of `cache_bytes` for the
     /// spool's database. A locked, unreadable or corrupt store is an error naming the path.
     /// A legacy sled database in the folder is opened too, or removed if nothing in it is
-    /// left to migrate.
+    /// left to migrate. The spool's database is read and written through the disk seam
+    /// ([`SeamFile`]), as in the tests that run it on a simulated disk.
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
         let open_err = |reason: String| StoreError::Open {
             path: path.to_owned(),
             reason,
         };
-        create_dir_synced(path).map_err(|e| open_err(e.to_string()))?;
-        let file = path.join(SPOOL_FILE);
-        let fresh = !file.exists();
-        let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
-        let spool = wait_for_lock(
-            || {
-                redb::Database::builder()
-                    .set_cache_size(cache)
-                    .create(&file)
-            },
-            |e| matches!(e, redb::DatabaseError::DatabaseAlreadyOpen),
-        )
-        .map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => open_err(
-                "it is locked by another process (is another hookgate running on it?)".into(),
-            ),
-            other => open_err(other.to_string()),
-        })?;
-        if fresh {
-            // The new file's name must survive a power cut with the data committed in it.
-            sync_dir(path).map_err(|e| open_err(e.to_string()))?;
-        }
+        let disk = disk_seam::real();
+        make_folder(&*disk, path).map_err(|e| open_err(e.to_string()))?;
+        let lock =
+            wait_for_lock(|| lock_spool(&path.join(SPOOL_FILE)), |e| e.is_none()).map_err(|e| {
+                open_err(e.map_or_else(
+                    || {
+                        "it is locked by another process (is another hookgate running on it?)"
+                            .into()
+                    },
+                    |e| e.to_string(),
+                ))
+            })?;
+        let lock = Some(Arc::new(lock));
+        let fence = Fence::default();
+        let spool = open_spool(&*disk, path, cache_bytes, lock.clone(), fence.clone())?;
+        let spool_file = SpoolFile {
+            disk,
+            cache_bytes,
+            lock,
+            fence: Mutex::new(fence),
+        };
         let legacy = Legacy {
             dir: path.to_owned(),
             db: Mutex::new(None),
         };
         if legacy_present(path) {
             let db = legacy.open().map_err(|e| open_err(e.to_string()))?;
-            *lock(&legacy.db) = Some(db);
+            *lock_mutex(&legacy.db) = Some(db);
         }
         let store = Self {
             dir: path.to_owned(),
             spool: Arc::new(spool),
+            spool_file: Arc::new(spool_file),
             legacy: Arc::new(legacy),
         };
         store
@@ -273,35 +293,26 @@ impl Store {
         Ok(store)
     }
 
-    /// Opens (or creates) the store folder `path` on `disk`, the spool's database in a file
-    /// of that seam ([`SeamFile`]): how tests run the spool on a simulated disk that a power
-    /// cut takes unsynced writes from. No legacy sled store is opened: sled reads the real
-    /// file system only.
+    /// Opens (or creates) the store folder `path` on `disk`, as [`Store::open_with_cache`]
+    /// does on the real file system: how tests run the spool on a simulated disk that a
+    /// power cut takes unsynced writes from. No legacy sled store is opened (sled reads the
+    /// real file system only), and no lock is taken (a simulated disk has one process).
     pub fn open_on(disk: Arc<dyn Disk>, path: &Path, cache_bytes: u64) -> Result<Self, StoreError> {
-        let open_err = |reason: String| StoreError::Open {
+        make_folder(&*disk, path).map_err(|e| StoreError::Open {
             path: path.to_owned(),
-            reason,
-        };
-        disk_seam::create_dir_all(&*disk, path).map_err(|e| open_err(e.to_string()))?;
-        let fresh = !disk
-            .list(path)
-            .map_err(|e| open_err(e.to_string()))?
-            .iter()
-            .any(|name| name == SPOOL_FILE);
-        let file = disk
-            .open_rw(&path.join(SPOOL_FILE))
-            .map_err(|e| open_err(e.to_string()))?;
-        if fresh {
-            disk.sync_dir(path).map_err(|e| open_err(e.to_string()))?;
-        }
-        let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
-        let spool = redb::Database::builder()
-            .set_cache_size(cache)
-            .create_with_backend(SeamFile(file))
-            .map_err(|e| open_err(e.to_string()))?;
+            reason: e.to_string(),
+        })?;
+        let fence = Fence::default();
+        let spool = open_spool(&*disk, path, cache_bytes, None, fence.clone())?;
         Ok(Self {
             dir: path.to_owned(),
             spool: Arc::new(spool),
+            spool_file: Arc::new(SpoolFile {
+                disk,
+                cache_bytes,
+                lock: None,
+                fence: Mutex::new(fence),
+            }),
             legacy: Arc::new(Legacy {
                 dir: path.to_owned(),
                 db: Mutex::new(None),
@@ -314,9 +325,29 @@ impl Store {
         &self.dir
     }
 
-    /// The spool's database.
+    /// The spool's database, as the open opened it.
     pub fn spool_db(&self) -> Arc<redb::Database> {
         self.spool.clone()
+    }
+
+    /// Opens the spool's database again, as a process starting would (the file made
+    /// durable as it reads first), after a commit met an I/O error: redb refuses every
+    /// write from then on. The database open until now is fenced off its file first: any
+    /// call it still makes fails.
+    pub fn reopen_spool(&self) -> Result<Arc<redb::Database>, StoreError> {
+        let file = &self.spool_file;
+        let mut current = lock_mutex(&file.fence);
+        *current.write().unwrap_or_else(PoisonError::into_inner) = true;
+        let fence = Fence::default();
+        let db = open_spool(
+            &*file.disk,
+            &self.dir,
+            file.cache_bytes,
+            file.lock.clone(),
+            fence.clone(),
+        )?;
+        *current = fence;
+        Ok(Arc::new(db))
     }
 
     /// A tree of the legacy sled database. Reads of a store that has none find it empty;
@@ -330,7 +361,7 @@ impl Store {
 
     /// Whether the folder holds a legacy sled database still open.
     pub fn has_legacy(&self) -> bool {
-        lock(&self.legacy.db).is_some()
+        lock_mutex(&self.legacy.db).is_some()
     }
 
     /// Closes the legacy sled database and removes its files once every tree in it is
@@ -340,7 +371,7 @@ impl Store {
     /// until then they stay, and a crash in between finds every entry still in one place.
     /// Returns whether the files were removed.
     pub fn retire_legacy_if_empty(&self) -> Result<bool, StoreError> {
-        let mut slot = lock(&self.legacy.db);
+        let mut slot = lock_mutex(&self.legacy.db);
         let Some(db) = slot.as_ref() else {
             return Ok(false);
         };
@@ -374,7 +405,7 @@ impl Store {
                 std::fs::remove_file(entry.path())?;
             }
         }
-        sync_dir(&self.dir)?;
+        disk_seam::real().sync_dir(&self.dir)?;
         tracing::info!(path = %self.dir.display(), "legacy sled store migrated and removed");
         Ok(true)
     }
@@ -414,7 +445,7 @@ impl Legacy {
     /// The named tree, if a legacy database is open; with `create`, opening (creating)
     /// one first.
     fn tree(&self, name: &str, create: bool) -> Result<Option<sled::Tree>, StoreError> {
-        let mut slot = lock(&self.db);
+        let mut slot = lock_mutex(&self.db);
         if slot.is_none() && create {
             *slot = Some(self.open()?);
         }
@@ -425,7 +456,7 @@ impl Legacy {
     }
 
     fn flush(&self) -> Result<(), StoreError> {
-        if let Some(db) = lock(&self.db).as_ref() {
+        if let Some(db) = lock_mutex(&self.db).as_ref() {
             db.flush()?;
         }
         Ok(())
@@ -453,64 +484,8 @@ fn legacy_present(dir: &Path) -> bool {
     dir.join("conf").exists() || dir.join("db").exists()
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+fn lock_mutex<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Creates `dir` (and its parents) and syncs the parent of each folder it created, so the
-/// folder survives a power cut with what is written in it.
-fn create_dir_synced(dir: &Path) -> std::io::Result<()> {
-    let mut missing = Vec::new();
-    let mut at = Some(dir);
-    while let Some(path) = at.filter(|p| !p.as_os_str().is_empty() && !p.exists()) {
-        missing.push(path);
-        at = path.parent();
-    }
-    std::fs::create_dir_all(dir)?;
-    for created in missing.iter().rev() {
-        if let Some(parent) = created.parent().filter(|p| !p.as_os_str().is_empty()) {
-            sync_dir(parent)?;
-        }
-    }
-    Ok(())
-}
-
-/// fsyncs a directory: the names created or removed in it survive a power cut.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// redb's storage in a file of the disk seam: every read, write, resize and sync of the
-/// spool's database goes through [`DiskFile`]. Production opens the file with redb's own
-/// backend, which also locks it against a second process.
-pub struct SeamFile(pub Arc<dyn DiskFile>);
-
-impl std::fmt::Debug for SeamFile {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SeamFile")
-    }
-}
-
-impl redb::StorageBackend for SeamFile {
-    fn len(&self) -> Result<u64, std::io::Error> {
-        self.0.len()
-    }
-
-    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
-        self.0.read_exact_at(out, offset)
-    }
-
-    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
-        self.0.set_len(len)
-    }
-
-    fn sync_data(&self) -> Result<(), std::io::Error> {
-        self.0.sync_data()
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
-        self.0.write_all_at(data, offset)
-    }
 }
 
 /// A key and its value.

@@ -1,0 +1,167 @@
+//! The spool's database file: the store folder made and synced, the lock against a second
+//! process, the file made durable as it reads before redb opens it, and redb's storage
+//! over the disk seam ([`SeamFile`]).
+
+use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use disk_seam::{Disk, DiskFile};
+
+use super::{StoreError, SPOOL_FILE};
+
+/// Closed (true) once the database that uses a storage is replaced: every call of that
+/// storage then fails, so the replaced database can neither write over the new one's
+/// pages nor read them half-written. A read-write lock, so fencing waits for the calls
+/// under way.
+pub(super) type Fence = Arc<RwLock<bool>>;
+
+/// Creates the store folder (and its parents) and syncs the folder's own entry into its
+/// parent: a power cut that takes the folder back takes the spool with it, and a sync of
+/// that entry that failed in an earlier run must not stay failed.
+pub(super) fn make_folder(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
+    disk_seam::create_dir_all(disk, dir)?;
+    let parent = disk_seam::parent_of(dir);
+    match disk.sync_dir(&parent) {
+        // A parent the process may not read (a mount point's) cannot be synced by it; the
+        // store worked there before, and keeps working.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
+            Ok(())
+        }
+        synced => synced,
+    }
+}
+
+/// Takes the lock that keeps a second process off the spool's database (`flock`, as redb's
+/// own file backend and earlier versions take it). `Err(None)` when another process holds
+/// it.
+pub(super) fn lock_spool(file: &Path) -> Result<std::fs::File, Option<std::io::Error>> {
+    let handle = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(file)
+        .map_err(Some)?;
+    match handle.try_lock() {
+        Ok(()) => Ok(handle),
+        Err(std::fs::TryLockError::WouldBlock) => Err(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(Some(e)),
+    }
+}
+
+/// Opens the spool's database in `dir` on `disk`. Before redb reads it, its name is synced
+/// into the folder and every byte of it is written again and synced
+/// ([`rewrite_as_read`]): what the next commits build on is then on the disk, not only in
+/// the page cache.
+pub(super) fn open_spool(
+    disk: &dyn Disk,
+    dir: &Path,
+    cache_bytes: u64,
+    lock: Option<Arc<std::fs::File>>,
+    fence: Fence,
+) -> Result<redb::Database, StoreError> {
+    let open_err = |reason: String| StoreError::Open {
+        path: dir.to_owned(),
+        reason,
+    };
+    let file = disk
+        .open_rw(&dir.join(SPOOL_FILE))
+        .map_err(|e| open_err(e.to_string()))?;
+    // The name of a file created by an earlier run whose sync of the folder failed must
+    // survive a power cut with the commits in it.
+    disk.sync_dir(dir).map_err(|e| open_err(e.to_string()))?;
+    rewrite_as_read(&*file).map_err(|e| open_err(format!("{SPOOL_FILE} not made durable: {e}")))?;
+    let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
+    redb::Database::builder()
+        .set_cache_size(cache)
+        .create_with_backend(SeamFile {
+            file,
+            fence,
+            _lock: lock,
+        })
+        .map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => open_err(
+                "it is locked by another process (is another hookgate running on it?)".into(),
+            ),
+            other => open_err(other.to_string()),
+        })
+}
+
+/// Bytes [`rewrite_as_read`] moves at once.
+const REWRITE_CHUNK: usize = 1 << 20;
+
+/// Writes every byte of `file` again, as it reads now, and syncs it. After a failed
+/// `fdatasync` the kernel may keep the failed pages in the page cache, marked clean: a
+/// process restarted without a power cut reads them, redb opens on them and later
+/// commits point into them, yet a power cut takes them away and with them every root
+/// (redb then cannot open the file at all). A write makes such pages dirty again, so the
+/// sync puts on the disk exactly what redb is about to read. The cost is one pass over the
+/// file at each open.
+fn rewrite_as_read(file: &dyn DiskFile) -> std::io::Result<()> {
+    let len = file.len()?;
+    let mut buf = vec![0; REWRITE_CHUNK];
+    let mut at = 0;
+    while at < len {
+        let n = usize::try_from(len - at).map_or(REWRITE_CHUNK, |left| left.min(REWRITE_CHUNK));
+        file.read_exact_at(&mut buf[..n], at)?;
+        file.write_all_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    file.sync_data()
+}
+
+/// redb's storage in a file of the disk seam: every read, write, resize and sync of the
+/// spool's database goes through [`DiskFile`], in production and in tests alike.
+pub struct SeamFile {
+    file: Arc<dyn DiskFile>,
+    /// Closed when the database is opened again ([`super::Store::reopen_spool`]).
+    fence: Fence,
+    /// The `flock` that keeps a second process off the file (real disks only), held as long
+    /// as redb holds its storage.
+    _lock: Option<Arc<std::fs::File>>,
+}
+
+impl SeamFile {
+    /// Runs `op` on the file unless the fence is closed.
+    fn guarded<T>(
+        &self,
+        op: impl FnOnce(&dyn DiskFile) -> std::io::Result<T>,
+    ) -> std::io::Result<T> {
+        let closed = self.fence.read().unwrap_or_else(PoisonError::into_inner);
+        if *closed {
+            return Err(std::io::Error::other(
+                "the spool's database was opened again; this handle is closed",
+            ));
+        }
+        op(&*self.file)
+    }
+}
+
+impl std::fmt::Debug for SeamFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SeamFile")
+    }
+}
+
+impl redb::StorageBackend for SeamFile {
+    fn len(&self) -> Result<u64, std::io::Error> {
+        self.guarded(|f| f.len())
+    }
+
+    fn read(&self, offset: u64, out: &mut [u8]) -> Result<(), std::io::Error> {
+        self.guarded(|f| f.read_exact_at(out, offset))
+    }
+
+    fn set_len(&self, len: u64) -> Result<(), std::io::Error> {
+        self.guarded(|f| f.set_len(len))
+    }
+
+    fn sync_data(&self) -> Result<(), std::io::Error> {
+        self.guarded(|f| f.sync_data())
+    }
+
+    fn write(&self, offset: u64, data: &[u8]) -> Result<(), std::io::Error> {
+        self.guarded(|f| f.write_all_at(data, offset))
+    }
+}
