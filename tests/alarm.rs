@@ -82,6 +82,8 @@ async fn while_the_broker_blocks_publishing_events_are_spooled_and_arrive_after_
     // must be given up when the block is announced, not when its confirm times out.
     cfg.confirm_timeout = "120s".into();
     cfg.extra = "dedup:\n  in_flight_lease: 180s\nspool:\n  stall_after: 180s\n".into();
+    // A writer stuck longer than the confirm's wait is what liveness reports as hung.
+    cfg.store_extra = "  hung_after: 180s\n".into();
     let gw = Gateway::start(&cfg).await;
     let client = client(None);
     wait_broker_connected(&client, &gw).await;
