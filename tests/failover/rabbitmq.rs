@@ -10,7 +10,7 @@
 //! the queue at least once. A single node's memory alarm blocks the connections of one
 //! gateway, or of two replicas on one Redis, past the lease.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -19,12 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicConsumeOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ConnectionProperties};
 
+use crate::util::broker::declare_topic_exchange;
 use crate::util::shared_redis::{KeyPrefix, REDIS_URL};
 use crate::util::{self, event_body, scrape, unique, Gateway, GatewayConfig};
 
@@ -349,6 +348,64 @@ impl Drop for Cluster {
     }
 }
 
+/// A connection to the node at `url` (`what` says which, if it fails) and a channel on it.
+async fn open_channel(url: &str, what: &str) -> (Connection, lapin::Channel) {
+    let connection = Connection::connect(url, ConnectionProperties::default())
+        .await
+        .expect(what);
+    let channel = connection.create_channel().await.expect("channel");
+    (connection, channel)
+}
+
+/// Declares the durable topic `exchange` and the durable quorum queue `queue` on
+/// `channel`; with `initial_group_size`, the queue has that many members.
+async fn declare_topic_and_quorum_queue(
+    channel: &lapin::Channel,
+    exchange: &str,
+    queue: &str,
+    initial_group_size: Option<i32>,
+) {
+    declare_topic_exchange(channel, exchange)
+        .await
+        .expect("exchange");
+    let mut args = FieldTable::default();
+    args.insert(
+        ShortString::from("x-queue-type"),
+        AMQPValue::LongString(LongString::from("quorum")),
+    );
+    if let Some(size) = initial_group_size {
+        args.insert(
+            ShortString::from("x-quorum-initial-group-size"),
+            AMQPValue::LongInt(size),
+        );
+    }
+    channel
+        .queue_declare(
+            ShortString::from(queue),
+            QueueDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            args,
+        )
+        .await
+        .expect("quorum queue");
+}
+
+/// Binds `queue` to `exchange` with `key` on `channel`.
+async fn bind_on(channel: &lapin::Channel, exchange: &str, queue: &str, key: &str) {
+    channel
+        .queue_bind(
+            ShortString::from(queue),
+            ShortString::from(exchange),
+            ShortString::from(key),
+            QueueBindOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .expect("bind");
+}
+
 /// A consumer on one node: every message id it has received, in order.
 struct Consumer {
     _connection: Connection,
@@ -364,62 +421,16 @@ impl Consumer {
     /// on the surviving node stays writable when the other stops (a production cluster has
     /// three nodes and three members).
     async fn start(url: &str, exchange: &str) -> Self {
-        let connection = Connection::connect(url, ConnectionProperties::default())
-            .await
-            .expect("consumer connection");
-        let channel = connection.create_channel().await.expect("channel");
-        channel
-            .exchange_declare(
-                ShortString::from(exchange),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await
-            .expect("exchange");
+        let (connection, channel) = open_channel(url, "consumer connection").await;
         let queue = unique("failover-q");
-        let mut args = FieldTable::default();
-        args.insert(
-            ShortString::from("x-queue-type"),
-            AMQPValue::LongString(LongString::from("quorum")),
-        );
-        args.insert(
-            ShortString::from("x-quorum-initial-group-size"),
-            AMQPValue::LongInt(1),
-        );
-        channel
-            .queue_declare(
-                ShortString::from(queue.as_str()),
-                QueueDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                args,
-            )
-            .await
-            .expect("quorum queue");
-        channel
-            .queue_bind(
-                ShortString::from(queue.as_str()),
-                ShortString::from(exchange),
-                ShortString::from("#"),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .expect("bind");
+        declare_topic_and_quorum_queue(&channel, exchange, &queue, Some(1)).await;
+        bind_on(&channel, exchange, &queue, "#").await;
         Self::consume(connection, &channel, &queue).await
     }
 
     /// Consumes the existing queue `queue` on the node at `url`.
     async fn of(url: &str, queue: &str) -> Self {
-        let connection = Connection::connect(url, ConnectionProperties::default())
-            .await
-            .expect("consumer connection");
-        let channel = connection.create_channel().await.expect("channel");
+        let (connection, channel) = open_channel(url, "consumer connection").await;
         Self::consume(connection, &channel, queue).await
     }
 
@@ -546,20 +557,181 @@ fn logged(gw: &Gateway, message: &str) -> usize {
         .count()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted_event_arrives() {
-    let began = Instant::now();
-    let cluster = match tokio::task::spawn_blocking(|| Cluster::start(2))
+/// Starts a RabbitMQ cluster (or node) of the test's own with `start`, off the runtime;
+/// `None`, after [`util::skip_or_fail`], when it cannot start on this machine.
+async fn own_cluster(
+    start: impl FnOnce() -> Result<Cluster, String> + Send + 'static,
+    what: &str,
+) -> Option<Cluster> {
+    match tokio::task::spawn_blocking(start)
         .await
         .expect("cluster start task")
     {
-        Ok(cluster) => cluster,
+        Ok(cluster) => Some(cluster),
         Err(why) => {
-            util::skip_or_fail(&format!(
-                "a RabbitMQ cluster of the test's own cannot start: {why}"
-            ));
-            return;
+            util::skip_or_fail(&format!("{what} of the test's own cannot start: {why}"));
+            None
         }
+    }
+}
+
+/// The `amqp.urls` line (under `amqp:`) naming every node of `cluster`, in order.
+fn urls_yaml(cluster: &Cluster) -> String {
+    let urls: Vec<String> = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("'{}'", n.url()))
+        .collect();
+    format!("  urls: [{}]\n", urls.join(", "))
+}
+
+/// Starts the gateway of `cfg` and waits until it is connected to its broker.
+async fn connected_gateway(cfg: &GatewayConfig, client: &reqwest::Client) -> Arc<Gateway> {
+    let gw = Arc::new(Gateway::start(cfg).await);
+    util::wait_broker_connected(client, &gw).await;
+    gw
+}
+
+/// A load running in a task of its own, already [`LOAD_BEFORE`] long.
+struct Running<T> {
+    stop: Arc<AtomicBool>,
+    /// When the load began.
+    started: Instant,
+    task: tokio::task::JoinHandle<T>,
+}
+
+impl<T: Send + 'static> Running<T> {
+    /// Spawns the load `start` makes (it runs until its flag is set) and lets it run for
+    /// [`LOAD_BEFORE`].
+    async fn start<F>(start: impl FnOnce(Arc<AtomicBool>) -> F) -> Self
+    where
+        F: std::future::Future<Output = T> + Send + 'static,
+    {
+        let stop = Arc::new(AtomicBool::new(false));
+        let started = Instant::now();
+        let task = tokio::spawn(start(stop.clone()));
+        tokio::time::sleep(LOAD_BEFORE).await;
+        Self {
+            stop,
+            started,
+            task,
+        }
+    }
+
+    /// Lets the load run for [`LOAD_AFTER`] more, stops it and gives its answers.
+    async fn finish(self) -> T {
+        tokio::time::sleep(LOAD_AFTER).await;
+        self.stop.store(true, Ordering::SeqCst);
+        self.task.await.expect("load")
+    }
+}
+
+/// Raises (`true`) or clears the memory alarm of the node `name`: while it is raised, the
+/// node blocks every connection that publishes.
+fn memory_alarm(name: &str, raised: bool) {
+    let watermark = if raised { "0.000001" } else { "0.4" };
+    tokio::task::block_in_place(|| ctl(name, &["set_vm_memory_high_watermark", watermark])).expect(
+        if raised {
+            "memory alarm set"
+        } else {
+            "memory alarm cleared"
+        },
+    );
+}
+
+/// Waits until the spool of `gw` is empty: the time it took, or `None`.
+async fn spool_drained(client: &reqwest::Client, gw: &Gateway) -> Option<Duration> {
+    within(|| async { scrape(client, gw).await.find("hookgate_spool_depth", &[]) == Some(0.0) })
+        .await
+}
+
+/// Delivers a fresh event through `gw`, which must answer 200: its id. Delivered after the
+/// load and the spool, it closes the stream: what was confirmed before it is in the queue
+/// before it.
+async fn send_sentinel(client: &reqwest::Client, gw: &Gateway) -> String {
+    let sentinel = unique("evt-sentinel");
+    let (status, answer) = gw
+        .deliver(client, &event_body(&sentinel), &unique("req"))
+        .await;
+    assert_eq!(status, 200, "sentinel: {answer}");
+    sentinel
+}
+
+/// Waits until `consumer` has received every one of `sentinels`: the time it took, or
+/// `None`.
+async fn sentinels_arrive(consumer: &Consumer, sentinels: &[String]) -> Option<Duration> {
+    within(|| {
+        let got = consumer.received();
+        let seen = sentinels.iter().all(|s| got.contains(s));
+        async move { seen }
+    })
+    .await
+}
+
+/// Waits for the spool of `gw` to drain, then sends a sentinel through `gw` and waits
+/// until `consumer` has it: the sentinel's id.
+async fn close_stream(client: &reqwest::Client, gw: &Gateway, consumer: &Consumer) -> String {
+    assert!(
+        spool_drained(client, gw).await.is_some(),
+        "the spool never drained"
+    );
+    let sentinel = send_sentinel(client, gw).await;
+    let arrived = sentinels_arrive(consumer, std::slice::from_ref(&sentinel)).await;
+    assert!(arrived.is_some(), "the sentinel never arrived");
+    sentinel
+}
+
+/// How many copies of each message id `consumer` received, leaving out `sentinels`.
+fn copies(consumer: &Consumer, sentinels: &[String]) -> BTreeMap<String, usize> {
+    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
+    for id in consumer.received() {
+        if !sentinels.contains(&id) {
+            *copies.entry(id).or_default() += 1;
+        }
+    }
+    copies
+}
+
+/// The answers other than 200, counted by status and body: the sender retries those.
+fn other_answers(answers: &[Sent]) -> BTreeMap<String, usize> {
+    let mut others: BTreeMap<String, usize> = BTreeMap::new();
+    for a in answers.iter().filter(|a| a.status != 200) {
+        *others
+            .entry(format!("{} {}", a.status, a.answer))
+            .or_insert(0) += 1;
+    }
+    others
+}
+
+/// The ids of `accepted` of which no copy arrived.
+fn missing<'a>(accepted: &[&'a Sent], copies: &BTreeMap<String, usize>) -> Vec<&'a str> {
+    accepted
+        .iter()
+        .filter(|a| !copies.contains_key(&a.id))
+        .map(|a| a.id.as_str())
+        .collect()
+}
+
+/// Fails, naming how many and the first five, unless nothing was `found` of `what`.
+fn assert_none<T: std::fmt::Debug>(found: &[T], what: &str) {
+    assert!(
+        found.is_empty(),
+        "{} {what}, e.g. {:?}",
+        found.len(),
+        &found[..found.len().min(5)]
+    );
+}
+
+/// The longest any of `answers` took.
+fn slowest(answers: &[Sent]) -> Duration {
+    answers.iter().map(|a| a.took).max().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted_event_arrives() {
+    let began = Instant::now();
+    let Some(mut cluster) = own_cluster(|| Cluster::start(2), "a RabbitMQ cluster").await else {
+        return;
     };
     let cluster_ready = began.elapsed();
     let exchange = unique("failover");
@@ -568,29 +740,21 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cfg = GatewayConfig::new(dir.path(), &exchange);
     cfg.amqp_url = String::new();
-    cfg.amqp_extra = format!(
-        "  urls: ['{}', '{}']\n",
-        cluster.nodes[0].url(),
-        cluster.nodes[1].url()
-    );
-    let gw = Arc::new(Gateway::start(&cfg).await);
+    cfg.amqp_extra = urls_yaml(&cluster);
     let client = util::client(None);
-    util::wait_broker_connected(&client, &gw).await;
+    let gw = connected_gateway(&cfg, &client).await;
     assert_eq!(
         broker_node(&client, &gw).await,
         Some(0.0),
         "the gateway starts on the first node of amqp.urls"
     );
 
-    let stop_load = Arc::new(AtomicBool::new(false));
-    let load_started = Instant::now();
-    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone(), None));
-    tokio::time::sleep(LOAD_BEFORE).await;
+    let sender = Running::start(|stop| load(gw.clone(), client.clone(), stop, None)).await;
+    let load_started = sender.started;
 
     // The node the gateway is connected to goes away mid-load.
     let killed_at = load_started.elapsed();
     let stopping = Instant::now();
-    let mut cluster = cluster;
     let stopped = tokio::task::block_in_place(|| cluster.nodes[0].stop());
     let stop_took = stopping.elapsed();
     stopped.expect("rabbitmqctl stop of the first node");
@@ -603,56 +767,22 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
             gw.logs().join("\n")
         );
     };
-    tokio::time::sleep(LOAD_AFTER).await;
-    stop_load.store(true, Ordering::SeqCst);
-    let answers = sender.await.expect("load");
+    let answers = sender.finish().await;
     let load_time = load_started.elapsed();
 
     // Everything spooled meanwhile goes out, then a sentinel closes the stream: what was
     // confirmed before it is in the queue before it.
-    let drained = within(|| async {
-        scrape(&client, &gw).await.find("hookgate_spool_depth", &[]) == Some(0.0)
-    })
-    .await;
-    assert!(drained.is_some(), "the spool never drained");
-    let sentinel = unique("evt-sentinel");
-    let (status, answer) = gw
-        .deliver(&client, &event_body(&sentinel), &unique("req"))
-        .await;
-    assert_eq!(status, 200, "sentinel: {answer}");
-    let arrived = within(|| {
-        let seen = consumer.received().contains(&sentinel);
-        async move { seen }
-    })
-    .await;
-    assert!(arrived.is_some(), "the sentinel never arrived");
+    let sentinel = close_stream(&client, &gw, &consumer).await;
 
-    let received: Vec<String> = consumer
-        .received()
-        .into_iter()
-        .filter(|id| *id != sentinel)
-        .collect();
-    let distinct: HashSet<&String> = received.iter().collect();
-    let accepted: Vec<&String> = answers
-        .iter()
-        .filter(|a| a.status == 200)
-        .map(|a| &a.id)
-        .collect();
-    // Answers other than 200, by status and body: the sender retries those.
-    let mut others: BTreeMap<String, usize> = BTreeMap::new();
-    for a in answers.iter().filter(|a| a.status != 200) {
-        *others
-            .entry(format!("{} {}", a.status, a.answer))
-            .or_insert(0) += 1;
-    }
+    let copies = copies(&consumer, &[sentinel]);
+    let accepted: Vec<&Sent> = answers.iter().filter(|a| a.status == 200).collect();
+    let others = other_answers(&answers);
     let mut took: Vec<Duration> = answers.iter().map(|a| a.took).collect();
     took.sort();
     let median = took.get(took.len() / 2).copied().unwrap_or_default();
     let slowest = took.last().copied().unwrap_or_default();
-    let missing: Vec<&&String> = accepted
-        .iter()
-        .filter(|id| !distinct.contains(**id))
-        .collect();
+    let missing = missing(&accepted, &copies);
+    let messages: usize = copies.values().sum();
     let spooled = logged(&gw, "event spooled");
     let failed = logged(&gw, "publish failed; spooling");
     let moved = gw.logs().iter().any(|l| {
@@ -672,19 +802,14 @@ async fn a_stopped_cluster_node_moves_publishing_to_the_other_and_every_accepted
          messages received {}, distinct {}, duplicates {}, missing {}; test took {:.1?}",
         answers.len(),
         accepted.len(),
-        received.len(),
-        distinct.len(),
-        received.len() - distinct.len(),
+        messages,
+        copies.len(),
+        messages - copies.len(),
         missing.len(),
         began.elapsed(),
     );
     assert!(moved, "no 'broker connected' log line names node 1");
-    assert!(
-        missing.is_empty(),
-        "{} events answered 200 never arrived, e.g. {:?}",
-        missing.len(),
-        missing.iter().take(5).collect::<Vec<_>>()
-    );
+    assert_none(&missing, "events answered 200 never arrived");
     assert!(
         accepted.len() > LOAD_PER_SECOND as usize,
         "too few events accepted for a test: {}",
@@ -768,57 +893,15 @@ fn quorum_until(
 /// Declares the durable topic `exchange` and the quorum queue `queue` through the node at
 /// `url`, as a consumer that ran before the gateway would.
 async fn declare_quorum_queue(url: &str, exchange: &str, queue: &str) {
-    let connection = Connection::connect(url, ConnectionProperties::default())
-        .await
-        .expect("declaring connection");
-    let channel = connection.create_channel().await.expect("channel");
-    channel
-        .exchange_declare(
-            ShortString::from(exchange),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await
-        .expect("exchange");
-    let mut args = FieldTable::default();
-    args.insert(
-        ShortString::from("x-queue-type"),
-        AMQPValue::LongString(LongString::from("quorum")),
-    );
-    channel
-        .queue_declare(
-            ShortString::from(queue),
-            QueueDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            args,
-        )
-        .await
-        .expect("quorum queue");
+    let (connection, channel) = open_channel(url, "declaring connection").await;
+    declare_topic_and_quorum_queue(&channel, exchange, queue, None).await;
     let _ = connection.close(0, ShortString::from("declared")).await;
 }
 
 /// Binds `queue` to `exchange` with `key` through the node at `url`.
 async fn bind(url: &str, exchange: &str, queue: &str, key: &str) {
-    let connection = Connection::connect(url, ConnectionProperties::default())
-        .await
-        .expect("binding connection");
-    let channel = connection.create_channel().await.expect("channel");
-    channel
-        .queue_bind(
-            ShortString::from(queue),
-            ShortString::from(exchange),
-            ShortString::from(key),
-            QueueBindOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .expect("bind");
+    let (connection, channel) = open_channel(url, "binding connection").await;
+    bind_on(&channel, exchange, queue, key).await;
     let _ = connection.close(0, ShortString::from("bound")).await;
 }
 
@@ -826,17 +909,8 @@ async fn bind(url: &str, exchange: &str, queue: &str, key: &str) {
 async fn a_quorum_queue_on_three_nodes_keeps_every_accepted_event_when_its_leader_and_then_the_used_node_stop(
 ) {
     let began = Instant::now();
-    let mut cluster = match tokio::task::spawn_blocking(|| Cluster::start(3))
-        .await
-        .expect("cluster start task")
-    {
-        Ok(cluster) => cluster,
-        Err(why) => {
-            util::skip_or_fail(&format!(
-                "a RabbitMQ cluster of the test's own cannot start: {why}"
-            ));
-            return;
-        }
+    let Some(mut cluster) = own_cluster(|| Cluster::start(3), "a RabbitMQ cluster").await else {
+        return;
     };
     let cluster_ready = began.elapsed();
     let names: Vec<String> = cluster.nodes.iter().map(|n| n.name.clone()).collect();
@@ -859,25 +933,16 @@ async fn a_quorum_queue_on_three_nodes_keeps_every_accepted_event_when_its_leade
     let mut cfg = GatewayConfig::new(dir.path(), &exchange);
     cfg.amqp_url = String::new();
     cfg.amqp_extra = format!(
-        "  urls: ['{}', '{}', '{}']\n  queue:\n    name: {queue}\n    type: quorum\n    binding: 'contact.#'\n",
-        cluster.nodes[0].url(),
-        cluster.nodes[1].url(),
-        cluster.nodes[2].url()
+        "{}  queue:\n    name: {queue}\n    type: quorum\n    binding: 'contact.#'\n",
+        urls_yaml(&cluster)
     );
-    let gw = Arc::new(Gateway::start(&cfg).await);
     let client = util::client(None);
-    util::wait_broker_connected(&client, &gw).await;
+    let gw = connected_gateway(&cfg, &client).await;
     let first_used = broker_node(&client, &gw).await;
 
-    let stop_load = Arc::new(AtomicBool::new(false));
-    let load_started = Instant::now();
-    let sender = tokio::spawn(load(
-        gw.clone(),
-        client.clone(),
-        stop_load.clone(),
-        Some(UNROUTABLE_EVERY),
-    ));
-    tokio::time::sleep(LOAD_BEFORE).await;
+    let sender =
+        Running::start(|stop| load(gw.clone(), client.clone(), stop, Some(UNROUTABLE_EVERY))).await;
+    let load_started = sender.started;
 
     // 1. The node of the queue's leader stops; another member becomes the leader.
     let leader_stopped_at = load_started.elapsed();
@@ -932,9 +997,7 @@ async fn a_quorum_queue_on_three_nodes_keeps_every_accepted_event_when_its_leade
         );
     };
     let moved_to = broker_node(&client, &gw).await;
-    tokio::time::sleep(LOAD_AFTER).await;
-    stop_load.store(true, Ordering::SeqCst);
-    let answers = sender.await.expect("load");
+    let answers = sender.finish().await;
     let load_time = load_started.elapsed();
 
     // Every unroutable event answered 200 waits in the held area: nothing is bound for it.
@@ -971,45 +1034,25 @@ async fn a_quorum_queue_on_three_nodes_keeps_every_accepted_event_when_its_leade
     })
     .await;
     assert!(drained.is_some(), "the spool never drained");
-    let sentinel = unique("evt-sentinel");
-    let (status, answer) = gw
-        .deliver(&client, &event_body(&sentinel), &unique("req"))
-        .await;
-    assert_eq!(status, 200, "sentinel: {answer}");
+    let sentinel = send_sentinel(&client, &gw).await;
 
     // A consumer on a node that is up reads the queue to the sentinel.
     let consumer = Consumer::of(&cluster.nodes[up].url(), &queue).await;
-    let arrived = within(|| {
-        let seen = consumer.received().contains(&sentinel);
-        async move { seen }
-    })
-    .await;
+    let arrived = sentinels_arrive(&consumer, std::slice::from_ref(&sentinel)).await;
     assert!(arrived.is_some(), "the sentinel never arrived");
 
-    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
-    for id in consumer.received().into_iter().filter(|id| *id != sentinel) {
-        *copies.entry(id).or_default() += 1;
-    }
+    let copies = copies(&consumer, &[sentinel]);
     let accepted: Vec<&Sent> = answers
         .iter()
         .filter(|a| a.status == 200 && a.answer["status"] == "accepted")
         .collect();
-    let missing: Vec<&str> = accepted
-        .iter()
-        .filter(|a| !copies.contains_key(&a.id))
-        .map(|a| a.id.as_str())
-        .collect();
-    let mut others: BTreeMap<String, usize> = BTreeMap::new();
-    for a in answers.iter().filter(|a| a.status != 200) {
-        *others
-            .entry(format!("{} {}", a.status, a.answer))
-            .or_insert(0) += 1;
-    }
+    let missing = missing(&accepted, &copies);
+    let others = other_answers(&answers);
     let not_503: Vec<&String> = others.keys().filter(|k| !k.starts_with("503 ")).collect();
     let answered_503 = answers.iter().filter(|a| a.status == 503).count();
     let messages: usize = copies.values().sum();
     let twice = copies.values().filter(|n| **n > 1).count();
-    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    let slowest = slowest(&answers);
     let spooled = logged(&gw, "event spooled");
     let failed = logged(&gw, "publish failed; spooling");
     use std::io::Write as _;
@@ -1029,12 +1072,7 @@ async fn a_quorum_queue_on_three_nodes_keeps_every_accepted_event_when_its_leade
         missing.len(),
         began.elapsed(),
     );
-    assert!(
-        missing.is_empty(),
-        "{} events answered 200 never arrived, e.g. {:?}",
-        missing.len(),
-        missing.iter().take(5).collect::<Vec<_>>()
-    );
+    assert_none(&missing, "events answered 200 never arrived");
     assert!(
         not_503.is_empty(),
         "answers besides 200 and 503: {not_503:?}"
@@ -1058,17 +1096,8 @@ const ALARM_FOR: Duration = Duration::from_secs(12);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_blocked_past_the_lease_answers_every_request_within_it() {
-    let node = match tokio::task::spawn_blocking(Cluster::single)
-        .await
-        .expect("node start task")
-    {
-        Ok(node) => node,
-        Err(why) => {
-            util::skip_or_fail(&format!(
-                "a RabbitMQ node of the test's own cannot start: {why}"
-            ));
-            return;
-        }
+    let Some(node) = own_cluster(Cluster::single, "a RabbitMQ node").await else {
+        return;
     };
     let exchange = unique("alarm");
     let consumer = Consumer::start(&node.nodes[0].url(), &exchange).await;
@@ -1080,69 +1109,31 @@ async fn a_connection_blocked_past_the_lease_answers_every_request_within_it() {
         "dedup:\n  in_flight_wait: 1s\n  in_flight_lease: {}s\n",
         ALARM_LEASE.as_secs()
     );
-    let gw = Arc::new(Gateway::start(&cfg).await);
     let client = util::client(None);
-    util::wait_broker_connected(&client, &gw).await;
+    let gw = connected_gateway(&cfg, &client).await;
 
-    let stop_load = Arc::new(AtomicBool::new(false));
-    let sender = tokio::spawn(load(gw.clone(), client.clone(), stop_load.clone(), None));
-    tokio::time::sleep(LOAD_BEFORE).await;
+    let sender = Running::start(|stop| load(gw.clone(), client.clone(), stop, None)).await;
     // A memory alarm on the node: the broker blocks the publishing connection, longer than
     // a claim's lease, while the load goes on.
-    let name = node.nodes[0].name.clone();
-    let alarm = {
-        let name = name.clone();
-        tokio::task::spawn_blocking(move || {
-            ctl(&name, &["set_vm_memory_high_watermark", "0.000001"])
-        })
-    };
-    alarm.await.expect("ctl task").expect("memory alarm set");
+    let name = &node.nodes[0].name;
+    memory_alarm(name, true);
     tokio::time::sleep(ALARM_FOR).await;
-    let cleared = {
-        let name = name.clone();
-        tokio::task::spawn_blocking(move || ctl(&name, &["set_vm_memory_high_watermark", "0.4"]))
-    };
-    cleared
-        .await
-        .expect("ctl task")
-        .expect("memory alarm cleared");
-    tokio::time::sleep(LOAD_AFTER).await;
-    stop_load.store(true, Ordering::SeqCst);
-    let answers = sender.await.expect("load");
+    memory_alarm(name, false);
+    let answers = sender.finish().await;
 
-    let drained = within(|| async {
-        scrape(&client, &gw).await.find("hookgate_spool_depth", &[]) == Some(0.0)
-    })
-    .await;
-    assert!(drained.is_some(), "the spool never drained");
-    let sentinel = unique("evt-sentinel");
-    let (status, answer) = gw
-        .deliver(&client, &event_body(&sentinel), &unique("req"))
-        .await;
-    assert_eq!(status, 200, "sentinel: {answer}");
-    let arrived = within(|| {
-        let seen = consumer.received().contains(&sentinel);
-        async move { seen }
-    })
-    .await;
-    assert!(arrived.is_some(), "the sentinel never arrived");
+    close_stream(&client, &gw, &consumer).await;
 
-    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
-    for id in consumer.received() {
-        *copies.entry(id).or_default() += 1;
-    }
+    // The sentinel is counted too, as a message.
+    let copies = copies(&consumer, &[]);
     let accepted: Vec<&Sent> = answers.iter().filter(|a| a.status == 200).collect();
     let late: Vec<(&str, u16, Duration)> = answers
         .iter()
         .filter(|a| a.took >= ALARM_LEASE)
         .map(|a| (a.id.as_str(), a.status, a.took))
         .collect();
-    let missing = accepted
-        .iter()
-        .filter(|a| !copies.contains_key(&a.id))
-        .count();
+    let missing = missing(&accepted, &copies).len();
     let twice = copies.values().filter(|n| **n > 1).count();
-    let slowest = answers.iter().map(|a| a.took).max().unwrap_or_default();
+    let slowest = slowest(&answers);
     use std::io::Write as _;
     let _ = writeln!(
         std::io::stderr(),
@@ -1153,12 +1144,7 @@ async fn a_connection_blocked_past_the_lease_answers_every_request_within_it() {
         late.len(),
         copies.values().sum::<usize>(),
     );
-    assert!(
-        late.is_empty(),
-        "{} requests were answered later than the lease, e.g. {:?}",
-        late.len(),
-        late.iter().take(5).collect::<Vec<_>>()
-    );
+    assert_none(&late, "requests were answered later than the lease");
     assert_eq!(missing, 0, "events answered 200 never arrived");
 }
 
@@ -1270,17 +1256,8 @@ async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_repli
         return;
     }
     let began = Instant::now();
-    let node = match tokio::task::spawn_blocking(Cluster::single)
-        .await
-        .expect("node start task")
-    {
-        Ok(node) => node,
-        Err(why) => {
-            util::skip_or_fail(&format!(
-                "a RabbitMQ node of the test's own cannot start: {why}"
-            ));
-            return;
-        }
+    let Some(node) = own_cluster(Cluster::single, "a RabbitMQ node").await else {
+        return;
     };
     let node_ready = began.elapsed();
     let bound = replicas_bound();
@@ -1295,6 +1272,7 @@ async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_repli
         tempfile::tempdir().expect("tempdir"),
         tempfile::tempdir().expect("tempdir"),
     ];
+    let client = util::client(None);
     let mut gws = Vec::new();
     for dir in &dirs {
         let mut cfg = GatewayConfig::new(dir.path(), &exchange);
@@ -1305,66 +1283,36 @@ async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_repli
             REPLICAS_IN_FLIGHT_WAIT.as_secs(),
             lease.as_secs()
         );
-        gws.push(Arc::new(Gateway::start(&cfg).await));
+        gws.push(connected_gateway(&cfg, &client).await);
     }
     let gws = [gws[0].clone(), gws[1].clone()];
-    let client = util::client(None);
-    for gw in &gws {
-        util::wait_broker_connected(&client, gw).await;
-    }
 
-    let stop_load = Arc::new(AtomicBool::new(false));
-    let load_started = Instant::now();
-    let sender = tokio::spawn(load_with_retries(
-        gws.clone(),
-        client.clone(),
-        stop_load.clone(),
-    ));
-    tokio::time::sleep(LOAD_BEFORE).await;
+    let sender = Running::start(|stop| load_with_retries(gws.clone(), client.clone(), stop)).await;
+    let load_started = sender.started;
     // A memory alarm on the node blocks both replicas' connections past the lease.
-    let name = node.nodes[0].name.clone();
+    let name = &node.nodes[0].name;
     let alarm_at = load_started.elapsed();
-    tokio::task::block_in_place(|| ctl(&name, &["set_vm_memory_high_watermark", "0.000001"]))
-        .expect("memory alarm set");
+    memory_alarm(name, true);
     tokio::time::sleep(alarm_for).await;
     let cleared_at = load_started.elapsed();
-    tokio::task::block_in_place(|| ctl(&name, &["set_vm_memory_high_watermark", "0.4"]))
-        .expect("memory alarm cleared");
-    tokio::time::sleep(LOAD_AFTER).await;
-    stop_load.store(true, Ordering::SeqCst);
-    let deliveries = sender.await.expect("load");
+    memory_alarm(name, false);
+    let deliveries = sender.finish().await;
 
     // Both spools drain; then a sentinel through each replica closes its stream.
     for gw in &gws {
-        let drained = within(|| async {
-            scrape(&client, gw).await.find("hookgate_spool_depth", &[]) == Some(0.0)
-        })
-        .await;
-        assert!(drained.is_some(), "a spool never drained");
+        assert!(
+            spool_drained(&client, gw).await.is_some(),
+            "a spool never drained"
+        );
     }
     let mut sentinels = Vec::new();
     for gw in &gws {
-        let sentinel = unique("evt-sentinel");
-        let (status, answer) = gw
-            .deliver(&client, &event_body(&sentinel), &unique("req"))
-            .await;
-        assert_eq!(status, 200, "sentinel: {answer}");
-        sentinels.push(sentinel);
+        sentinels.push(send_sentinel(&client, gw).await);
     }
-    let arrived = within(|| {
-        let got = consumer.received();
-        let seen = sentinels.iter().all(|s| got.contains(s));
-        async move { seen }
-    })
-    .await;
+    let arrived = sentinels_arrive(&consumer, &sentinels).await;
     assert!(arrived.is_some(), "a sentinel never arrived");
 
-    let mut copies: BTreeMap<String, usize> = BTreeMap::new();
-    for id in consumer.received() {
-        if !sentinels.contains(&id) {
-            *copies.entry(id).or_default() += 1;
-        }
-    }
+    let copies = copies(&consumer, &sentinels);
     let tries: Vec<&Try> = deliveries.iter().flat_map(|d| &d.tries).collect();
     let late: Vec<(&str, usize, u16, Duration)> = deliveries
         .iter()
@@ -1445,11 +1393,9 @@ async fn a_connection_blocked_past_the_lease_with_retries_through_a_second_repli
         missing.len(),
         began.elapsed(),
     );
-    assert!(
-        late.is_empty(),
-        "{} answers came later than the bound {bound:?}, e.g. {:?}",
-        late.len(),
-        late.iter().take(5).collect::<Vec<_>>()
+    assert_none(
+        &late,
+        &format!("answers came later than the bound {bound:?}"),
     );
     let not_503: Vec<&String> = statuses
         .keys()

@@ -161,21 +161,55 @@ async fn sentinel_set(
     Some((master, copies, sentinels))
 }
 
+/// The `wait_replicas` tests' servers: a master with two replicas watched by three
+/// sentinels, a broker, and the `redis:` section's lines naming the sentinels with
+/// `wait_replicas: 1`. The servers and their folders live as long as it does.
+struct WaitedSentinels {
+    master: Server,
+    broker: Broker,
+    /// The lines under `redis:`, each indented by two spaces and ending in a newline.
+    redis_yaml: String,
+    _replicas: Vec<Server>,
+    _sentinels: Vec<Server>,
+    _dirs: Vec<tempfile::TempDir>,
+}
+
+impl WaitedSentinels {
+    /// Starts them all; `None` when the servers cannot start here.
+    async fn start() -> Option<Self> {
+        let dirs: Vec<tempfile::TempDir> =
+            (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
+        let (master, replicas, sentinels) = sentinel_set(&dirs, 2).await?;
+        let broker = Broker::new().await;
+        let list: Vec<String> = sentinels.iter().map(Server::addr).collect();
+        let redis_yaml = format!(
+            "  url: redis://127.0.0.1:1/0\n  sentinels: [{}]\n  master_name: {MASTER}\n  wait_replicas: 1\n  wait_timeout: 1s\n",
+            list.join(", ")
+        );
+        Some(Self {
+            master,
+            broker,
+            redis_yaml,
+            _replicas: replicas,
+            _sentinels: sentinels,
+            _dirs: dirs,
+        })
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_every_opt_out_holds() {
     require_broker!();
-    let dirs: Vec<tempfile::TempDir> = (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let Some((mut master, _replicas, sentinels)) = sentinel_set(&dirs, 2).await else {
+    let Some(mut servers) = WaitedSentinels::start().await else {
         return;
     };
-    let broker = Broker::new().await;
-    let list: Vec<String> = sentinels.iter().map(Server::addr).collect();
+    let (master, broker) = (&mut servers.master, &servers.broker);
     let gw_dir = tempfile::tempdir().expect("dir");
     let mut cfg = GatewayConfig::new(gw_dir.path(), &broker.exchange).with_spec_guard();
     cfg.extra = format!(
-        "dedup:\n  backend: redis\nredis:\n  url: redis://127.0.0.1:1/0\n  key_prefix: \"{}:\"\n  sentinels: [{}]\n  master_name: {MASTER}\n  wait_replicas: 1\n  wait_timeout: 1s\n",
-        unique("hg-sentinel-wait"),
-        list.join(", ")
+        "dedup:\n  backend: redis\nredis:\n{}  key_prefix: \"{}:\"\n",
+        servers.redis_yaml,
+        unique("hg-sentinel-wait")
     );
     let gw = Gateway::start(&cfg).await;
     wait_broker_connected(&client(None), &gw).await;
@@ -247,18 +281,12 @@ async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_eve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_wait_replicas_and_two_replicas_the_master_killed_mid_load_loses_no_answered_event() {
     require_broker!();
-    let dirs: Vec<tempfile::TempDir> = (0..6).map(|_| tempfile::tempdir().expect("dir")).collect();
-    let Some((mut master, _replicas, sentinels)) = sentinel_set(&dirs, 2).await else {
+    let Some(mut servers) = WaitedSentinels::start().await else {
         return;
     };
-    let broker = Broker::new().await;
-    let list: Vec<String> = sentinels.iter().map(Server::addr).collect();
-    let redis_yaml = format!(
-        "  url: redis://127.0.0.1:1/0\n  sentinels: [{}]\n  master_name: {MASTER}\n  wait_replicas: 1\n  wait_timeout: 1s\n",
-        list.join(", ")
-    );
-    let (a, b, _dirs) = two_gateways(&broker, &redis_yaml).await;
-    let figures = load_through_failover("sentinel_wait", &a, &b, &broker, || master.kill()).await;
+    let (master, broker) = (&mut servers.master, &servers.broker);
+    let (a, b, _dirs) = two_gateways(broker, &servers.redis_yaml).await;
+    let figures = load_through_failover("sentinel_wait", &a, &b, broker, || master.kill()).await;
     assert!(figures.answered_200 > 0, "{figures:?}");
     broker.delete().await;
 }

@@ -3,6 +3,7 @@
 //! answer may be a 200, whatever happens to the gateway's connections; and the requests
 //! waiting for the stopped replica wait side by side, not one behind another.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use crate::require_broker;
 use crate::util::*;
 
 /// A master and a replica in sync, in `dirs`.
-async fn master_and_replica(dirs: &[tempfile::TempDir; 2]) -> Option<(Server, Server)> {
+async fn master_and_replica(dirs: &[tempfile::TempDir]) -> Option<(Server, Server)> {
     let master = Server::start(dirs[0].path(), free_port(), None, &[]).await?;
     let replica_args = ["--replicaof", "127.0.0.1", &master.port.to_string()].map(str::to_owned);
     let replica_args: Vec<&str> = replica_args.iter().map(String::as_str).collect();
@@ -43,12 +44,64 @@ async fn gateway_waiting(
     gw
 }
 
-fn patient_client() -> reqwest::Client {
-    hookgate::tls::install_crypto_provider();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .expect("client")
+/// What the tests of a stopped replica run against: a master and its replica (stopped with
+/// `SIGSTOP`), a broker and a gateway on the master waiting `wait_timeout` for the replica.
+/// The folders live as long as it does.
+struct StoppedReplica {
+    master: Server,
+    replica: Server,
+    broker: Broker,
+    gw: Gateway,
+    _dirs: [tempfile::TempDir; 3],
+}
+
+impl StoppedReplica {
+    /// Starts it all and stops the replica; `None` when the servers cannot start here.
+    async fn start(wait_timeout: &str) -> Option<Self> {
+        let dirs = [
+            tempfile::tempdir().expect("dir"),
+            tempfile::tempdir().expect("dir"),
+            tempfile::tempdir().expect("dir"),
+        ];
+        let (master, replica) = master_and_replica(&dirs[..2]).await?;
+        let broker = Broker::new().await;
+        let gw = gateway_waiting(&broker, &dirs[2], &master, wait_timeout).await;
+        replica.signal("STOP");
+        Some(Self {
+            master,
+            replica,
+            broker,
+            gw,
+            _dirs: dirs,
+        })
+    }
+}
+
+/// Sends `command` to `master` on a connection of its own every `period` until the flag
+/// returned is set, folding each reply into `state` with `fold`; the handle gives the last
+/// state.
+async fn poll_master<R, T>(
+    master: &Server,
+    command: redis::Cmd,
+    period: Duration,
+    mut state: T,
+    mut fold: impl FnMut(T, redis::RedisResult<R>) -> T + Send + 'static,
+) -> (Arc<AtomicBool>, tokio::task::JoinHandle<T>)
+where
+    R: redis::FromRedisValue + Send + 'static,
+    T: Send + 'static,
+{
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut conn = master.connect().await.expect("connection to the master");
+    let stopped = stop.clone();
+    let task = tokio::spawn(async move {
+        while !stopped.load(Ordering::Relaxed) {
+            state = fold(state, command.query_async(&mut conn).await);
+            tokio::time::sleep(period).await;
+        }
+        state
+    });
+    (stop, task)
 }
 
 /// The `n`-th delivery of load task `task`: plain events, status chains and STOP/START of
@@ -78,44 +131,31 @@ fn delivery(task: usize, n: usize) -> (String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_replica_and_connections_killed_every_50ms_leave_no_200_answered() {
     require_broker!();
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let Some((master, replica)) = master_and_replica(&dirs).await else {
+    let Some(servers) = StoppedReplica::start("200ms").await else {
         return;
     };
-    let broker = Broker::new().await;
-    let dir = tempfile::tempdir().expect("dir");
-    let gw = gateway_waiting(&broker, &dir, &master, "200ms").await;
-    replica.signal("STOP");
 
     // Every 50 ms, every normal client of the master is killed (this one skips itself).
-    let killing = Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let mut killer_conn = master.connect().await.expect("connection to the master");
-    let kills = {
-        let killing = killing.clone();
-        tokio::spawn(async move {
-            let mut kills = 0u32;
-            while killing.load(std::sync::atomic::Ordering::Relaxed) {
-                let killed: redis::RedisResult<i64> = redis::cmd("CLIENT")
-                    .arg("KILL")
-                    .arg("TYPE")
-                    .arg("normal")
-                    .query_async(&mut killer_conn)
-                    .await;
-                kills += u32::from(killed.is_ok_and(|n| n > 0));
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            kills
-        })
-    };
+    let mut kill = redis::cmd("CLIENT");
+    kill.arg("KILL").arg("TYPE").arg("normal");
+    let (stop_killing, kills) = poll_master(
+        &servers.master,
+        kill,
+        Duration::from_millis(50),
+        0u32,
+        |kills, killed: redis::RedisResult<i64>| kills + u32::from(killed.is_ok_and(|n| n > 0)),
+    )
+    .await;
     const TASKS: usize = 8;
     const EACH: usize = 60;
     let answers: Arc<Mutex<Vec<(u16, String)>>> = Arc::default();
     let mut load = Vec::new();
     for task in 0..TASKS {
-        let (c, url, answers) = (patient_client(), gw.url("/webhooks/botix"), answers.clone());
+        let (c, url, answers) = (
+            patient_client(),
+            servers.gw.url("/webhooks/botix"),
+            answers.clone(),
+        );
         load.push(tokio::spawn(async move {
             for n in 0..EACH {
                 let (body, request_id) = delivery(task, n);
@@ -141,7 +181,7 @@ async fn a_stopped_replica_and_connections_killed_every_50ms_leave_no_200_answer
     for task in load {
         task.await.expect("load task");
     }
-    killing.store(false, std::sync::atomic::Ordering::Relaxed);
+    stop_killing.store(true, Ordering::Relaxed);
     let kills = kills.await.expect("killer");
     let answers = answers.lock().expect("lock").clone();
     let count = |s: u16| answers.iter().filter(|(status, _)| *status == s).count();
@@ -161,63 +201,50 @@ async fn a_stopped_replica_and_connections_killed_every_50ms_leave_no_200_answer
     assert_eq!(count(503), answers.len(), "{answers:?}");
 
     // The replica back, the same path answers 200: the 503s were the replica's.
-    replica.signal("CONT");
+    servers.replica.signal("CONT");
     let c = client(None);
     let (body, request_id) = delivery(99, 0);
     let back = eventually(POLL_DEADLINE, || {
-        let (c, gw, body, request_id) = (&c, &gw, body.clone(), request_id.clone());
+        let (c, gw, body, request_id) = (&c, &servers.gw, body.clone(), request_id.clone());
         async move { gw.deliver(c, &body, &request_id).await.0 == 200 }
     })
     .await;
     assert!(back, "no 200 once the replica was back");
-    broker.delete().await;
+    servers.broker.delete().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_replica_makes_fifty_concurrent_deliveries_wait_side_by_side_not_in_line() {
     require_broker!();
-    let dirs = [
-        tempfile::tempdir().expect("dir"),
-        tempfile::tempdir().expect("dir"),
-    ];
-    let Some((master, replica)) = master_and_replica(&dirs).await else {
+    let Some(servers) = StoppedReplica::start("1500ms").await else {
         return;
     };
-    let broker = Broker::new().await;
-    let dir = tempfile::tempdir().expect("dir");
-    let gw = gateway_waiting(&broker, &dir, &master, "1500ms").await;
-    replica.signal("STOP");
 
     // The master's own count of clients blocked (in WAIT), sampled while the deliveries
     // run: requests that wait one behind another on one connection never show more than
     // one at a time.
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let mut probe = master.connect().await.expect("connection to the master");
-    let sampler = {
-        let done = done.clone();
-        tokio::spawn(async move {
-            let mut most = 0usize;
-            while !done.load(std::sync::atomic::Ordering::Relaxed) {
-                let info: redis::RedisResult<String> = redis::cmd("INFO")
-                    .arg("clients")
-                    .query_async(&mut probe)
-                    .await;
-                let blocked = info.ok().and_then(|i| {
-                    i.lines()
-                        .find_map(|l| l.strip_prefix("blocked_clients:"))
-                        .and_then(|v| v.trim().parse::<usize>().ok())
-                });
-                most = most.max(blocked.unwrap_or(0));
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            most
-        })
-    };
+    let mut info = redis::cmd("INFO");
+    info.arg("clients");
+    let (done, sampler) = poll_master(
+        &servers.master,
+        info,
+        Duration::from_millis(20),
+        0usize,
+        |most, info: redis::RedisResult<String>| {
+            let blocked = info.ok().and_then(|i| {
+                i.lines()
+                    .find_map(|l| l.strip_prefix("blocked_clients:"))
+                    .and_then(|v| v.trim().parse::<usize>().ok())
+            });
+            most.max(blocked.unwrap_or(0))
+        },
+    )
+    .await;
     const DELIVERIES: usize = 50;
     let c = patient_client();
     let mut running = Vec::new();
     for i in 0..DELIVERIES {
-        let (c, gw_url) = (c.clone(), gw.url("/webhooks/botix"));
+        let (c, gw_url) = (c.clone(), servers.gw.url("/webhooks/botix"));
         running.push(tokio::spawn(async move {
             let body = event_body(&format!("side_{i}"));
             c.post(&gw_url)
@@ -234,7 +261,7 @@ async fn a_stopped_replica_makes_fifty_concurrent_deliveries_wait_side_by_side_n
     for r in running {
         statuses.push(r.await.expect("delivery"));
     }
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    done.store(true, Ordering::Relaxed);
     let most_blocked = sampler.await.expect("sampler");
     println!("{DELIVERIES} deliveries: statuses {statuses:?}; at most {most_blocked} clients blocked in WAIT at once");
     assert!(
@@ -245,6 +272,6 @@ async fn a_stopped_replica_makes_fifty_concurrent_deliveries_wait_side_by_side_n
         most_blocked >= DELIVERIES / 2,
         "at most {most_blocked} of {DELIVERIES} requests waited for the replica at once: the others waited in line behind them"
     );
-    replica.signal("CONT");
-    broker.delete().await;
+    servers.replica.signal("CONT");
+    servers.broker.delete().await;
 }

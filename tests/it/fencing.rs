@@ -41,15 +41,6 @@ async fn pair_through(
     (a, b)
 }
 
-/// A client that waits as long as a frozen gateway may take.
-fn patient_client() -> reqwest::Client {
-    hookgate::tls::install_crypto_provider();
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(120))
-        .build()
-        .expect("client")
-}
-
 /// Delivers `body` to `gw` in the background, with a client that waits as long as a
 /// frozen gateway may take; the answer comes out of the handle.
 fn deliver_later(gw: &Gateway, body: &str, request_id: &str) -> tokio::task::JoinHandle<Answer> {

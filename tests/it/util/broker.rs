@@ -13,6 +13,22 @@ use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
 
 use super::{unique, AMQP_URL, BROKER_TIMEOUT};
 
+/// Declares the durable topic exchange `name` on `channel`, of the kind the gateway
+/// publishes to; the caller bounds the wait.
+pub async fn declare_topic_exchange(channel: &Channel, name: &str) -> lapin::Result<()> {
+    channel
+        .exchange_declare(
+            ShortString::from(name),
+            ExchangeKind::Topic,
+            ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+}
+
 /// One message as a consumer sees it.
 #[derive(Debug, Clone)]
 pub struct Received {
@@ -106,21 +122,10 @@ impl Broker {
             .expect("channel");
         let exchange = unique("hg-test-x");
         let queue = unique("hg-test-q");
-        tokio::time::timeout(
-            BROKER_TIMEOUT,
-            channel.exchange_declare(
-                ShortString::from(exchange.as_str()),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            ),
-        )
-        .await
-        .expect("declare timed out")
-        .expect("declare exchange");
+        tokio::time::timeout(BROKER_TIMEOUT, declare_topic_exchange(&channel, &exchange))
+            .await
+            .expect("declare timed out")
+            .expect("declare exchange");
         tokio::time::timeout(
             BROKER_TIMEOUT,
             channel.queue_declare(

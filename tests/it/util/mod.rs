@@ -269,6 +269,16 @@ pub fn client(cert: Option<&TestCert>) -> reqwest::Client {
     builder.build().expect("client")
 }
 
+/// A plain-HTTP client that waits up to 120 s for an answer: as long as a frozen gateway,
+/// or one waiting for a stopped replica, may take.
+pub fn patient_client() -> reqwest::Client {
+    hookgate::tls::install_crypto_provider();
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client")
+}
+
 /// A TCP connection to `addr` from the loopback address `from` (127.0.0.0/8 is all this
 /// machine), so a test can play a second peer.
 pub async fn connect_from(
