@@ -19,17 +19,11 @@ pub(super) type Fence = Arc<RwLock<bool>>;
 /// parent: a power cut that takes the folder back takes the spool with it, and a sync of
 /// that entry that failed in an earlier run must not stay failed.
 pub(super) fn make_folder(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
-    disk_seam::create_dir_all(disk, dir)?;
-    let parent = disk_seam::parent_of(dir);
-    match disk.sync_dir(&parent) {
-        // A parent the process may not read (a mount point's) cannot be synced by it; the
-        // store worked there before, and keeps working.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
-            Ok(())
-        }
-        synced => synced,
+    if let Some(e) = disk_seam::create_store_folder(disk, dir)? {
+        let parent = disk_seam::parent_of(dir);
+        tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
     }
+    Ok(())
 }
 
 /// Takes the lock that keeps a second process off the spool's database (`flock`, as redb's

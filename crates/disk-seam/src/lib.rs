@@ -285,6 +285,20 @@ impl DiskFile for RealFile {
     }
 }
 
+/// Makes a store's folder `dir` ([`create_dir_all`]) and syncs its own entry into its
+/// parent: a power cut that takes the folder back takes everything in it, and a sync of
+/// that entry that failed in an earlier run must not stay failed. A parent the process may
+/// not read (a mount point's) cannot be synced by it; the store worked there before and
+/// keeps working, so that refusal is handed back (`Ok(Some(error))`) for the caller to
+/// report.
+pub fn create_store_folder(disk: &dyn Disk, dir: &Path) -> io::Result<Option<io::Error>> {
+    create_dir_all(disk, dir)?;
+    match disk.sync_dir(&parent_of(dir)) {
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => Ok(Some(e)),
+        synced => synced.map(|()| None),
+    }
+}
+
 /// `path`'s directory, for a sync of the entry `path` names.
 pub fn parent_of(path: &Path) -> PathBuf {
     match path.parent() {

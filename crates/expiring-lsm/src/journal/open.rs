@@ -67,17 +67,11 @@ impl Journal {
 /// folder back takes every run and segment in it. Its subfolders are synced into it as
 /// they are made.
 fn sync_store_folder(disk: &dyn Disk, dir: &Path) -> Result<(), Error> {
-    disk_seam::create_dir_all(disk, dir)?;
-    let parent = disk_seam::parent_of(dir);
-    match disk.sync_dir(&parent) {
-        // A parent the process may not read (a mount point's) cannot be synced by it;
-        // the store worked there before, and keeps working.
-        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
-            tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
-            Ok(())
-        }
-        synced => Ok(synced?),
+    if let Some(e) = disk_seam::create_store_folder(disk, dir)? {
+        let parent = disk_seam::parent_of(dir);
+        tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
     }
+    Ok(())
 }
 
 /// The hot set as the replay of the journal rebuilds it.
