@@ -113,15 +113,21 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     let base = wall_ms() - 60_000;
 
     // A decides STOP and holds the contact's lock while its publish waits for a confirm
-    // that does not come; it is frozen there, as a container can be.
-    proxy.black_hole();
+    // that does not come; it is frozen there, as a container can be. The freeze waits for
+    // the publish frame itself: frozen between its lock and its publish, A would rightly
+    // give the STOP up unpublished when it wakes past its lease.
+    proxy.black_hole_after_publishes(0);
     let stop = keyword_between("fz_stop", contact, channel, "STOP", base);
     let a_answer = deliver_later(&a, &stop, "req_fz_stop");
     assert!(
-        key_becomes(REDIS_URL, &lock_key, true, POLL_DEADLINE).await,
-        "A never took the contact's lock"
+        eventually(POLL_DEADLINE, || async { proxy.tripped() }).await,
+        "A never published the STOP"
     );
     a.signal("STOP");
+    assert!(
+        key_becomes(REDIS_URL, &lock_key, true, POLL_DEADLINE).await,
+        "A published without holding the contact's lock"
+    );
     // Its lease runs out while it sleeps.
     let freed = key_becomes(
         REDIS_URL,
@@ -161,7 +167,6 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
         "the frozen gateway overwrote the newer guard state (A answered {a_status} {a_body})"
     );
     assert_eq!(a_status, 503, "A's commit was refused: {a_body}");
-    proxy.restore();
     // A's STOP left (spooled) before its commit was refused: its claims were kept and
     // marked, so the sender's retry is a duplicate, not a STOP decided and published again
     // after B's START.
@@ -169,7 +174,7 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     assert_eq!(
         (status, outcome(&answer).as_str()),
         (200, "duplicate"),
-        "the retry of a STOP that left was decided again: {answer}"
+        "the retry of a STOP that left was decided again: {answer} (A answered {a_status} {a_body})"
     );
     broker.delete().await;
 }
