@@ -1,11 +1,11 @@
 //! The reports `hookgate inspect` prints, as JSON (`--output json`, and the admin API's
-//! answer) and as the text of `render`. Times are RFC 3339 in UTC.
+//! answer) and as the text of `render`. Times are RFC 3339 in UTC with three digits of
+//! milliseconds, so the times of one answer line up.
 
 use serde::{Deserialize, Serialize};
 
 use crate::guard::decide::{KeywordState, StatusState};
 use crate::guard::stored::{GuardEvent, Stored};
-use crate::pipeline::rfc3339;
 use crate::state::decision::{Decided, EventRecord};
 use crate::state::marks::{KeyState, StoredMark};
 
@@ -94,7 +94,7 @@ impl MarkReport {
                 KeyState::Free => "free",
             }
             .to_owned(),
-            kept_until: mark.expires_ms.map(rfc3339),
+            kept_until: mark.expires_ms.map(at),
         }
     }
 }
@@ -133,7 +133,7 @@ impl RecordReport {
             Decided::Dropped(reason) => ("dropped", None, Some(reason)),
         };
         Self {
-            first_seen: rfc3339(record.first_seen_ms),
+            first_seen: at(record.first_seen_ms),
             outcome: outcome.to_owned(),
             delivery: delivery.map(str::to_owned),
             reason: reason.map(str::to_owned),
@@ -180,7 +180,7 @@ impl GuardEventReport {
     fn of(event: &GuardEvent) -> Self {
         Self {
             event_id: event.event_id.clone(),
-            at: rfc3339(event.at_ms),
+            at: at(event.at_ms),
             what: event.what.clone(),
             reason: event.reason.clone(),
         }
@@ -222,13 +222,13 @@ impl MessageReport {
         if let Some(s) = stored {
             report.status = Some(s.state.status.clone());
             report.rank = Some(s.state.rank);
-            report.status_time = Some(rfc3339(s.state.timestamp_ms));
+            report.status_time = Some(at(s.state.timestamp_ms));
             report.set_by = s.by.as_ref().map(|by| GuardEventReport {
                 what: s.state.status.clone(),
                 ..GuardEventReport::of(by)
             });
             report.dropped = s.dropped.iter().map(GuardEventReport::of).collect();
-            report.kept_until = s.expires_ms.map(rfc3339);
+            report.kept_until = s.expires_ms.map(at);
         }
         report
     }
@@ -280,12 +280,40 @@ impl ContactReport {
             } else {
                 None
             };
-            report.changed_at = s.state.last_change_ms.map(rfc3339);
+            report.changed_at = s.state.last_change_ms.map(at);
             report.last_keyword = s.by.as_ref().map(GuardEventReport::of);
-            report.last_help = s.state.last_help_ms.map(rfc3339);
+            report.last_help = s.state.last_help_ms.map(at);
             report.dropped = s.dropped.iter().map(GuardEventReport::of).collect();
-            report.kept_until = s.expires_ms.map(rfc3339);
+            report.kept_until = s.expires_ms.map(at);
         }
         report
+    }
+}
+/// `ms` (Unix milliseconds) as RFC 3339 in UTC, always with three digits of milliseconds.
+fn at(ms: i64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.millisecond()
+        ),
+        Err(_) => format!("{ms} ms after the Unix epoch"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::at;
+
+    #[test]
+    fn times_keep_three_digits_of_milliseconds() {
+        assert_eq!(at(1_795_946_403_250), "2026-11-29T10:00:03.250Z");
+        assert_eq!(at(1_795_946_403_007), "2026-11-29T10:00:03.007Z");
+        assert_eq!(at(0), "1970-01-01T00:00:00.000Z");
     }
 }
