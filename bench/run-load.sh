@@ -4,11 +4,12 @@
 #   publish  bare server: verifies the HMAC, publishes hookgate's message with a confirm (the broker limit)
 #   durable  as publish, then a record per delivery in a log synced by a group commit, one
 #            fdatasync per group, before the 200 (what durability must cost on this disk)
-#   hookgate the real gateway: TLS, temp sled store, guard on, random exchange + bound queue
+#   hookgate the real gateway: TLS, a temporary store, guard on, random exchange + bound queue
 # Each gets the same closed-loop HTTPS load (CONNECTIONS in flight, DURATION measured), then
 # an open-loop run at half of hookgate's max rate; at that rate the http baseline shows the
-# machine's own tail, and hookgate's histograms tell how much of its tail is the broker's
-# confirm (publish_duration_seconds, scraped before and after each run).
+# machine's own tail, and hookgate's histograms, scraped before and after each run, split
+# its latency: the whole request, the broker's confirm (publish_duration_seconds) and the
+# wait for the store's group commit (store_sync_duration_seconds).
 # Also records CPU time per 10,000 accepted events (utime+stime from /proc/PID/stat) and RSS
 # idle and peak under load (VmRSS sampled every 0.2 s), the broker's and the consumer's CPU
 # time during each run, and (from the load tool) how busy the whole machine was.
@@ -28,7 +29,7 @@
 #   CLIENT [the load tool just built; another build of it, to compare two clients]
 #   BASELINE [empty; the path of another hookgate build: it runs beside the first, as target
 #            "baseline", with the same config on ports of its own, so two builds are
-#            compared in one run (closed loop only); the same build with the two knobs
+#            compared in one run, closed and open loop; the same build with the two knobs
 #            below compares two configs]
 #   BASELINE_STORE_DIR [empty; a folder the baseline's store is made in instead of the
 #            run's temporary folder, e.g. /dev/shm (a tmpfs: its fsyncs cost nothing)]
@@ -168,12 +169,12 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 helper_ticks() { if [[ -n ${1:-} && -r /proc/$1/stat ]]; then cpu_ticks "$1"; else echo 0; fi; }
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status"; }
 
-# The le="0.005" bucket and the count of a hookgate histogram, as "le5 count".
-hist_5ms() {
-    curl -sf "http://127.0.0.1:$PORT_ADMIN/metrics" |
-        awk -v m="hookgate_$1" '$1 == m "_bucket{le=\"0.005\"}" {b = $2} $1 == m "_count" {c = $2}
-            END {print b + 0, c + 0}'
-}
+# Inside each gateway: its request, broker confirm and durable-state histograms, scraped
+# around a run; bench/histograms.py turns two scrapes into each one's p50, p99 and share
+# within 5 ms. A build without one of them reports it as null.
+INSIDE=(request_duration_seconds publish_duration_seconds store_sync_duration_seconds)
+declare -A ADMIN=([hookgate]=$PORT_ADMIN [baseline]=$PORT_BASE_ADMIN [preloaded]=$PORT_PRE_ADMIN)
+scrape() { curl -sf "http://127.0.0.1:${ADMIN[$1]}/metrics" >"$2"; }
 
 # load NAME JSON [args...]: one run against NAME; prints its report, writes JSON, and adds
 # cpu_s, cpu_s_per_10k_accepted, rss_idle_kib, rss_peak_kib to the JSON.
@@ -183,11 +184,7 @@ load() {
     local pid_var=PID_$name
     local pid=${!pid_var}
     local idle cpu0 cpu1 peak=0 rss
-    local req0=(0 0) pub0=(0 0)
-    if [[ $name == hookgate ]]; then
-        read -ra req0 <<<"$(hist_5ms request_duration_seconds)"
-        read -ra pub0 <<<"$(hist_5ms publish_duration_seconds)"
-    fi
+    [[ -z ${ADMIN[$name]:-} ]] || scrape "$name" "$json.metrics0"
     idle=$(rss_kib "$pid")
     cpu0=$(cpu_ticks "$pid")
     local broker0 consumer0
@@ -207,19 +204,14 @@ load() {
     local broker_s consumer_s
     broker_s=$(jq -n "($(helper_ticks "${PID_broker:-}") - $broker0) / $TICK")
     consumer_s=$(jq -n "($(helper_ticks "${PID_consumer:-}") - $consumer0) / $TICK")
-    if [[ $name == hookgate ]]; then
-        local req1 pub1
-        read -ra req1 <<<"$(hist_5ms request_duration_seconds)"
-        read -ra pub1 <<<"$(hist_5ms publish_duration_seconds)"
-        # Share of this run's requests (warm-up included) hookgate answered within 5 ms, and
-        # of its publishes whose confirm came within 5 ms: the broker's part of the tail.
-        jq --argjson r5 "$((req1[0] - req0[0]))" --argjson rn "$((req1[1] - req0[1]))" \
-            --argjson p5 "$((pub1[0] - pub0[0]))" --argjson pn "$((pub1[1] - pub0[1]))" \
-            '. + {within_5ms_share: {
-                request_in_hookgate: (if $rn > 0 then $r5 / $rn else null end),
-                broker_confirm: (if $pn > 0 then $p5 / $pn else null end)}}' \
-            "$json" >"$json.tmp" && mv "$json.tmp" "$json"
-        jq -r '"  inside hookgate, within 5 ms: \(.within_5ms_share.request_in_hookgate) of requests, \(.within_5ms_share.broker_confirm) of broker confirms"' "$json"
+    if [[ -n ${ADMIN[$name]:-} ]]; then
+        scrape "$name" "$json.metrics1"
+        # Where the time of this run's requests (warm-up included) went: the whole request,
+        # the broker's confirm, the wait for the store's group commit.
+        jq --argjson inside "$(python3 bench/histograms.py "$json.metrics0" "$json.metrics1" "${INSIDE[@]}")" \
+            '. + {inside_hookgate: $inside}' "$json" >"$json.tmp" && mv "$json.tmp" "$json"
+        rm -f "$json.metrics0" "$json.metrics1"
+        jq -r '.inside_hookgate | to_entries[] | "  inside the gateway, \(.key): p50 \(.value.p50_ms) ms, p99 \(.value.p99_ms) ms, within 5 ms \(.value.within_5ms)"' "$json"
     fi
     jq --argjson c "$(((cpu1 - cpu0)))" --argjson t "$TICK" --argjson idle "$idle" \
         --argjson peak "$peak" --argjson broker "$broker_s" --argjson consumer "$consumer_s" \
@@ -254,7 +246,7 @@ elif [[ " $TARGETS " == *" hookgate "* ]]; then
 fi
 if [[ -n ${HALF:-} ]]; then
     for round in $(seq 1 "$ROUNDS"); do
-        for t in hookgate durable publish http; do
+        for t in hookgate baseline durable publish http; do
             [[ " $TARGETS " == *" $t "* ]] || continue
             load "$t" "$OUT/$t-half-$round.json" --connections "$CONNECTIONS" --rate "$HALF"
         done
@@ -277,9 +269,11 @@ jq -s '
       p50_ms_each: map(.latency_ms.p50),
       p99_ms: (map(.latency_ms.p99) | median),
       p99_ms_each: map(.latency_ms.p99),
-      within_5ms: (map(.within_5ms_share // empty) | if length > 0 then {
-          request_in_hookgate: (map(.request_in_hookgate) | median),
-          broker_confirm: (map(.broker_confirm) | median)} else null end),
+      inside_hookgate: (map(.inside_hookgate // empty) | if length > 0 then
+          (.[0] | keys) as $names | [$names[] as $n | {key: $n, value: {
+              p50_ms: (map(.[$n].p50_ms) | median), p99_ms: (map(.[$n].p99_ms) | median),
+              within_5ms: (map(.[$n].within_5ms) | median)}}] | from_entries
+          else null end),
       cpu_s_per_10k_accepted: (map(.cpu_s_per_10k_accepted) | median),
       machine_busy: (map(.machine_cpu_busy_share // empty) | median),
       rss_idle_kib: (map(.rss_idle_kib) | min),
@@ -315,7 +309,9 @@ jq -s '
       publish_p99_ms_at_half_each: $r["publish-half"].p99_ms_each,
       http_p99_ms_at_half: $r["http-half"].p99_ms,
       http_p99_ms_at_half_each: $r["http-half"].p99_ms_each,
-      hookgate_within_5ms_at_half: $r["hookgate-half"].within_5ms,
+      inside_hookgate_at_half: $r["hookgate-half"].inside_hookgate,
+      inside_hookgate_closed: $r["hookgate-closed"].inside_hookgate,
+      inside_baseline_at_half: $r["baseline-half"].inside_hookgate,
       cpu_s_per_10k_accepted: ($r | with_entries(.value |= .cpu_s_per_10k_accepted)),
       machine_cpu_busy_share: ($r | with_entries(.value |= .machine_busy)),
       rss_kib: ($r | with_entries(select(.key | endswith("-closed")) | .value |= {idle: .rss_idle_kib, peak: .rss_peak_kib})),

@@ -117,7 +117,10 @@ impl Gateway {
             routes.clone(),
             state.clone(),
             outbox,
-            metrics.store_errors.clone(),
+            (
+                metrics.store_errors.clone(),
+                metrics.store_sync_duration.clone(),
+            ),
             options.clock.clone(),
         ));
         let stop_reconcile = CancellationToken::new();

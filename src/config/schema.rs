@@ -120,7 +120,8 @@ pub struct StoreConfig {
     pub journal_segment: u64,
     /// The state journal's group commits start at most this often (local backend): a longer
     /// interval means fewer `fdatasync`s (disk flushes a second), a shorter one a quicker 200
-    /// under load. Default 1ms; at most 100ms.
+    /// under load. Default 0s: each commit starts as the one before ends, which the figures
+    /// in BENCHMARKS.md ("Group commit") chose. At most 100ms.
     #[serde(with = "duration")]
     pub commit_interval: Duration,
     /// A background thread of the stores that has been in one step this long (the state
@@ -139,7 +140,7 @@ impl Default for StoreConfig {
             cache: 32 << 20,
             hot_entries: 65_536,
             journal_segment: 4 << 20,
-            commit_interval: Duration::from_millis(1),
+            commit_interval: Duration::ZERO,
             hung_after: Duration::from_secs(120),
         }
     }

@@ -44,10 +44,15 @@ impl TraceContext {
     pub fn new_root() -> Self {
         // From the thread's own generator, not the system's: a delivery makes no system
         // call for its ids. All-zero ids are invalid, hence at least 1.
-        let trace_id = rand::random::<u128>().max(1);
-        let parent_id = rand::random::<u64>().max(1);
+        let trace_id = rand::random::<u128>().max(1).to_be_bytes();
+        let parent_id = rand::random::<u64>().max(1).to_be_bytes();
+        // Hex-encoded into place: the formatting machinery costs a delivery more than its
+        // random ids do.
+        let mut text = *b"00-00000000000000000000000000000000-0000000000000000-01";
+        hex_into(&mut text[3..35], &trace_id);
+        hex_into(&mut text[36..52], &parent_id);
         Self {
-            traceparent: format!("00-{trace_id:032x}-{parent_id:016x}-01"),
+            traceparent: text.into_iter().map(char::from).collect(),
             tracestate: None,
         }
     }
@@ -55,6 +60,15 @@ impl TraceContext {
     /// The 32 hex digits of the trace id, for log lines.
     pub fn trace_id(&self) -> &str {
         self.traceparent.get(3..35).unwrap_or_default()
+    }
+}
+
+/// Writes `bytes` into `out` as lowercase hex, two digits a byte.
+fn hex_into(out: &mut [u8], bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for (pair, byte) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
     }
 }
 
@@ -210,6 +224,13 @@ mod tests {
             TraceContext::new_root().trace_id(),
             "each new trace has its own id"
         );
+    }
+
+    #[test]
+    fn ids_are_written_as_lowercase_hex_two_digits_a_byte() {
+        let mut out = [b'.'; 8];
+        hex_into(&mut out, &[0x00, 0x0f, 0xa5, 0xff]);
+        assert_eq!(&out, b"000fa5ff");
     }
 
     #[test]

@@ -77,6 +77,8 @@ pub struct Metrics {
     pub spool_drainer_stalled: Gauge,
     /// Dedup/guard store operations that failed (the request got a 503).
     pub store_errors: Counter,
+    /// Time a request waited for its marks and guard state to be durable, seconds.
+    pub store_sync_duration: Histogram,
     /// Dedup marks and guard states of the local backend (set when scraped).
     pub state_entries: Gauge,
     /// Webhook connections closed by hookgate, by [`CloseReason`].
@@ -146,6 +148,7 @@ impl Metrics {
             spool_drainer_restarts: Counter::default(),
             spool_drainer_stalled: Gauge::default(),
             store_errors: Counter::default(),
+            store_sync_duration: latency_histogram(),
             state_entries: Gauge::default(),
             connections_closed: ReasonCounters::new(),
             connections_open: Gauge::default(),
@@ -256,6 +259,11 @@ impl Metrics {
             "store_errors",
             "Dedup or guard store operations that failed",
             self.store_errors.clone(),
+        );
+        registry.register(
+            "store_sync_duration_seconds",
+            "Time a request waited for its marks and guard state to be durable (local: the journal's group commit)",
+            self.store_sync_duration.clone(),
         );
         registry.register(
             "state_entries",

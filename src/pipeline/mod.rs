@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::histogram::Histogram;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
@@ -44,6 +45,8 @@ pub struct Pipeline {
     outbox: Outbox,
     /// Requests answered 503 because the state store failed.
     store_errors: Counter,
+    /// How long requests waited for their state to be durable.
+    sync_duration: Histogram,
     clock: Clock,
     /// Deliveries running in tasks of their own (see [`Pipeline::spawn_handle`]).
     tasks: TaskTracker,
@@ -68,7 +71,7 @@ impl Pipeline {
         routes: Vec<Arc<RouteRuntime>>,
         state: Arc<StateStore>,
         outbox: Outbox,
-        store_errors: Counter,
+        (store_errors, sync_duration): (Counter, Histogram),
         clock: Clock,
     ) -> Self {
         Self {
@@ -78,6 +81,7 @@ impl Pipeline {
             state,
             outbox,
             store_errors,
+            sync_duration,
             clock,
             tasks: TaskTracker::new(),
         }
@@ -119,7 +123,7 @@ impl Pipeline {
     /// Handles one delivery on `route`. `charge` holds the body's bytes in the
     /// unverified body budget and is given back once the signature is checked. Returns the
     /// outcome and the request id to echo in `X-Request-Id`.
-    pub async fn handle(
+    async fn handle(
         &self,
         route: &RouteRuntime,
         delivery: Delivery,
@@ -129,8 +133,6 @@ impl Pipeline {
         let request_id = RequestId::of(&delivery.headers, route.config.profile);
         let now_ms = self.now_ms();
         let echoed = request_id.value.clone();
-        // Boxed: the state machine of a whole delivery is kilobytes, and every future that
-        // wraps it (hyper's, the panic guard's, the handler's) would copy it as it moves.
         let trace = TraceContext::of(&delivery.headers);
         // Every line logged for this delivery names its trace (INFO: WARN lines need it).
         let span = tracing::info_span!("delivery", trace_id = trace.trace_id());
@@ -141,9 +143,9 @@ impl Pipeline {
             trace,
             now_ms,
         };
-        let outcome = Box::pin(self.run(route, received))
-            .instrument(span.clone())
-            .await;
+        // Not boxed: a delivery runs in a task of its own (`spawn_handle`), whose memory
+        // holds the kilobytes of its state machine where they are polled, never moved.
+        let outcome = self.run(route, received).instrument(span.clone()).await;
         let _in_span = span.enter();
         match &outcome {
             Outcome::Duplicate { .. } => {
@@ -408,7 +410,7 @@ impl Pipeline {
                 // 200 only once the mark found is on disk: it may be a concurrent request's,
                 // still on its way, and a crash must not let the 200 stand for a mark that
                 // is gone. A mark written long ago waits for nothing.
-                self.state.sync_keys(&keys.all()).await?;
+                self.timed_sync(self.state.sync_keys(&keys.all())).await?;
                 let now_ms = self.now_ms();
                 let request = event
                     .request_id_from_sender
@@ -530,7 +532,18 @@ impl Pipeline {
             .await?;
         // The guard state and the marks are on disk before the 200 (contract §4). If they
         // cannot be, the answer is 503 and the retry finds the marks in memory.
-        self.state.sync().await
+        self.timed_sync(self.state.sync()).await
+    }
+
+    /// Waits for `sync`, a wait for state to be durable, and counts how long it took.
+    async fn timed_sync(
+        &self,
+        sync: impl std::future::Future<Output = Result<(), StoreError>>,
+    ) -> Result<(), StoreError> {
+        let started = std::time::Instant::now();
+        let synced = sync.await;
+        self.sync_duration.observe(started.elapsed().as_secs_f64());
+        synced
     }
 
     async fn decide_and_deliver(

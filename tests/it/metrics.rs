@@ -79,6 +79,11 @@ async fn metrics_follow_the_traffic() {
         delta("hookgate_publish_duration_seconds_count", &[]) >= 1.0,
         "the accepted event was published"
     );
+    assert_eq!(
+        delta("hookgate_store_sync_duration_seconds_count", &[]),
+        2.0,
+        "the accepted event and the duplicate each waited for their state on disk"
+    );
     assert_eq!(after.find("hookgate_broker_connected", &[]), Some(1.0));
     assert_eq!(after.find("hookgate_spool_depth", &[]), Some(0.0));
     assert!(after.find("hookgate_spool_bytes", &[]).is_some());

@@ -28,9 +28,20 @@ impl Open {
     pub(super) fn new(seq: u64) -> Self {
         // Room for a full batch up front: growing the buffer record by record copies it
         // again and again on the request path.
-        let mut buf = Vec::with_capacity(BATCH_CAPACITY);
+        Self::reusing(seq, Vec::with_capacity(BATCH_CAPACITY))
+    }
+
+    /// An empty batch in `buf`, a written batch's buffer whose capacity is kept.
+    pub(super) fn reusing(seq: u64, mut buf: Vec<u8>) -> Self {
+        buf.clear();
         buf.resize(EMPTY_BATCH, 0);
         Self { seq, buf }
+    }
+
+    /// This batch's buffer for a later batch, unless a slow flush grew it well past a
+    /// batch's usual size: memory a burst took is given back.
+    pub(super) fn into_reusable(self) -> Option<Vec<u8>> {
+        (self.buf.capacity() <= 2 * BATCH_CAPACITY).then_some(self.buf)
     }
 
     /// Whether no record was appended.

@@ -38,14 +38,23 @@ impl Shared {
     /// taken: records arriving during an outage go to that one batch, so the buffers held
     /// stay two however often the write is retried.
     fn write_open(&self, writer: &mut Writer) -> Result<(), Error> {
-        let Writer { wal, pending } = writer;
+        let Writer {
+            wal,
+            pending,
+            reusable,
+        } = writer;
         loop {
             let retrying = !pending.is_empty();
             if !retrying {
-                // The next batch's buffer is allocated before the lock requests wait for.
-                let mut next = Open::new(0);
+                // The next batch's buffer is ready before the lock requests wait for.
+                let mut next = match reusable.take() {
+                    Some(buf) => Open::reusing(0, buf),
+                    None => Open::new(0),
+                };
                 let mut open = self.lock_open();
-                if !open.is_empty() {
+                if open.is_empty() {
+                    *reusable = next.into_reusable();
+                } else {
                     next.seq = open.seq + 1;
                     pending.push(std::mem::replace(&mut *open, next));
                 }
@@ -71,7 +80,7 @@ impl Shared {
                 drop(open);
                 return Err(self.failed(error, failed_below));
             }
-            pending.clear();
+            *reusable = pending.drain(..).find_map(Open::into_reusable);
             self.progress
                 .send_modify(|p| p.durable_below = p.durable_below.max(written_below));
             if !retrying {

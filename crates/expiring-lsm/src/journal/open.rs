@@ -174,6 +174,7 @@ impl Shared {
             writer: Mutex::new(Writer {
                 wal,
                 pending: Vec::new(),
+                reusable: None,
             }),
             journal_dir,
             spares: AtomicU64::new(0),
