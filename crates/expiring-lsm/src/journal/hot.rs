@@ -32,12 +32,69 @@ pub(super) struct Entry {
     pub(super) expires_ms: i64,
     /// The journal batch holding its current record; `None` for memory-only values.
     pub(super) batch: Option<u64>,
+    /// Under a memory-only value: the key's latest durable record while no run holds it.
+    /// It is the key's value on disk, so a flush writes it in the entry's place (the
+    /// journal batches below the run are no longer replayed) and a release of the
+    /// memory-only value brings it back; a run's older record never stands in for it.
+    pub(super) covered: Option<Box<Covered>>,
+}
+
+/// A durable record a memory-only value covers (see [`Entry::covered`]).
+pub(super) struct Covered {
+    value: Value,
+    expires_ms: i64,
+    batch: u64,
 }
 
 impl Entry {
+    /// A durable record of journal batch `batch`, or a memory-only value (`None`).
+    pub(super) fn new(value: &[u8], expires_ms: i64, batch: Option<u64>) -> Self {
+        Self {
+            value: Value::new(value),
+            expires_ms,
+            batch,
+            covered: None,
+        }
+    }
+
     /// Whether its record is in a batch below `durable_below`, which is on disk.
     pub(super) fn written_below(&self, durable_below: u64) -> bool {
         self.batch.is_some_and(|b| b < durable_below)
+    }
+
+    /// The key's latest durable record (its value and expiry) if it is in a batch below
+    /// `durable_below`: the record a run of those batches must hold for the key.
+    pub(super) fn durable_below(&self, durable_below: u64) -> Option<(&[u8], i64)> {
+        if self.written_below(durable_below) {
+            return Some((self.value.as_slice(), self.expires_ms));
+        }
+        self.covered
+            .as_ref()
+            .filter(|c| c.batch < durable_below)
+            .map(|c| (c.value.as_slice(), c.expires_ms))
+    }
+
+    /// The durable record a memory-only value that replaces this entry covers: this
+    /// entry's own, or the one it covers itself.
+    pub(super) fn into_covered(self) -> Option<Box<Covered>> {
+        match self.batch {
+            Some(batch) => Some(Box::new(Covered {
+                value: self.value,
+                expires_ms: self.expires_ms,
+                batch,
+            })),
+            None => self.covered,
+        }
+    }
+
+    /// The durable record this memory-only entry covers, as an entry of its own.
+    pub(super) fn uncovered(&mut self) -> Option<Entry> {
+        self.covered.take().map(|c| Entry {
+            value: c.value,
+            expires_ms: c.expires_ms,
+            batch: Some(c.batch),
+            covered: None,
+        })
     }
 }
 
@@ -161,15 +218,25 @@ impl Shared {
 
     /// Forgets the entries whose records are in batches below `durable_below` (a run now
     /// holds them), and returns how many went. An entry changed since the run's copy has a
-    /// newer batch and stays. A map that grew while the flush thread fell behind gives its
-    /// room back, so the hot set's memory follows `hot_entries`, not the largest burst.
+    /// newer batch and stays; so does a memory-only value, without the durable record it
+    /// covered if the run holds that. A map that grew while the flush thread fell behind
+    /// gives its room back, so the hot set's memory follows `hot_entries`, not the largest
+    /// burst.
     pub(super) fn forget_written(&self, durable_below: u64) -> usize {
         let room = (self.settings.hot_entries.saturating_mul(2) / SHARDS).max(16);
         let mut forgotten = 0;
         for shard in &self.shards {
             let shard = &mut lock(shard).map;
             let before = shard.len();
-            shard.retain(|_, e| !e.written_below(durable_below));
+            shard.retain(|_, e| {
+                if e.written_below(durable_below) {
+                    return false;
+                }
+                if e.covered.as_ref().is_some_and(|c| c.batch < durable_below) {
+                    e.covered = None;
+                }
+                true
+            });
             forgotten += before - shard.len();
             if shard.capacity() > 2 * room {
                 shard.shrink_to(room);
