@@ -30,16 +30,23 @@ pub(super) struct Entry {
     pub(super) value: Value,
     /// When the entry may be forgotten.
     pub(super) expires_ms: i64,
-    /// The journal batch holding its current record; `None` for memory-only values.
-    pub(super) batch: Option<u64>,
-    /// Under a memory-only value: the key's latest durable record while no run holds it.
-    /// It is the key's value on disk, so a flush writes it in the entry's place (the
-    /// journal batches below the run are no longer replayed) and a release of the
-    /// memory-only value brings it back; a run's older record never stands in for it.
-    pub(super) covered: Option<Box<Covered>>,
+    /// Where its record is. One field for both kinds, so that an entry is no larger for
+    /// what a memory-only value may cover.
+    kind: Kind,
 }
 
-/// A durable record a memory-only value covers (see [`Entry::covered`]).
+/// A durable record, or a memory-only value and what it covers.
+enum Kind {
+    /// The journal batch holding the record.
+    Durable(u64),
+    /// A memory-only value, over the key's latest durable record while no run holds it.
+    /// That record is the key's value on disk, so a flush writes it in the entry's place
+    /// (the journal batches below the run are no longer replayed) and a release of the
+    /// memory-only value brings it back; a run's older record never stands in for it.
+    MemoryOnly(Option<Box<Covered>>),
+}
+
+/// A durable record a memory-only value covers (see [`Kind::MemoryOnly`]).
 pub(super) struct Covered {
     value: Value,
     expires_ms: i64,
@@ -52,48 +59,72 @@ impl Entry {
         Self {
             value: Value::new(value),
             expires_ms,
-            batch,
-            covered: None,
+            kind: batch.map_or(Kind::MemoryOnly(None), Kind::Durable),
         }
     }
 
-    /// Whether its record is in a batch below `durable_below`, which is on disk.
-    pub(super) fn written_below(&self, durable_below: u64) -> bool {
-        self.batch.is_some_and(|b| b < durable_below)
+    /// The journal batch holding its record; `None` for a memory-only value.
+    pub(super) fn batch(&self) -> Option<u64> {
+        match self.kind {
+            Kind::Durable(batch) => Some(batch),
+            Kind::MemoryOnly(_) => None,
+        }
     }
 
     /// The key's latest durable record (its value and expiry) if it is in a batch below
     /// `durable_below`: the record a run of those batches must hold for the key.
     pub(super) fn durable_below(&self, durable_below: u64) -> Option<(&[u8], i64)> {
-        if self.written_below(durable_below) {
-            return Some((self.value.as_slice(), self.expires_ms));
+        match &self.kind {
+            Kind::Durable(batch) => {
+                (*batch < durable_below).then(|| (self.value.as_slice(), self.expires_ms))
+            }
+            Kind::MemoryOnly(covered) => covered
+                .as_ref()
+                .filter(|c| c.batch < durable_below)
+                .map(|c| (c.value.as_slice(), c.expires_ms)),
         }
-        self.covered
-            .as_ref()
-            .filter(|c| c.batch < durable_below)
-            .map(|c| (c.value.as_slice(), c.expires_ms))
     }
 
-    /// The durable record a memory-only value that replaces this entry covers: this
-    /// entry's own, or the one it covers itself.
-    pub(super) fn into_covered(self) -> Option<Box<Covered>> {
-        match self.batch {
-            Some(batch) => Some(Box::new(Covered {
-                value: self.value,
-                expires_ms: self.expires_ms,
+    /// Whether the entry stays once a run holds the batches below `durable_below`: not if
+    /// the run holds its record; a memory-only value stays, without the record it covered
+    /// if the run holds that.
+    pub(super) fn stays_after_run(&mut self, durable_below: u64) -> bool {
+        match &mut self.kind {
+            Kind::Durable(batch) => *batch >= durable_below,
+            Kind::MemoryOnly(covered) => {
+                if covered.as_ref().is_some_and(|c| c.batch < durable_below) {
+                    *covered = None;
+                }
+                true
+            }
+        }
+    }
+
+    /// Takes over, if this entry is a memory-only value, the durable record `replaced`
+    /// (the entry it replaces) holds or covers itself.
+    pub(super) fn cover(&mut self, replaced: Entry) {
+        let Kind::MemoryOnly(covered) = &mut self.kind else {
+            return;
+        };
+        *covered = match replaced.kind {
+            Kind::Durable(batch) => Some(Box::new(Covered {
+                value: replaced.value,
+                expires_ms: replaced.expires_ms,
                 batch,
             })),
-            None => self.covered,
-        }
+            Kind::MemoryOnly(under) => under,
+        };
     }
 
     /// The durable record this memory-only entry covers, as an entry of its own.
     pub(super) fn uncovered(&mut self) -> Option<Entry> {
-        self.covered.take().map(|c| Entry {
+        let Kind::MemoryOnly(covered) = &mut self.kind else {
+            return None;
+        };
+        covered.take().map(|c| Entry {
             value: c.value,
             expires_ms: c.expires_ms,
-            batch: Some(c.batch),
-            covered: None,
+            kind: Kind::Durable(c.batch),
         })
     }
 }
@@ -228,15 +259,7 @@ impl Shared {
         for shard in &self.shards {
             let shard = &mut lock(shard).map;
             let before = shard.len();
-            shard.retain(|_, e| {
-                if e.written_below(durable_below) {
-                    return false;
-                }
-                if e.covered.as_ref().is_some_and(|c| c.batch < durable_below) {
-                    e.covered = None;
-                }
-                true
-            });
+            shard.retain(|_, e| e.stays_after_run(durable_below));
             forgotten += before - shard.len();
             if shard.capacity() > 2 * room {
                 shard.shrink_to(room);
