@@ -43,8 +43,9 @@ impl Outbox {
 
     /// Publishes with a confirm, or spools. While the spool holds anything in order, new
     /// events go behind it so the broker sees them in arrival order. An unroutable event,
-    /// and a later event of a guard key with events held, go to the spool's held area,
-    /// apart from the rest.
+    /// and a later event of a guard key with events held (or with a failed push that may
+    /// still come back, [`Spool::holds_key`]), go to the spool's held area, apart from the
+    /// rest.
     pub async fn deliver(&self, msg: &Message<'_>) -> Result<Delivered, SpoolError> {
         if self.spool.is_empty() {
             if msg

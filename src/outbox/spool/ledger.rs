@@ -1,8 +1,8 @@
 //! The spool's counts in memory: entries and bytes per area, the guard keys with entries
-//! held, and the flags readiness and liveness read. Shared with the writer thread, which
-//! takes back a push's reservation when its commit fails.
+//! held or in doubt, and the flags readiness and liveness read. Shared with the writer
+//! thread, which takes back a push's reservation when its commit fails.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -38,6 +38,12 @@ pub(super) struct Ledger {
     /// Guard keys with entries in held, and how many: a later event of such a key goes
     /// behind them instead of to the broker. A std mutex: held for a map operation only.
     held_keys: Mutex<HashMap<String, u64>>,
+    /// Guard keys of pushes whose commit failed and may still be read back: its pages can
+    /// stay in the page cache, where a reopen or a restart reads them (and makes them
+    /// durable), until the writer has set the database back. A later event of such a key
+    /// must not reach the broker before the entry might, so it goes to the spool instead,
+    /// which refuses it meanwhile. Cleared once the database is set back.
+    keys_in_doubt: Mutex<HashSet<String>>,
     /// Depths and bytes are mirrored into its gauges.
     metrics: Arc<Metrics>,
 }
@@ -56,6 +62,7 @@ impl Ledger {
             writing_since: Mutex::new(None),
             broken: Mutex::new(None),
             held_keys: Mutex::new(HashMap::new()),
+            keys_in_doubt: Mutex::new(HashSet::new()),
             metrics,
         }
     }
@@ -112,6 +119,24 @@ impl Ledger {
                 keys.remove(key);
             }
         }
+    }
+
+    /// Whether a push of guard key `key` failed in a way that may still bring it back
+    /// (see [`Ledger::keys_in_doubt`]).
+    pub(super) fn key_in_doubt(&self, key: &str) -> bool {
+        lock(&self.keys_in_doubt).contains(key)
+    }
+
+    /// Notes that a push of guard key `key` failed and may still come back.
+    pub(super) fn doubt_key(&self, key: Option<&str>) {
+        if let Some(key) = key {
+            lock(&self.keys_in_doubt).insert(key.to_owned());
+        }
+    }
+
+    /// The database is set back: no failed push can come back any more.
+    pub(super) fn settle_doubts(&self) {
+        lock(&self.keys_in_doubt).clear();
     }
 
     /// Replaces the held guard keys with the counts read from the held area.

@@ -56,7 +56,7 @@ pub use drain::{Sink, DRAIN_BATCH};
 use ledger::Ledger;
 use supervise::Failures;
 use tables::{Area, Op, Tables};
-use writer::Writer;
+use writer::{Failed, Writer};
 
 /// The longest a request waits for its spool entry's commit. A disk that takes longer is
 /// treated as failing: the sender gets a 503 rather than waiting on a stuck store (the
@@ -251,10 +251,11 @@ impl Spool {
         self.ledger.depth.load(Ordering::SeqCst) == 0
     }
 
-    /// Whether entries of guard key `key` are held apart: a later event of that key must
-    /// go behind them ([`Spool::push_held`]).
+    /// Whether entries of guard key `key` are held apart, or a push of it failed in a way
+    /// that may still bring it back (its commit's pages are read again until the database
+    /// is set back): a later event of that key must go behind them ([`Spool::push_held`]).
     pub fn holds_key(&self, key: &str) -> bool {
-        self.ledger.holds_key(key)
+        self.ledger.holds_key(key) || self.ledger.key_in_doubt(key)
     }
 
     /// Whether the spool takes events: enabled, not at its bound, no event refused for lack
@@ -365,7 +366,12 @@ impl Spool {
         }
         l.publish_gauges();
         // Run by the writer if the commit fails, even when this request has given up.
-        let undo: writer::Undo = Box::new(move |l: &Ledger| {
+        let undo: writer::Undo = Box::new(move |l: &Ledger, failed: Failed| {
+            if failed == Failed::InDoubt {
+                // Before the counts go, so that an event of its key that finds main empty
+                // finds the key held.
+                l.doubt_key(order_key.as_deref());
+            }
             l.sub(area, size);
             if area == Area::Held {
                 l.release_key(order_key.as_deref());
@@ -443,7 +449,7 @@ impl Spool {
 
 #[cfg(test)]
 mod tests {
-    use super::testkit::power_cut;
+    use super::testkit::{power_cut, TestSink};
     use super::*;
     use crate::outbox::publish::PublishError;
     use disk_seam::sim::{Fault, OpKind, SimDisk};
@@ -984,6 +990,68 @@ mod tests {
                 "seed {seed}: the refused entry at most: {held:?}"
             );
         }
+    }
+
+    /// What the outbox does with an event (`Outbox::deliver`): to the broker at once while
+    /// nothing waits in order and its guard key is not held, else into the spool.
+    async fn deliver(spool: &Spool, sink: &TestSink, msg: &Message<'_>) -> Result<(), SpoolError> {
+        let key_held = msg.order_key.as_deref().is_some_and(|k| spool.holds_key(k));
+        if spool.is_empty() {
+            if key_held {
+                return spool.push_held(msg).await;
+            }
+            if sink.publish("x", msg).await.is_ok() {
+                return Ok(());
+            }
+        }
+        spool.push(msg).await
+    }
+
+    #[tokio::test]
+    async fn a_push_whose_commit_failed_never_reaches_the_broker_after_a_later_event_of_its_key() {
+        let disk = SimDisk::new(1);
+        let spool = testkit::open_on(&disk).expect("open");
+        let sink = TestSink::acking();
+        // The push's sync fails, and so do the syncs of the reopens that would set it back
+        // (at once, at the next request, while idle): its pages stay in the page cache. The
+        // restart forgets the faults left.
+        disk.fail_next(OpKind::Sync, Fault::NoSpace);
+        for _ in 0..8 {
+            disk.fail_next(OpKind::Sync, Fault::Io);
+        }
+        let refused = spool.push(&testkit::event("e0", Some("k"))).await;
+        assert!(refused.is_err(), "answered 503: {refused:?}");
+        let later = deliver(&spool, &sink, &testkit::event("e1", Some("k"))).await;
+        // Other guard keys, and events without one, are not held up.
+        for (id, key) in [("x0", Some("other")), ("x1", None)] {
+            deliver(&spool, &sink, &testkit::event(id, key))
+                .await
+                .expect("to the broker");
+        }
+        // A kill before the database is set back: the next open reads the refused commit
+        // from the page cache, and makes it durable.
+        let (_disk, spool) = testkit::restart(&disk, spool);
+        assert_eq!(
+            ids_in(&spool, Area::Main),
+            ["e0"],
+            "the refused entry is back"
+        );
+        let stop = CancellationToken::new();
+        let rows = spool.tables.page(Area::Main, None, 8).expect("read");
+        spool
+            .drain_batch(&sink, "x", rows, &mut Default::default(), &stop)
+            .await;
+        if later.is_err() {
+            // Refused too: the sender retries it.
+            deliver(&spool, &sink, &testkit::event("e1", Some("k")))
+                .await
+                .expect("the retry is taken");
+        }
+        assert_eq!(
+            sink.acked(),
+            ["x0", "x1", "e0", "e1"],
+            "e0 came back and reached the broker after e1, a later event of its key"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,7 +10,10 @@
 //! (pages a failed sync left in the page cache included), then one commit sets every entry
 //! the failed commits touched back to what the last good commit left, which is what the
 //! counts say (a failed push's reservation was taken back, a failed delete is retried by
-//! its caller). Requests that arrive before the reopen succeeds are refused at once.
+//! its caller). Requests that arrive before the reopen succeeds are refused at once. Until
+//! then a failed push is in doubt: a kill now would have the next process read it from
+//! the page cache, so the guard key of each such push counts as held (later events of the
+//! key go to the spool, which refuses them, rather than to the broker ahead of it).
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -42,7 +45,17 @@ pub(super) const REOPEN_PAUSE: Duration = Duration::ZERO;
 pub(super) type Reopen = Box<dyn Fn() -> Result<Arc<Database>, StoreError> + Send>;
 
 /// Undoes what a request reserved in the counts, when its commit fails.
-pub(super) type Undo = Box<dyn FnOnce(&Ledger) + Send>;
+pub(super) type Undo = Box<dyn FnOnce(&Ledger, Failed) + Send>;
+
+/// Whether what a failed request wrote may still be read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Failed {
+    /// Not at all: nothing was written, or the database is set back durably.
+    Settled,
+    /// Its commit met an I/O error and the database is not set back yet: its pages may
+    /// still be in the page cache, where a reopen or the next process reads them.
+    InDoubt,
+}
 
 /// The answer to a request: `Ok` once its changes are on disk.
 pub(super) type Answer = oneshot::Receiver<Result<(), StoreError>>;
@@ -139,7 +152,7 @@ impl Writer {
             Some(Ok(())) => Ok(answer),
             Some(Err(request)) => {
                 if let Some(undo) = request.undo {
-                    undo(&self.ledger);
+                    undo(&self.ledger, Failed::Settled);
                 }
                 Err(self.stopped())
             }
@@ -216,16 +229,19 @@ impl Thread {
             *lock(&self.ledger.writing_since) = Some(Instant::now());
             let result = match &self.recovery {
                 // Nothing is tried on a database that refuses writes.
-                Some(recovery) => Err(StoreError::Disk(recovery.error.clone().into())),
+                Some(recovery) => Err((
+                    StoreError::Disk(recovery.error.clone().into()),
+                    Failed::Settled,
+                )),
                 None => self.commit(&batch),
             };
             *lock(&self.ledger.writing_since) = None;
             for request in batch {
                 let answer = match &result {
                     Ok(()) => Ok(()),
-                    Err(error) => {
+                    Err((error, failed)) => {
                         if let Some(undo) = request.undo {
-                            undo(&self.ledger);
+                            undo(&self.ledger, *failed);
                         }
                         Err(copy_error(error))
                     }
@@ -236,8 +252,8 @@ impl Thread {
     }
 
     /// Commits the batch's changes; after an I/O error, notes what they touched for the
-    /// recovery.
-    fn commit(&mut self, batch: &[Request]) -> Result<(), StoreError> {
+    /// recovery, and says whether they may still be read back.
+    fn commit(&mut self, batch: &[Request]) -> Result<(), (StoreError, Failed)> {
         let db = self.tables.db();
         let ops = || batch.iter().flat_map(|r| r.ops.iter());
         let result = tables::commit(&db, ops());
@@ -260,6 +276,9 @@ impl Thread {
             tracing::error!(%error, "spool commit failed; spooling answers 503 until the disk takes writes again");
         }
         self.failing = true;
+        // An error before any page was written (a table redb cannot open, say) leaves
+        // nothing to read back.
+        let mut failed = Failed::Settled;
         if tables::needs_reopen(&error) {
             // The last good commit is what this handle still reads: the failed one is in no
             // root it knows.
@@ -270,13 +289,20 @@ impl Thread {
                     // failed commit's entries in the page cache, and publish them after
                     // events that came later.
                     self.reopen_if_due();
+                    if self.recovery.is_some() {
+                        failed = Failed::InDoubt;
+                    }
                 }
-                Err(read) => self.ledger.set_broken(format!(
-                    "the spool's database refuses writes after an I/O error ({error}), and what it held before cannot be read: {read}"
-                )),
+                Err(read) => {
+                    self.ledger.set_broken(format!(
+                        "the spool's database refuses writes after an I/O error ({error}), and what it held before cannot be read: {read}"
+                    ));
+                    // Never set back: only the restart settles what comes back.
+                    failed = Failed::InDoubt;
+                }
             }
         }
-        Err(StoreError::from(error))
+        Err((StoreError::from(error), failed))
     }
 
     /// Starts (or adds to) a recovery: the database is to be opened again, and these
@@ -334,6 +360,7 @@ impl Thread {
         }
         self.tables.replace(db);
         self.recovery = None;
+        self.ledger.settle_doubts();
         self.failing = false;
         self.ledger.store_failing.store(false, Ordering::SeqCst);
         self.ledger.reopening.store(false, Ordering::SeqCst);

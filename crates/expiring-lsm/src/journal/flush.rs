@@ -68,8 +68,9 @@ impl Shared {
         Ok(written)
     }
 
-    /// Copies the hot entries whose records are in batches below `durable_below`, one map
-    /// at a time.
+    /// Copies the hot entries' durable records that are in batches below `durable_below`,
+    /// one map at a time: those a memory-only value covers too, since the journal no longer
+    /// replays their batches once the run holds them.
     fn copy_written(&self, durable_below: u64) -> Copied {
         let mut copy = Copied {
             entries: Vec::new(),
@@ -80,12 +81,11 @@ impl Shared {
             let written = shard
                 .map
                 .iter()
-                .filter(|(_, e)| e.written_below(durable_below));
-            for (key, e) in written {
-                let value = e.value.as_slice();
+                .filter_map(|(key, e)| Some((key, e.durable_below(durable_below)?)));
+            for (key, (value, expires_ms)) in written {
                 let at = copy.values.len() as u32;
                 copy.entries
-                    .push((*key, e.expires_ms, at, value.len() as u32));
+                    .push((*key, expires_ms, at, value.len() as u32));
                 copy.values.extend_from_slice(value);
             }
         }

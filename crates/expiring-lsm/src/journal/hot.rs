@@ -30,14 +30,102 @@ pub(super) struct Entry {
     pub(super) value: Value,
     /// When the entry may be forgotten.
     pub(super) expires_ms: i64,
-    /// The journal batch holding its current record; `None` for memory-only values.
-    pub(super) batch: Option<u64>,
+    /// Where its record is. One field for both kinds, so that an entry is no larger for
+    /// what a memory-only value may cover.
+    kind: Kind,
+}
+
+/// A durable record, or a memory-only value and what it covers.
+enum Kind {
+    /// The journal batch holding the record.
+    Durable(u64),
+    /// A memory-only value, over the key's latest durable record while no run holds it.
+    /// That record is the key's value on disk, so a flush writes it in the entry's place
+    /// (the journal batches below the run are no longer replayed) and a release of the
+    /// memory-only value brings it back; a run's older record never stands in for it.
+    MemoryOnly(Option<Box<Covered>>),
+}
+
+/// A durable record a memory-only value covers (see [`Kind::MemoryOnly`]).
+pub(super) struct Covered {
+    value: Value,
+    expires_ms: i64,
+    batch: u64,
 }
 
 impl Entry {
-    /// Whether its record is in a batch below `durable_below`, which is on disk.
-    pub(super) fn written_below(&self, durable_below: u64) -> bool {
-        self.batch.is_some_and(|b| b < durable_below)
+    /// A durable record of journal batch `batch`, or a memory-only value (`None`).
+    pub(super) fn new(value: &[u8], expires_ms: i64, batch: Option<u64>) -> Self {
+        Self {
+            value: Value::new(value),
+            expires_ms,
+            kind: batch.map_or(Kind::MemoryOnly(None), Kind::Durable),
+        }
+    }
+
+    /// The journal batch holding its record; `None` for a memory-only value.
+    pub(super) fn batch(&self) -> Option<u64> {
+        match self.kind {
+            Kind::Durable(batch) => Some(batch),
+            Kind::MemoryOnly(_) => None,
+        }
+    }
+
+    /// The key's latest durable record (its value and expiry) if it is in a batch below
+    /// `durable_below`: the record a run of those batches must hold for the key.
+    pub(super) fn durable_below(&self, durable_below: u64) -> Option<(&[u8], i64)> {
+        match &self.kind {
+            Kind::Durable(batch) => {
+                (*batch < durable_below).then(|| (self.value.as_slice(), self.expires_ms))
+            }
+            Kind::MemoryOnly(covered) => covered
+                .as_ref()
+                .filter(|c| c.batch < durable_below)
+                .map(|c| (c.value.as_slice(), c.expires_ms)),
+        }
+    }
+
+    /// Whether the entry stays once a run holds the batches below `durable_below`: not if
+    /// the run holds its record; a memory-only value stays, without the record it covered
+    /// if the run holds that.
+    pub(super) fn stays_after_run(&mut self, durable_below: u64) -> bool {
+        match &mut self.kind {
+            Kind::Durable(batch) => *batch >= durable_below,
+            Kind::MemoryOnly(covered) => {
+                if covered.as_ref().is_some_and(|c| c.batch < durable_below) {
+                    *covered = None;
+                }
+                true
+            }
+        }
+    }
+
+    /// Takes over, if this entry is a memory-only value, the durable record `replaced`
+    /// (the entry it replaces) holds or covers itself.
+    pub(super) fn cover(&mut self, replaced: Entry) {
+        let Kind::MemoryOnly(covered) = &mut self.kind else {
+            return;
+        };
+        *covered = match replaced.kind {
+            Kind::Durable(batch) => Some(Box::new(Covered {
+                value: replaced.value,
+                expires_ms: replaced.expires_ms,
+                batch,
+            })),
+            Kind::MemoryOnly(under) => under,
+        };
+    }
+
+    /// The durable record this memory-only entry covers, as an entry of its own.
+    pub(super) fn uncovered(&mut self) -> Option<Entry> {
+        let Kind::MemoryOnly(covered) = &mut self.kind else {
+            return None;
+        };
+        covered.take().map(|c| Entry {
+            value: c.value,
+            expires_ms: c.expires_ms,
+            kind: Kind::Durable(c.batch),
+        })
     }
 }
 
@@ -161,15 +249,17 @@ impl Shared {
 
     /// Forgets the entries whose records are in batches below `durable_below` (a run now
     /// holds them), and returns how many went. An entry changed since the run's copy has a
-    /// newer batch and stays. A map that grew while the flush thread fell behind gives its
-    /// room back, so the hot set's memory follows `hot_entries`, not the largest burst.
+    /// newer batch and stays; so does a memory-only value, without the durable record it
+    /// covered if the run holds that. A map that grew while the flush thread fell behind
+    /// gives its room back, so the hot set's memory follows `hot_entries`, not the largest
+    /// burst.
     pub(super) fn forget_written(&self, durable_below: u64) -> usize {
         let room = (self.settings.hot_entries.saturating_mul(2) / SHARDS).max(16);
         let mut forgotten = 0;
         for shard in &self.shards {
             let shard = &mut lock(shard).map;
             let before = shard.len();
-            shard.retain(|_, e| !e.written_below(durable_below));
+            shard.retain(|_, e| e.stays_after_run(durable_below));
             forgotten += before - shard.len();
             if shard.capacity() > 2 * room {
                 shard.shrink_to(room);

@@ -40,7 +40,7 @@ use crate::Digest;
 use crate::{Error, LegacyBatches};
 use batch::Open;
 use disk_seam::Disk;
-use hot::{current_of, on_disk, Entry, Shard, Value};
+use hot::{current_of, on_disk, Entry, Shard};
 
 /// Folder of the state's runs, inside the store's directory.
 pub const RUNS_DIR: &str = "state-runs";
@@ -268,19 +268,13 @@ impl Journal {
         }
         // Never earlier than the record it supersedes (see the module's last paragraph).
         let expires_ms = expires_ms.max(current_expires);
-        let value = Value::new(value);
-        let batch = durable.then(|| {
-            self.shared
-                .append(&key, expires_ms, value.as_slice(), now_ms)
-        });
-        let entry = Entry {
-            value,
-            expires_ms,
-            batch,
-        };
+        let batch = durable.then(|| self.shared.append(&key, expires_ms, value, now_ms));
+        let entry = Entry::new(value, expires_ms, batch);
         match slot {
             MapEntry::Occupied(mut found) => {
-                found.insert(entry);
+                let replaced = found.insert(entry);
+                // A memory-only value keeps the key's durable record (see `hot::Kind`).
+                found.get_mut().cover(replaced);
             }
             MapEntry::Vacant(free) => {
                 free.insert(entry);
@@ -292,18 +286,27 @@ impl Journal {
         Ok(result)
     }
 
-    /// Forgets `key` if its value is memory-only and `forget` says so. Durable values are
-    /// only forgotten by expiry: a removed one would come back on replay.
+    /// Forgets `key` if its value is memory-only and `forget` says so: the key holds its
+    /// latest durable value again. Durable values are only forgotten by expiry: a removed
+    /// one would come back on replay.
     pub fn forget_volatile_if(&self, key: &Digest, forget: impl FnOnce(&[u8]) -> bool) {
         let key = *key;
         let mut shard = self.shared.shard(&key);
-        if shard
-            .map
-            .get(&key)
-            .is_some_and(|e| e.batch.is_none() && forget(e.value.as_slice()))
-        {
-            shard.map.remove(&key);
-            self.shared.hot_count.fetch_sub(1, Ordering::Relaxed);
+        let MapEntry::Occupied(mut found) = shard.map.entry(key) else {
+            return;
+        };
+        let entry = found.get_mut();
+        if entry.batch().is_some() || !forget(entry.value.as_slice()) {
+            return;
+        }
+        match entry.uncovered() {
+            // Not in a run yet: the hot set keeps it.
+            Some(durable) => *entry = durable,
+            // In a run, or none: the runs answer.
+            None => {
+                found.remove();
+                self.shared.hot_count.fetch_sub(1, Ordering::Relaxed);
+            }
         }
     }
 
@@ -386,7 +389,7 @@ impl Journal {
             shard
                 .map
                 .get(&key)
-                .and_then(|e| e.batch)
+                .and_then(Entry::batch)
                 .map_or(0, |b| b + 1)
         };
         SyncPoint(keys.iter().map(batch_end).max().unwrap_or(0))
@@ -697,6 +700,81 @@ pub(crate) mod tests {
         j.flush_to_run().expect("flush");
         j.merge_now().expect("merge");
         assert_eq!(get(&j, b"k").as_deref(), Some(&b"short"[..]));
+    }
+
+    /// Sets a memory-only value (a claim) on `key`, whatever it holds.
+    fn claim(j: &Journal, key: &[u8], value: &[u8], now_ms: i64) {
+        j.modify(&Digest::of(key), now_ms, |_| {
+            let change = Change::Put {
+                value,
+                expires_ms: now_ms + 1_000,
+                durable: false,
+            };
+            (change, ())
+        })
+        .expect("claim");
+    }
+
+    #[test]
+    fn a_durable_value_under_a_claim_goes_to_the_run_of_its_batch_and_outlives_restarts() {
+        use disk_seam::sim::SimDisk;
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(11);
+        let dir = Path::new("/var/lib/hookgate");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        put(&j, b"k", b"older", i64::MAX, 0);
+        j.flush_to_run().expect("flush");
+        put(&j, b"k", b"newer", i64::MAX, 1);
+        put(&j, b"other", b"v", i64::MAX, 1);
+        j.write_now().expect("commit");
+        claim(&j, b"k", b"claim", 2);
+        // The run holds every batch so far (it is written for "other"), the one of "newer"
+        // included: the journal no longer replays it, so the run must hold "newer" though
+        // a claim covers it.
+        j.flush_to_run().expect("flush");
+        let disk = disk.restart();
+        drop(j);
+        let j = open_with(&store, dir, 2, on_sim(&disk, 4096));
+        assert_eq!(
+            get(&j, b"k").as_deref(),
+            Some(&b"newer"[..]),
+            "a process restart read the value before it"
+        );
+        let disk = disk.crash();
+        drop(j);
+        let j = open_with(&store, dir, 2, on_sim(&disk, 4096));
+        assert_eq!(
+            get(&j, b"k").as_deref(),
+            Some(&b"newer"[..]),
+            "a power cut read the value before it"
+        );
+    }
+
+    #[test]
+    fn a_hot_entry_takes_no_room_for_the_durable_record_a_claim_may_cover() {
+        // The hot set holds up to four times `hot_entries` of them: the record a claim
+        // covers is boxed inside the field that tells the two kinds apart.
+        assert!(std::mem::size_of::<Entry>() <= 48);
+    }
+
+    #[test]
+    fn a_released_claim_gives_back_the_durable_value_it_covered_not_an_older_one() {
+        let (dir, store) = temp_store();
+        let j = open_at(&store, dir.path(), 0);
+        put(&j, b"k", b"older", i64::MAX, 0);
+        j.flush_to_run().expect("flush");
+        put(&j, b"k", b"newer", i64::MAX, 1);
+        claim(&j, b"k", b"claim", 2);
+        assert_eq!(get(&j, b"k").as_deref(), Some(&b"claim"[..]));
+        j.forget_volatile_if(&Digest::of(b"k"), |v| v == b"claim");
+        assert_eq!(get(&j, b"k").as_deref(), Some(&b"newer"[..]));
+        // Released again after the run took the covered value: the run answers.
+        claim(&j, b"k", b"claim", 3);
+        j.flush_to_run().expect("flush");
+        assert_eq!(get(&j, b"k").as_deref(), Some(&b"claim"[..]));
+        j.forget_volatile_if(&Digest::of(b"k"), |v| v == b"claim");
+        assert_eq!(get(&j, b"k").as_deref(), Some(&b"newer"[..]));
+        assert_eq!((j.hot_len(), j.runs()), (0, 2));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use tokio::sync::watch;
 
 use super::batch::{decode_batch, decode_seq, Open, LEGACY_PAGE};
-use super::hot::{shard_of, Entry, Shard, Value, SHARDS};
+use super::hot::{shard_of, Entry, Shard, SHARDS};
 use super::{threads, Asked, Journal, Progress, Settings, Shared, Writer};
 use super::{JOURNAL_DIR, RUNS_DIR};
 use crate::runs::Runs;
@@ -99,11 +99,7 @@ impl Replay {
             return;
         };
         for (key, expires_ms, value) in records {
-            let entry = Entry {
-                value: Value::new(value),
-                expires_ms,
-                batch: Some(seq),
-            };
+            let entry = Entry::new(value, expires_ms, Some(seq));
             self.shards[shard_of(&key)].map.insert(key, entry);
         }
     }
