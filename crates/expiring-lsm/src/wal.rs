@@ -8,8 +8,9 @@
 //! `fdatasync` writes data and no file system metadata, which makes a commit cheaper than
 //! an append to a growing file.
 //!
-//! Reading a segment stops at the first frame that is zero (its end), cut short, fails its
-//! checksum or does not carry the previous one's sequence number plus one. In the last
+//! Reading a segment stops at the first frame that is zero (its end, unless a whole frame
+//! follows), cut short, fails its checksum or does not carry the previous one's sequence
+//! number plus one. In the last
 //! segment that is a write a crash cut short (never acknowledged, since the commit's
 //! `fdatasync` did not return). After a failed write or `fdatasync` a segment holding
 //! acknowledged frames is not written again (a failed `fsync` may have dropped pages that
@@ -533,7 +534,7 @@ struct SegmentRead {
     first: Option<u64>,
     last: Option<u64>,
     /// The byte where reading stopped before the segment's end: a frame cut short, failing
-    /// its checksum or out of sequence.
+    /// its checksum or out of sequence, or zeros with a whole frame after them.
     stopped_at: Option<u64>,
     /// The highest sequence number of a whole frame after that byte: a torn last write is
     /// followed by zeros only, so such a frame shows batches lost to damage.
@@ -556,7 +557,11 @@ fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Segm
     while let Some(head) = rest.get(..FRAME_HEAD) {
         let at = (bytes.len() - rest.len()) as u64;
         if head.iter().all(|b| *b == 0) {
-            break; // the zeros after the last frame
+            // The zeros after the last frame, unless a whole frame follows them: then a
+            // frame's write landed elsewhere, or not at all, and later ones were written.
+            read.later = last_whole_frame(bytes, at as usize + 1, read.last);
+            read.stopped_at = read.later.map(|_| at);
+            break;
         }
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
@@ -852,6 +857,55 @@ mod tests {
             segment_path(dir.path(), first).exists(),
             "the damaged segment is kept for the operator"
         );
+    }
+
+    /// Zeroes the frame of `nth_frame` in segment `number` (frames of one byte-long batch
+    /// each), as a write that landed elsewhere leaves it.
+    fn zero_frame(dir: &Path, number: u64, nth_frame: usize) {
+        let path = segment_path(dir, number);
+        let mut bytes = std::fs::read(&path).expect("read");
+        let at = MAGIC.len() + nth_frame * (FRAME_HEAD + 1);
+        bytes[at..at + FRAME_HEAD + 1].fill(0);
+        std::fs::write(&path, &bytes).expect("write");
+    }
+
+    #[test]
+    fn a_frame_gone_to_zeros_with_whole_frames_after_it_is_damage() {
+        // The segment written last: batch 3 was acknowledged after batch 2, whose write
+        // went elsewhere (its place still holds the zeros the segment was filled with).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let last = wal.active.number;
+        for seq in 1..=3 {
+            commit(&mut wal, &[(seq, b"x")]);
+        }
+        drop(wal);
+        zero_frame(dir.path(), last, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused, not opened without batches 2 and 3")
+            .to_string();
+        assert!(error.contains(&segment_name(last)), "{error}");
+        assert!(
+            error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
+            "{error}"
+        );
+        assert!(error.contains("2..=3"), "{error}");
+        // A sealed segment: no later segment holds batches 2 and 3.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(4, b"d")]);
+        drop(wal);
+        zero_frame(dir.path(), first, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(error.contains("2..=3"), "{error}");
     }
 
     #[test]
