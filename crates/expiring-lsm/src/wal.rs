@@ -118,11 +118,13 @@ impl Wal {
             before: None,
             sealed: VecDeque::new(),
             proven_damage: false,
+            owed: None,
         };
         for (i, &(number, accepted)) in numbers.iter().enumerate() {
             let last = i + 1 == numbers.len();
             reading.segment(&*disk, dir, number, accepted, last, &mut replay)?;
         }
+        reading.settle()?;
         // Past every number in the folder, a damaged one kept by the operator included.
         let next_number = numbers.last().map_or(0, |(n, _)| n + 1);
         let file = create_segment(&*disk, dir, next_number, segment_bytes)?;
@@ -425,6 +427,10 @@ struct Reading {
     /// Whether a segment read before held no whole batch before its damage but one after
     /// it: batches were acknowledged there, though no number is known below them.
     proven_damage: bool,
+    /// A sealed segment's damage with a whole frame after it: its path, the byte, and the
+    /// highest number after the damage. Batches up to that number were written, so a later
+    /// segment must hold those the damage took, even if none follows to show a gap.
+    owed: Option<(PathBuf, u64, u64)>,
 }
 
 impl Reading {
@@ -466,6 +472,12 @@ impl Reading {
         if read.last.is_some() || damaged {
             self.before = Some((path.clone(), read.stopped_at, accepted));
         }
+        if let (false, false, Some(at), Some(later)) = (last, accepted, read.stopped_at, read.later)
+        {
+            if self.owed.as_ref().is_none_or(|(_, _, owed)| *owed < later) {
+                self.owed = Some((path.clone(), at, later));
+            }
+        }
         if let (true, Some(later)) = (last, read.later) {
             // No later segment can hold what lies between the damage and a whole frame
             // after it: a commit after the damaged one acknowledged it.
@@ -489,6 +501,22 @@ impl Reading {
             last_seq: read.last,
         });
         Ok(())
+    }
+
+    /// After every segment is read: the batches a sealed segment's damage took, up to a
+    /// whole frame after it, are in a later segment or held by runs.
+    fn settle(&self) -> Result<(), Error> {
+        let Some((path, at, later)) = &self.owed else {
+            return Ok(());
+        };
+        let lost_from = self.highest.map_or(0, |h| h + 1).max(self.needed_from);
+        if lost_from > *later {
+            return Ok(());
+        }
+        Err(Error::Open {
+            path: path.clone(),
+            reason: format!("damaged at byte {at}: batches {lost_from}..={later}, acknowledged, are in no later segment; see \"A damaged state journal segment\" in docs/guarantees.md"),
+        })
     }
 
     /// Judges the batches from `next` (the one after the last read) to the next one found
@@ -906,6 +934,31 @@ mod tests {
             .to_string();
         assert!(error.contains(&segment_name(first)), "{error}");
         assert!(error.contains("2..=3"), "{error}");
+    }
+
+    #[test]
+    fn damage_in_a_sealed_segment_with_whole_frames_after_it_and_an_empty_next_is_an_error() {
+        // Batches 2 and 3 were acknowledged; the segment after it holds nothing yet (a
+        // rotation, or a commit a crash cut short there), so no later batch shows the gap.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        drop(wal);
+        damage(dir.path(), first, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused, not opened without batches 2 and 3")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(
+            error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
+            "{error}"
+        );
+        assert!(error.contains("2..=3"), "{error}");
+        // Held by runs, the same batches are no loss.
+        assert!(Wal::open(disk_seam::real(), dir.path(), 1 << 16, 4, |_, _| {}).is_ok());
     }
 
     #[test]
