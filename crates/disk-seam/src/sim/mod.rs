@@ -35,6 +35,7 @@ mod rng;
 mod state;
 
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -244,26 +245,21 @@ impl SimDisk {
             return None;
         }
         let (path, id) = files[state.rng.below(files.len() as u64) as usize].clone();
-        let mask = 1u8 << state.rng.below(8);
-        let file = state.inodes.get_mut(&id)?;
-        let len = file.durable.len().min(file.data.len());
-        for _ in 0..FLIP_TRIES {
-            let at = state.rng.below(len as u64) as usize;
-            if file.data.get(at) != file.durable.get(at) {
-                continue;
-            }
-            file.durable[at] ^= mask;
-            file.data[at] ^= mask;
-            file.flipped.push((at as u64, mask));
-            let flip = Flip {
-                path,
-                offset: at as u64,
-                mask,
-            };
-            state.note(format_args!("bit flipped: {flip:?}"));
-            return Some(flip);
-        }
-        None
+        flip_in(state, path, id, 0..u64::MAX)
+    }
+
+    /// Flips one bit, picked at random, of the synced data of the file at `path` within
+    /// the bytes `within`, as [`SimDisk::flip_synced_bit`] does. `None` if the file holds
+    /// no such byte there.
+    pub fn flip_synced_bit_in(&self, path: &Path, within: Range<u64>) -> Option<Flip> {
+        let path = absolute(path);
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let Some(Node::File(id)) = state.live.get(&path) else {
+            return None;
+        };
+        let id = *id;
+        flip_in(state, path, id, within)
     }
 
     /// Undoes the bits [`SimDisk::flip_synced_bit`] flipped that no write or length change
@@ -395,6 +391,35 @@ impl SimDisk {
             writable,
         }))
     }
+}
+
+/// Flips a random bit of a random byte of file `id` (at `path`) within `within` whose
+/// synced and cached copies agree.
+fn flip_in(state: &mut State, path: PathBuf, id: u64, within: Range<u64>) -> Option<Flip> {
+    let mask = 1u8 << state.rng.below(8);
+    let file = state.inodes.get(&id)?;
+    let end = within.end.min(file.durable.len().min(file.data.len()) as u64);
+    if within.start >= end {
+        return None;
+    }
+    for _ in 0..FLIP_TRIES {
+        let at = (within.start + state.rng.below(end - within.start)) as usize;
+        let file = state.inodes.get_mut(&id)?;
+        if file.data.get(at) != file.durable.get(at) {
+            continue;
+        }
+        file.durable[at] ^= mask;
+        file.data[at] ^= mask;
+        file.flipped.push((at as u64, mask));
+        let flip = Flip {
+            path,
+            offset: at as u64,
+            mask,
+        };
+        state.note(format_args!("bit flipped: {flip:?}"));
+        return Some(flip);
+    }
+    None
 }
 
 /// Waits while syncs are held ([`SimDisk::hold_syncs`]).
@@ -742,6 +767,10 @@ mod tests {
         let again = synced(11, &[0u8; 64]).0.flip_synced_bit(Path::new("/d"));
         assert_eq!(again, Some(flip), "the seed picks the same bit");
         assert_eq!(SimDisk::new(1).flip_synced_bit(Path::new("/")), None);
+        let within = disk.flip_synced_bit_in(Path::new("/d/f"), 10..12);
+        assert!(within.is_some_and(|f| (10..12).contains(&f.offset)));
+        assert_eq!(disk.flip_synced_bit_in(Path::new("/d/f"), 64..90), None);
+        assert_eq!(disk.flip_synced_bit_in(Path::new("/d/g"), 0..9), None);
     }
 
     #[test]
