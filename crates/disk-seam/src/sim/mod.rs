@@ -398,7 +398,9 @@ impl SimDisk {
 fn flip_in(state: &mut State, path: PathBuf, id: u64, within: Range<u64>) -> Option<Flip> {
     let mask = 1u8 << state.rng.below(8);
     let file = state.inodes.get(&id)?;
-    let end = within.end.min(file.durable.len().min(file.data.len()) as u64);
+    let end = within
+        .end
+        .min(file.durable.len().min(file.data.len()) as u64);
     if within.start >= end {
         return None;
     }
