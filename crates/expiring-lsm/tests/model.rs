@@ -702,8 +702,9 @@ impl World {
         }
     }
 
-    /// Flips a bit of synced bytes of a run or a journal segment: in the newest segment
-    /// that holds frames, only before its last frame.
+    /// Flips a bit of synced bytes of a run or a journal segment, sparing the frames whose
+    /// damage no check can tell from a commit a crash cut short (docs/guarantees.md): the
+    /// last synced frame of the newest segment that holds any, and a segment's only one.
     fn flip(&mut self) -> String {
         let store = Path::new(STORE_DIR);
         let mut files = self.disk.files_under(&store.join(RUNS_DIR));
@@ -714,14 +715,23 @@ impl World {
         let newest = segments
             .iter()
             .rev()
-            .find_map(|p| Some((p.clone(), last_frame_at(&self.disk, p)?)));
+            .find(|p| !synced_frames(&self.disk, p).is_empty())
+            .cloned();
         files.extend(segments);
         if files.is_empty() {
             return "no file to flip a bit in".into();
         }
         let path = files[self.rng.below(files.len() as u64) as usize].clone();
-        let within = match &newest {
-            Some((newest, last)) if *newest == path => 0..*last,
+        let segment = path.extension().is_some_and(|e| e == "wal");
+        let frames = if segment {
+            synced_frames(&self.disk, &path)
+        } else {
+            Vec::new()
+        };
+        let within = match frames.as_slice() {
+            // A lone frame's damage shows no batch it held: only the magic then.
+            [_] => 0..SEGMENT_MAGIC as u64,
+            [.., last] if newest.as_ref() == Some(&path) => 0..*last,
             _ => 0..u64::MAX,
         };
         match self.disk.flip_synced_bit_in(&path, within) {
@@ -810,21 +820,22 @@ fn refuses_damage(error: &Error) -> bool {
     matches!(error, Error::Damaged { .. } | Error::Open { .. })
 }
 
-/// Where the last frame of the journal segment at `path` starts, walking the frames by
-/// their lengths up to the zeros after them; `None` if it holds no frame.
-fn last_frame_at(disk: &SimDisk, path: &Path) -> Option<u64> {
-    let bytes = disk_seam::read(disk, path).ok()?;
+/// Where the frames a power cut keeps of the journal segment at `path` start (its synced
+/// frames, walked by their lengths up to the zeros after them). Frames only the page cache
+/// holds were never acknowledged.
+fn synced_frames(disk: &SimDisk, path: &Path) -> Vec<u64> {
+    let bytes = disk.synced_data(path).unwrap_or_default();
     let mut at = SEGMENT_MAGIC;
-    let mut last = None;
+    let mut frames = Vec::new();
     while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
         if head.iter().all(|b| *b == 0) {
             break;
         }
-        let len = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
-        last = Some(at as u64);
+        frames.push(at as u64);
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         at += FRAME_HEAD + len;
     }
-    last
+    frames
 }
 
 /// `value` if a caller counts it at `now` (`None` if absent or past its end).

@@ -262,6 +262,17 @@ impl SimDisk {
         flip_in(state, path, id, within)
     }
 
+    /// What a power cut now keeps for certain of the file at `path`: its synced data.
+    /// `None` if no file is there.
+    pub fn synced_data(&self, path: &Path) -> Option<Vec<u8>> {
+        let path = absolute(path);
+        let state = lock(&self.state);
+        match state.live.get(&path) {
+            Some(Node::File(id)) => state.inodes.get(id).map(|f| f.durable.clone()),
+            _ => None,
+        }
+    }
+
     /// Undoes the bits [`SimDisk::flip_synced_bit`] flipped that no write or length change
     /// has covered since (an operator restoring the damaged bytes). Returns how many.
     pub fn repair_flips(&self) -> usize {
@@ -773,6 +784,11 @@ mod tests {
         assert!(within.is_some_and(|f| (10..12).contains(&f.offset)));
         assert_eq!(disk.flip_synced_bit_in(Path::new("/d/f"), 64..90), None);
         assert_eq!(disk.flip_synced_bit_in(Path::new("/d/g"), 0..9), None);
+        let file = disk.open_rw(Path::new("/d/f")).expect("open");
+        file.write_all_at(b"unsynced", 0).expect("write");
+        let synced = disk.synced_data(Path::new("/d/f")).expect("a file");
+        assert_eq!(synced.len(), 64);
+        assert_ne!(&synced[..8], b"unsynced");
     }
 
     #[test]
