@@ -16,9 +16,10 @@
 //! every step is a call the seed chose.
 //!
 //! Damage steps, beside loss: a bit flipped in synced bytes of a run or a journal segment
-//! (never in the frame of the newest batch, whose damage reads as a commit a crash cut
-//! short: no check can tell them apart), a run's write torn or misdirected though its sync
-//! succeeds, and unsynced writes reordered at the next power cut. After damage the store may
+//! (sparing the last synced frame of the newest segment and a segment's only frame, whose
+//! damage reads as a commit a crash cut short: no check can tell them apart), a run's write
+//! torn or misdirected though its sync succeeds, and unsynced writes reordered at the next
+//! power cut. After damage the store may
 //! refuse to open ([`expiring_lsm::Error::Damaged`], or the journal's refusal) or fail a read
 //! with `Damaged`; it never answers a wrong value, nor nothing for a key whose value counts.
 //! A refused open is repaired (the flipped bits restored, as an operator restores a backup)
