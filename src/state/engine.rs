@@ -13,6 +13,7 @@ impl From<expiring_lsm::Error> for StoreError {
             E::NotDurable(message) => StoreError::NotDurable(message),
             E::Unwritable(message) => StoreError::Unwritable(message),
             E::Corrupt(cause) => StoreError::Corrupt(cause),
+            damaged @ E::Damaged { .. } => StoreError::Corrupt(Box::new(damaged)),
             E::Stopped(message) => StoreError::Stopped(message),
         }
     }

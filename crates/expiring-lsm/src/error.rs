@@ -22,6 +22,14 @@ pub enum Error {
     /// operator ends it.
     #[error("{0}")]
     Unwritable(String),
+    /// Stored bytes fail their check (a checksum, a bound): the file and the byte where the
+    /// damage is, and what failed. Nothing is answered from them.
+    #[error("store damaged: {} at byte {offset}: {what}; see \"A damaged state run\" in docs/guarantees.md", file.display())]
+    Damaged {
+        file: PathBuf,
+        offset: u64,
+        what: String,
+    },
     /// Stored bytes could not be read in their format.
     #[error("stored data unreadable: {0}")]
     Corrupt(#[source] Cause),

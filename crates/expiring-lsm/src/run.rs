@@ -2,37 +2,50 @@
 //! each page and a membership filter held in memory. A lookup is at most one page read
 //! (`pread`), and none when the filter says the key is absent.
 //!
-//! Layout, little-endian:
-//! - header ([`HEADER_BYTES`]): magic, the run's span of flushes (`first`, `last`), level,
-//!   generation, entries, latest expiry, the journal point it covers, when it is due for a rewrite, page
-//!   count, filter size;
+//! Layout, little-endian (format 2; the magic's last byte is the format):
+//! - header ([`HEADER_V2`]): magic, the run's span of flushes (`first`, `last`), level,
+//!   generation, entries, latest expiry, the journal point it covers, when it is due for a
+//!   rewrite, page count, filter size; then the CRC-32 of the index and filter, and the
+//!   CRC-32 of the header's bytes before it;
 //! - pages of records (16-byte digest, `expires_ms` i64, value length u32, value), a new
 //!   page started once a page reaches [`PAGE_BYTES`];
 //! - the index: per page, the first 8 bytes of its first digest (big-endian, so numbers
-//!   sort as digests do) and the page's offset;
+//!   sort as digests do), the page's offset and the page's CRC-32;
 //! - the filter's words.
+//!
+//! Every byte a lookup or a merge relies on is checked before it is used: the header, the
+//! index and the filter when the run opens, a page each time it is read. Bytes that do not
+//! check are [`Error::Damaged`], naming the file and the offset, never a wrong or a missing
+//! record. Format 1 (an 80-byte header, 16-byte index entries, no checksums) is still read,
+//! unchecked; merges and rewrites write format 2.
 //!
 //! A run is written to a temporary name, synced, then renamed: a run file under its final
 //! name is whole.
 
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::bloom::Bloom;
 use crate::Digest;
 use crate::Error;
-use disk_seam::{Disk, DiskFile, Reader, Writer};
+use disk_seam::{Disk, DiskFile, Writer};
 
-const MAGIC: [u8; 8] = *b"hgrun\0\0\x01";
-const HEADER_BYTES: u64 = 80;
+const MAGIC_V1: [u8; 8] = *b"hgrun\0\0\x01";
+const MAGIC_V2: [u8; 8] = *b"hgrun\0\0\x02";
+/// Bytes of a run's facts, from the magic to the filter size: the whole header of format 1.
+const FACTS_BYTES: usize = 80;
+const HEADER_V1: u64 = FACTS_BYTES as u64;
+/// The facts, the CRC-32 of the index and filter, and the CRC-32 of what precedes it.
+const HEADER_V2: u64 = FACTS_BYTES as u64 + 8;
 /// A page is read whole for a lookup: one read from the OS page cache or the disk. Each
 /// page costs an index entry in memory: larger pages, less memory, longer reads.
 const PAGE_BYTES: usize = 8192;
 /// Bytes of a record before its value.
 const RECORD_HEAD: usize = 16 + 8 + 4;
-/// Bytes of one index entry.
-const INDEX_ENTRY: u64 = 16;
+/// Bytes of one index entry: the first key's prefix, the offset and (format 2) the CRC.
+const INDEX_V1: u64 = 16;
+const INDEX_V2: u64 = 20;
 /// A run being written is synced every this many bytes. Left to the kernel, a large
 /// merge's dirty pages are written back all at once, and the journal's fsync, which
 /// requests wait for, waits behind them.
@@ -68,30 +81,51 @@ pub struct RunInfo {
     pub rewrite_after_ms: i64,
 }
 
-/// A run file's header: the run's facts and the sizes of its index and filter.
+/// A run file's header: its format, the run's facts and the sizes of its index and filter.
 struct Header {
+    checked: bool,
     info: RunInfo,
     pages: u64,
     bloom_words: u64,
+    /// The CRC-32 of the index and filter (format 2).
+    tail_crc: u32,
 }
 
 impl Header {
     /// Reads the header of the run file at `path`, `len` bytes long.
     fn read(file: &dyn DiskFile, len: u64, path: &Path) -> Result<Self, Error> {
-        let mut header = [0u8; HEADER_BYTES as usize];
-        if len < HEADER_BYTES {
-            return Err(corrupt(path, "shorter than its header"));
+        let short = || damaged(path, 0, "shorter than its header");
+        if len < HEADER_V1 {
+            return Err(short());
         }
-        file.read_exact_at(&mut header, 0)?;
-        let mut at = 0;
+        let mut magic = [0u8; 8];
+        file.read_exact_at(&mut magic, 0)?;
+        let checked = match magic {
+            MAGIC_V1 => false,
+            MAGIC_V2 => true,
+            _ => return Err(damaged(path, 0, "not a run file of a known format")),
+        };
+        let mut bytes = [0u8; HEADER_V2 as usize];
+        let size = if checked { HEADER_V2 } else { HEADER_V1 };
+        if len < size {
+            return Err(short());
+        }
+        let header = &mut bytes[..size as usize];
+        file.read_exact_at(header, 0)?;
+        let mut tail_crc = 0;
+        if checked {
+            let crc = u32_at(&header[FACTS_BYTES + 4..]);
+            if crc32fast::hash(&header[..FACTS_BYTES + 4]) != crc {
+                return Err(damaged(path, 0, "header fails its checksum"));
+            }
+            tail_crc = u32_at(&header[FACTS_BYTES..]);
+        }
+        let mut at = 8;
         let mut take = |n: usize| {
             let part = &header[at..at + n];
             at += n;
             part
         };
-        if take(8) != MAGIC {
-            return Err(corrupt(path, "not a run file of this version"));
-        }
         let (first, last, level) = (u64_at(take(8)), u64_at(take(8)), u32_at(take(4)));
         let generation = u32_at(take(4));
         let info = RunInfo {
@@ -105,10 +139,28 @@ impl Header {
             rewrite_after_ms: u64_at(take(8)) as i64,
         };
         Ok(Self {
+            checked,
             info,
             pages: u64_at(take(8)),
             bloom_words: u64_at(take(8)),
+            tail_crc,
         })
+    }
+
+    fn size(&self) -> u64 {
+        if self.checked {
+            HEADER_V2
+        } else {
+            HEADER_V1
+        }
+    }
+
+    fn index_entry(&self) -> u64 {
+        if self.checked {
+            INDEX_V2
+        } else {
+            INDEX_V1
+        }
     }
 
     /// Where the index starts in a file of `len` bytes: the index and the filter end it.
@@ -116,44 +168,54 @@ impl Header {
     fn index_at(&self, len: u64) -> Option<u64> {
         let tail = self
             .pages
-            .checked_mul(INDEX_ENTRY)
+            .checked_mul(self.index_entry())
             .and_then(|i| {
                 self.bloom_words
                     .checked_mul(8)
                     .and_then(|b| i.checked_add(b))
             })
-            .filter(|tail| HEADER_BYTES + tail <= len)?;
+            .filter(|tail| self.size() + tail <= len)?;
         Some(len - tail)
     }
 }
 
-/// The run file at `path` is not readable in its format: `what` says why.
-fn corrupt(path: &Path, what: &str) -> Error {
-    Error::Corrupt(format!("state run {}: {what}", path.display()).into())
-}
-
-/// Reads the index of `pages` pages: the first 8 bytes of each page's first digest, and the
-/// page offsets followed by the index's own (`index_at`), where the last page ends.
-fn read_index(
-    reader: &mut impl Read,
-    pages: u64,
-    index_at: u64,
-) -> Result<(Vec<u64>, Vec<u64>), Error> {
-    let mut firsts = Vec::with_capacity(pages as usize);
-    let mut offsets = Vec::with_capacity(pages as usize + 1);
-    for _ in 0..pages {
-        firsts.push(read_u64(reader)?);
-        offsets.push(read_u64(reader)?);
+/// The run file at `path` does not check at byte `offset`: `what` says how.
+fn damaged(path: &Path, offset: u64, what: &str) -> Error {
+    Error::Damaged {
+        file: path.to_owned(),
+        offset,
+        what: what.to_owned(),
     }
-    offsets.push(index_at);
-    Ok((firsts, offsets))
 }
 
-/// Reads a little-endian u64.
-fn read_u64(reader: &mut impl Read) -> Result<u64, Error> {
-    let mut word = [0u8; 8];
-    reader.read_exact(&mut word)?;
-    Ok(u64::from_le_bytes(word))
+/// The index of a run: per page, the first 8 bytes of its first digest, its offset (and
+/// where the last page ends) and its CRC-32 (`None` in format 1).
+struct Index {
+    firsts: Vec<u64>,
+    offsets: Vec<u64>,
+    crcs: Option<Vec<u32>>,
+}
+
+impl Index {
+    /// Parses the index from `bytes`, the tail of the file that starts at `index_at`.
+    fn parse(bytes: &[u8], header: &Header, index_at: u64) -> Self {
+        let pages = header.pages as usize;
+        let entry = header.index_entry() as usize;
+        let mut index = Index {
+            firsts: Vec::with_capacity(pages),
+            offsets: Vec::with_capacity(pages + 1),
+            crcs: header.checked.then(|| Vec::with_capacity(pages)),
+        };
+        for part in bytes.chunks_exact(entry).take(pages) {
+            index.firsts.push(u64_at(&part[..8]));
+            index.offsets.push(u64_at(&part[8..16]));
+            if let Some(crcs) = &mut index.crcs {
+                crcs.push(u32_at(&part[16..20]));
+            }
+        }
+        index.offsets.push(index_at);
+        index
+    }
 }
 
 /// An open run.
@@ -161,39 +223,42 @@ pub struct Run {
     info: RunInfo,
     path: PathBuf,
     file: Arc<dyn DiskFile>,
-    /// First 8 bytes of each page's first digest, as a big-endian number.
-    firsts: Vec<u64>,
-    /// Offset of each page, and of the end of the last one.
-    offsets: Vec<u64>,
+    index: Arc<Index>,
     bloom: Bloom,
 }
 
 impl Run {
-    /// Opens a run file, reading its index and filter into memory.
+    /// Opens a run file, reading its index and filter into memory, checked in format 2.
     pub fn open(disk: &dyn Disk, path: &Path) -> Result<Self, Error> {
         let file = disk.open(path)?;
         let len = file.len()?;
         let header = Header::read(&*file, len, path)?;
         let index_at = header
             .index_at(len)
-            .ok_or_else(|| corrupt(path, "index and filter do not fit the file"))?;
-        let mut reader = BufReader::new(Reader::new(file.clone(), index_at));
-        let (firsts, offsets) = read_index(&mut reader, header.pages, index_at)?;
-        if offsets.windows(2).any(|w| w[0] > w[1]) || offsets[0] < HEADER_BYTES {
-            return Err(corrupt(path, "page offsets out of order"));
+            .ok_or_else(|| damaged(path, 0, "index and filter do not fit the file"))?;
+        let mut tail = vec![0u8; (len - index_at) as usize];
+        file.read_exact_at(&mut tail, index_at)?;
+        if header.checked && crc32fast::hash(&tail) != header.tail_crc {
+            return Err(damaged(
+                path,
+                index_at,
+                "index or filter fails its checksum",
+            ));
         }
-        let mut words = Vec::with_capacity(header.bloom_words as usize);
-        for _ in 0..header.bloom_words {
-            words.push(read_u64(&mut reader)?);
+        let index = Index::parse(&tail, &header, index_at);
+        let offsets = &index.offsets;
+        if offsets.windows(2).any(|w| w[0] > w[1]) || offsets[0] < header.size() {
+            return Err(damaged(path, index_at, "page offsets out of order"));
         }
-        let bloom = Bloom::from_words(words).ok_or_else(|| corrupt(path, "filter malformed"))?;
-        drop(reader);
+        let filter_at = (header.pages * header.index_entry()) as usize;
+        let words = tail[filter_at..].chunks_exact(8).map(u64_at).collect();
+        let bloom = Bloom::from_words(words)
+            .ok_or_else(|| damaged(path, index_at + filter_at as u64, "filter malformed"))?;
         Ok(Self {
             info: header.info,
             path: path.to_owned(),
             file,
-            firsts,
-            offsets,
+            index: Arc::new(index),
             bloom,
         })
     }
@@ -215,7 +280,9 @@ impl Run {
 
     /// Bytes of memory the run holds (index and filter).
     pub fn memory_bytes(&self) -> usize {
-        (self.firsts.len() + self.offsets.len() + self.bloom.words().len()) * 8
+        let index = &self.index;
+        let crcs = index.crcs.as_ref().map_or(0, Vec::len) * 4;
+        (index.firsts.len() + index.offsets.len() + self.bloom.words().len()) * 8 + crcs
     }
 
     /// The record of `key`, if the run holds one: the filter first, then the one page (two
@@ -225,21 +292,15 @@ impl Run {
             return Ok(None);
         }
         let prefix = prefix_of(key);
-        let from = self
-            .firsts
-            .partition_point(|f| *f < prefix)
-            .saturating_sub(1);
-        let to = self.firsts.partition_point(|f| *f <= prefix);
+        let firsts = &self.index.firsts;
+        let from = firsts.partition_point(|f| *f < prefix).saturating_sub(1);
+        let to = firsts.partition_point(|f| *f <= prefix);
         for page in from..to {
-            let (start, end) = (self.offsets[page], self.offsets[page + 1]);
-            let mut bytes = vec![0u8; (end - start) as usize];
-            self.file.read_exact_at(&mut bytes, start)?;
+            let bytes = read_page(&*self.file, &self.path, &self.index, page)?;
             let mut rest = &bytes[..];
             while !rest.is_empty() {
                 let record = split_record(&mut rest).ok_or_else(|| {
-                    Error::Corrupt(
-                        format!("state run {}: page cut short", self.path.display()).into(),
-                    )
+                    damaged(&self.path, self.index.offsets[page], "page cut short")
                 })?;
                 if record.0 == *key {
                     return Ok(Some(Record {
@@ -253,62 +314,88 @@ impl Run {
         Ok(None)
     }
 
-    /// Reads the run's records in key order (for a merge).
+    /// Reads the run's records in key order (for a merge), each page checked as it is read.
     pub fn records(&self) -> Result<RunRecords, Error> {
-        let file = Reader::new(self.file.clone(), self.offsets[0]);
         Ok(RunRecords {
-            reader: BufReader::with_capacity(64 * 1024, file),
-            left: self.offsets[self.offsets.len() - 1] - self.offsets[0],
+            file: self.file.clone(),
+            path: self.path.clone(),
+            index: self.index.clone(),
+            next_page: 0,
+            page: Vec::new(),
+            at: 0,
         })
     }
 }
 
-/// The records of a run in key order.
+/// Reads page `page` of a run whole, checked against its CRC-32 in format 2.
+fn read_page(
+    file: &dyn DiskFile,
+    path: &Path,
+    index: &Index,
+    page: usize,
+) -> Result<Vec<u8>, Error> {
+    let (start, end) = (index.offsets[page], index.offsets[page + 1]);
+    let mut bytes = vec![0u8; (end - start) as usize];
+    file.read_exact_at(&mut bytes, start)?;
+    let expected = index.crcs.as_ref().and_then(|crcs| crcs.get(page));
+    if expected.is_some_and(|crc| crc32fast::hash(&bytes) != *crc) {
+        let what = format!("page {page} fails its checksum");
+        return Err(damaged(path, start, &what));
+    }
+    Ok(bytes)
+}
+
+/// The records of a run in key order, read a page at a time.
 pub struct RunRecords {
-    reader: BufReader<Reader>,
-    left: u64,
+    file: Arc<dyn DiskFile>,
+    path: PathBuf,
+    index: Arc<Index>,
+    /// The page read next.
+    next_page: usize,
+    /// The page being read, and where its next record starts.
+    page: Vec<u8>,
+    at: usize,
+}
+
+impl RunRecords {
+    fn next_record(&mut self) -> Result<Option<Record>, Error> {
+        while self.at == self.page.len() {
+            if self.next_page == self.index.firsts.len() {
+                return Ok(None);
+            }
+            self.page = read_page(&*self.file, &self.path, &self.index, self.next_page)?;
+            self.at = 0;
+            self.next_page += 1;
+        }
+        let mut rest = &self.page[self.at..];
+        let (key, expires_ms, value) = split_record(&mut rest).ok_or_else(|| {
+            let page = self.next_page - 1;
+            damaged(&self.path, self.index.offsets[page], "page cut short")
+        })?;
+        let record = Record {
+            key,
+            expires_ms,
+            value: value.to_vec(),
+        };
+        self.at = self.page.len() - rest.len();
+        Ok(Some(record))
+    }
 }
 
 impl Iterator for RunRecords {
     type Item = Result<Record, Error>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.left == 0 {
-            return None;
-        }
-        let mut head = [0u8; RECORD_HEAD];
-        let left = self.left;
-        let read = self.reader.read_exact(&mut head).and_then(|()| {
-            let len = u32::from_le_bytes([head[24], head[25], head[26], head[27]]) as usize;
-            // A damaged length must not become a huge allocation.
-            if (RECORD_HEAD + len) as u64 > left {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "state run record longer than its run",
-                ));
-            }
-            let mut value = vec![0u8; len];
-            self.reader.read_exact(&mut value)?;
-            Ok(value)
-        });
-        Some(match read {
-            Ok(value) => {
-                self.left = self.left.saturating_sub((RECORD_HEAD + value.len()) as u64);
-                let mut key = [0u8; 16];
-                key.copy_from_slice(&head[..16]);
-                let mut expires = [0u8; 8];
-                expires.copy_from_slice(&head[16..24]);
-                Ok(Record {
-                    key: Digest(key),
-                    expires_ms: i64::from_le_bytes(expires),
-                    value,
-                })
-            }
+        match self.next_record() {
+            Ok(record) => record.map(Ok),
             Err(e) => {
-                self.left = 0;
-                Err(e.into())
+                // Nothing after an error: a merge stops at it.
+                self.next_page = self.index.firsts.len();
+                self.page.clear();
+                self.at = 0;
+                Some(Err(e))
             }
-        })
+        }
     }
 }
 
@@ -322,6 +409,9 @@ pub struct RunWriter {
     page_start: Option<u64>,
     firsts: Vec<u64>,
     offsets: Vec<u64>,
+    /// The CRC-32 of each finished page, and of the page being written.
+    crcs: Vec<u32>,
+    page_crc: crc32fast::Hasher,
     bloom: Bloom,
     entries: u64,
     max_expires_ms: i64,
@@ -340,21 +430,23 @@ impl RunWriter {
         let tmp = dir.join(format!("{name}.tmp"));
         let file = disk.create(&tmp)?;
         // The header's place; `finish` writes the header there.
-        let out = BufWriter::with_capacity(256 * 1024, Writer::new(file, HEADER_BYTES));
+        let out = BufWriter::with_capacity(256 * 1024, Writer::new(file, HEADER_V2));
         Ok(Self {
             disk,
             dir: dir.to_owned(),
             tmp,
             out,
-            at: HEADER_BYTES,
+            at: HEADER_V2,
             page_start: None,
             firsts: Vec::new(),
             offsets: Vec::new(),
+            crcs: Vec::new(),
+            page_crc: crc32fast::Hasher::new(),
             bloom: Bloom::with_capacity(capacity),
             entries: 0,
             max_expires_ms: i64::MIN,
             last_key: None,
-            synced_at: HEADER_BYTES,
+            synced_at: HEADER_V2,
         })
     }
 
@@ -373,17 +465,25 @@ impl RunWriter {
         let full = self
             .page_start
             .is_none_or(|start| (self.at - start) as usize + len > PAGE_BYTES);
+        let value_len = u32::try_from(value.len())
+            .map_err(|_| Error::Corrupt("state value over 4 GiB".into()))?;
         if full {
+            if self.page_start.is_some() {
+                self.end_page();
+            }
             self.page_start = Some(self.at);
             self.firsts.push(prefix_of(key));
             self.offsets.push(self.at);
         }
-        self.out.write_all(&key.0)?;
-        self.out.write_all(&expires_ms.to_le_bytes())?;
-        let value_len = u32::try_from(value.len())
-            .map_err(|_| Error::Corrupt("state value over 4 GiB".into()))?;
-        self.out.write_all(&value_len.to_le_bytes())?;
-        self.out.write_all(value)?;
+        for part in [
+            &key.0[..],
+            &expires_ms.to_le_bytes(),
+            &value_len.to_le_bytes(),
+            value,
+        ] {
+            self.out.write_all(part)?;
+            self.page_crc.update(part);
+        }
         self.at += len as u64;
         if self.at - self.synced_at >= SYNC_EVERY {
             self.out.flush()?;
@@ -394,6 +494,12 @@ impl RunWriter {
         self.entries += 1;
         self.max_expires_ms = self.max_expires_ms.max(expires_ms);
         Ok(())
+    }
+
+    /// Notes the CRC-32 of the page written so far.
+    fn end_page(&mut self) {
+        let page = std::mem::replace(&mut self.page_crc, crc32fast::Hasher::new());
+        self.crcs.push(page.finalize());
     }
 
     /// Deletes the unfinished run.
@@ -432,25 +538,22 @@ impl RunWriter {
     fn write_tail(mut self, mut info: RunInfo) -> Result<PathBuf, Error> {
         info.entries = self.entries;
         info.max_expires_ms = self.max_expires_ms;
-        for (first, offset) in self.firsts.iter().zip(&self.offsets) {
-            self.out.write_all(&first.to_le_bytes())?;
-            self.out.write_all(&offset.to_le_bytes())?;
+        if self.page_start.is_some() {
+            self.end_page();
+        }
+        let mut tail = Vec::with_capacity(
+            self.firsts.len() * INDEX_V2 as usize + self.bloom.words().len() * 8,
+        );
+        for ((first, offset), crc) in self.firsts.iter().zip(&self.offsets).zip(&self.crcs) {
+            tail.extend_from_slice(&first.to_le_bytes());
+            tail.extend_from_slice(&offset.to_le_bytes());
+            tail.extend_from_slice(&crc.to_le_bytes());
         }
         for word in self.bloom.words() {
-            self.out.write_all(&word.to_le_bytes())?;
+            tail.extend_from_slice(&word.to_le_bytes());
         }
-        let mut header = Vec::with_capacity(HEADER_BYTES as usize);
-        header.extend_from_slice(&MAGIC);
-        header.extend_from_slice(&info.first.to_le_bytes());
-        header.extend_from_slice(&info.last.to_le_bytes());
-        header.extend_from_slice(&info.level.to_le_bytes());
-        header.extend_from_slice(&info.generation.to_le_bytes());
-        header.extend_from_slice(&info.entries.to_le_bytes());
-        header.extend_from_slice(&info.max_expires_ms.to_le_bytes());
-        header.extend_from_slice(&info.journal_below.to_le_bytes());
-        header.extend_from_slice(&info.rewrite_after_ms.to_le_bytes());
-        header.extend_from_slice(&(self.firsts.len() as u64).to_le_bytes());
-        header.extend_from_slice(&(self.bloom.words().len() as u64).to_le_bytes());
+        self.out.write_all(&tail)?;
+        let header = self.header(&info, crc32fast::hash(&tail));
         let out = self.out.into_inner().map_err(|e| e.into_error())?;
         let file = out.file();
         file.write_all_at(&header, 0)?;
@@ -470,6 +573,28 @@ impl RunWriter {
         self.disk.rename(&self.tmp, &path)?;
         self.disk.sync_dir(&self.dir)?;
         Ok(path)
+    }
+}
+
+impl RunWriter {
+    /// The header of format 2: the facts, the CRC-32 of the tail, the header's CRC-32.
+    fn header(&self, info: &RunInfo, tail_crc: u32) -> Vec<u8> {
+        let mut header = Vec::with_capacity(HEADER_V2 as usize);
+        header.extend_from_slice(&MAGIC_V2);
+        header.extend_from_slice(&info.first.to_le_bytes());
+        header.extend_from_slice(&info.last.to_le_bytes());
+        header.extend_from_slice(&info.level.to_le_bytes());
+        header.extend_from_slice(&info.generation.to_le_bytes());
+        header.extend_from_slice(&info.entries.to_le_bytes());
+        header.extend_from_slice(&info.max_expires_ms.to_le_bytes());
+        header.extend_from_slice(&info.journal_below.to_le_bytes());
+        header.extend_from_slice(&info.rewrite_after_ms.to_le_bytes());
+        header.extend_from_slice(&(self.firsts.len() as u64).to_le_bytes());
+        header.extend_from_slice(&(self.bloom.words().len() as u64).to_le_bytes());
+        header.extend_from_slice(&tail_crc.to_le_bytes());
+        let crc = crc32fast::hash(&header);
+        header.extend_from_slice(&crc.to_le_bytes());
+        header
     }
 }
 
@@ -499,15 +624,17 @@ fn prefix_of(key: &Digest) -> u64 {
     u64::from_be_bytes(first)
 }
 
+/// The little-endian u64 that `bytes` starts with.
 fn u64_at(bytes: &[u8]) -> u64 {
     let mut b = [0u8; 8];
-    b.copy_from_slice(bytes);
+    b.copy_from_slice(&bytes[..8]);
     u64::from_le_bytes(b)
 }
 
+/// The little-endian u32 that `bytes` starts with.
 fn u32_at(bytes: &[u8]) -> u32 {
     let mut b = [0u8; 4];
-    b.copy_from_slice(bytes);
+    b.copy_from_slice(&bytes[..4]);
     u32::from_le_bytes(b)
 }
 
@@ -609,6 +736,184 @@ mod tests {
         }
     }
 
+    /// A run of `records` written on `disk` in `/runs`; its path.
+    fn write_run(disk: &disk_seam::sim::SimDisk, records: &[Record]) -> PathBuf {
+        let dir = Path::new("/runs");
+        disk_seam::create_dir_all(disk, dir).expect("mkdir");
+        let mut writer =
+            RunWriter::create(disk.handle(), dir, "r", records.len() as u64).expect("create");
+        for r in records {
+            writer.push(r).expect("push");
+        }
+        writer.finish(info(1)).expect("finish")
+    }
+
+    /// What a run file of `bytes` answers: an error at open, or each key's answer and the
+    /// records a merge reads.
+    type Answers = Result<
+        (
+            Vec<Result<Option<Record>, Error>>,
+            Result<Vec<Record>, Error>,
+        ),
+        Error,
+    >;
+
+    fn answers(bytes: &[u8], keys: &[Digest]) -> Answers {
+        let disk = disk_seam::sim::SimDisk::new(1);
+        let path = Path::new("/f.run");
+        disk.create(path)
+            .and_then(|f| f.write_all_at(bytes, 0))
+            .expect("write");
+        let run = Run::open(&disk, path)?;
+        let gets = keys.iter().map(|k| run.get(k)).collect();
+        Ok((gets, run.records()?.collect()))
+    }
+
+    fn is_damage(error: &Error) -> bool {
+        matches!(error, Error::Damaged { file, .. } if file == Path::new("/f.run"))
+    }
+
+    #[test]
+    fn a_bit_flipped_anywhere_in_a_run_is_damage_never_a_wrong_or_missing_record() {
+        let disk = disk_seam::sim::SimDisk::new(1);
+        let records = sorted_records(400, 23);
+        let bytes = disk_seam::read(&disk, &write_run(&disk, &records)).expect("read");
+        // Every few keys, and keys it lacks: a damaged page fails the keys it holds alike.
+        let mut keys: Vec<Digest> = records.iter().step_by(5).map(|r| r.key).collect();
+        let present = keys.len();
+        keys.extend((5000u32..5020).map(|i| Digest::of(&i.to_le_bytes())));
+        let expected = |i: usize| (i < present).then(|| records[i * 5].clone());
+        let mut rng = disk_seam::sim::Rng::new(3);
+        // Every byte of the header, of the index and of the filter; bytes of the pages.
+        let tail = bytes.len() - 700;
+        let pages = (0..60).map(|_| HEADER_V2 as usize + rng.below(tail as u64) as usize);
+        let spots: Vec<usize> = (0..HEADER_V2 as usize)
+            .chain(pages)
+            .chain(tail..bytes.len())
+            .collect();
+        for at in spots {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 1 << rng.below(8);
+            match answers(&damaged, &keys) {
+                Err(e) => assert!(is_damage(&e), "byte {at}: {e}"),
+                Ok((gets, all)) => {
+                    for (i, got) in gets.into_iter().enumerate() {
+                        match got {
+                            Ok(got) => assert_eq!(got, expected(i), "byte {at}, key {i}"),
+                            Err(e) => assert!(is_damage(&e), "byte {at}, key {i}: {e}"),
+                        }
+                    }
+                    match all {
+                        Ok(all) => {
+                            assert!(all == records, "byte {at}: a merge reads other records")
+                        }
+                        Err(e) => assert!(is_damage(&e), "byte {at}: {e}"),
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_damaged_page_names_the_file_and_its_offset_and_a_merge_stops_at_it() {
+        let disk = disk_seam::sim::SimDisk::new(1);
+        let records = sorted_records(2000, 17);
+        let bytes = disk_seam::read(&disk, &write_run(&disk, &records)).expect("read");
+        let mut damaged = bytes.clone();
+        let at = HEADER_V2 as usize + PAGE_BYTES + 100;
+        damaged[at] ^= 0x10;
+        let keys: Vec<Digest> = records.iter().map(|r| r.key).collect();
+        let (gets, all) = answers(&damaged, &keys).expect("header, index and filter check");
+        let errors: Vec<String> = gets
+            .iter()
+            .filter_map(|g| g.as_ref().err().map(ToString::to_string))
+            .collect();
+        assert!(!errors.is_empty());
+        assert!(errors.len() < keys.len(), "only the keys of one page");
+        assert!(
+            errors[0].contains("/f.run") && errors[0].contains("page 1 fails its checksum"),
+            "{}",
+            errors[0]
+        );
+        let first_error = gets.iter().find_map(|g| g.as_ref().err());
+        let Some(Error::Damaged { offset, .. }) = first_error else {
+            panic!("{first_error:?}");
+        };
+        assert!(*offset > HEADER_V2 + PAGE_BYTES as u64 / 2 && *offset <= at as u64);
+        assert!(matches!(all, Err(Error::Damaged { .. })));
+    }
+
+    /// A run file in format 1 (no checksums), as runs were written before format 2.
+    fn format_1(records: &[Record], info: &RunInfo) -> Vec<u8> {
+        let mut pages: Vec<Vec<u8>> = Vec::new();
+        let mut firsts = Vec::new();
+        for r in records {
+            let mut bytes = r.key.0.to_vec();
+            bytes.extend_from_slice(&r.expires_ms.to_le_bytes());
+            bytes.extend_from_slice(&(r.value.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&r.value);
+            match pages.last_mut() {
+                Some(page) if page.len() + bytes.len() <= PAGE_BYTES => page.extend(bytes),
+                _ => {
+                    firsts.push(prefix_of(&r.key));
+                    pages.push(bytes);
+                }
+            }
+        }
+        let mut bloom = Bloom::with_capacity(records.len() as u64);
+        records.iter().for_each(|r| bloom.insert(&r.key));
+        let mut out = MAGIC_V1.to_vec();
+        for n in [info.first, info.last] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(&info.level.to_le_bytes());
+        out.extend_from_slice(&info.generation.to_le_bytes());
+        out.extend_from_slice(&(records.len() as u64).to_le_bytes());
+        for n in [19_999i64, info.journal_below as i64, info.rewrite_after_ms] {
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(&(pages.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(bloom.words().len() as u64).to_le_bytes());
+        let mut offsets = Vec::new();
+        for page in &pages {
+            offsets.push(out.len() as u64);
+            out.extend_from_slice(page);
+        }
+        for (first, offset) in firsts.iter().zip(&offsets) {
+            out.extend_from_slice(&first.to_le_bytes());
+            out.extend_from_slice(&offset.to_le_bytes());
+        }
+        bloom
+            .words()
+            .iter()
+            .for_each(|w| out.extend_from_slice(&w.to_le_bytes()));
+        out
+    }
+
+    #[test]
+    fn a_run_written_in_format_1_opens_and_reads_unchecked() {
+        let records = sorted_records(20_000, 17);
+        let bytes = format_1(&records, &info(3));
+        let disk = disk_seam::sim::SimDisk::new(1);
+        let path = Path::new("/old.run");
+        disk.create(path)
+            .and_then(|f| f.write_all_at(&bytes, 0))
+            .expect("write");
+        let run = Run::open(&disk, path).expect("format 1 opens");
+        assert_eq!(run.info().entries, 20_000);
+        assert_eq!((run.info().journal_below, run.info().generation), (7, 2));
+        for r in &records {
+            assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
+        }
+        assert_eq!(run.get(&Digest::of(b"absent")).expect("get"), None);
+        let read: Vec<Record> = run
+            .records()
+            .expect("records")
+            .map(|r| r.expect("record"))
+            .collect();
+        assert_eq!(read, records);
+    }
+
     #[test]
     fn a_damaged_record_length_is_an_error() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -619,14 +924,17 @@ mod tests {
         }
         let path = writer.finish(info(1)).expect("finish");
         let mut bytes = std::fs::read(&path).expect("read");
-        let at = HEADER_BYTES as usize + 24;
+        let at = HEADER_V2 as usize + 24;
         bytes[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
         std::fs::write(&path, &bytes).expect("write");
         let run =
             Run::open(&*disk_seam::real(), &path).expect("header, index and filter are intact");
         let first = run.records().expect("records").next().expect("an item");
-        assert!(first.is_err(), "{first:?}");
-        assert!(matches!(run.get(&records[1].key), Err(Error::Corrupt(_))));
+        assert!(matches!(first, Err(Error::Damaged { .. })), "{first:?}");
+        assert!(matches!(
+            run.get(&records[1].key),
+            Err(Error::Damaged { .. })
+        ));
     }
 
     #[test]
@@ -641,7 +949,7 @@ mod tests {
         std::fs::write(&path, &bytes[..40]).expect("truncate");
         assert!(matches!(
             Run::open(&*disk_seam::real(), &path),
-            Err(Error::Corrupt(_))
+            Err(Error::Damaged { offset: 0, .. })
         ));
         std::fs::write(
             &path,
@@ -650,7 +958,7 @@ mod tests {
         .expect("write");
         assert!(matches!(
             Run::open(&*disk_seam::real(), &path),
-            Err(Error::Corrupt(_))
+            Err(Error::Damaged { offset: 0, .. })
         ));
     }
 }

@@ -8,8 +8,9 @@
 //! `fdatasync` writes data and no file system metadata, which makes a commit cheaper than
 //! an append to a growing file.
 //!
-//! Reading a segment stops at the first frame that is zero (its end), cut short, fails its
-//! checksum or does not carry the previous one's sequence number plus one. In the last
+//! Reading a segment stops at the first frame that is zero (its end, unless a whole frame
+//! follows), cut short, fails its checksum or does not carry the previous one's sequence
+//! number plus one. In the last
 //! segment that is a write a crash cut short (never acknowledged, since the commit's
 //! `fdatasync` did not return). After a failed write or `fdatasync` a segment holding
 //! acknowledged frames is not written again (a failed `fsync` may have dropped pages that
@@ -117,11 +118,13 @@ impl Wal {
             before: None,
             sealed: VecDeque::new(),
             proven_damage: false,
+            owed: None,
         };
         for (i, &(number, accepted)) in numbers.iter().enumerate() {
             let last = i + 1 == numbers.len();
             reading.segment(&*disk, dir, number, accepted, last, &mut replay)?;
         }
+        reading.settle()?;
         // Past every number in the folder, a damaged one kept by the operator included.
         let next_number = numbers.last().map_or(0, |(n, _)| n + 1);
         let file = create_segment(&*disk, dir, next_number, segment_bytes)?;
@@ -424,6 +427,10 @@ struct Reading {
     /// Whether a segment read before held no whole batch before its damage but one after
     /// it: batches were acknowledged there, though no number is known below them.
     proven_damage: bool,
+    /// A sealed segment's damage with a whole frame after it: its path, the byte, and the
+    /// highest number after the damage. Batches up to that number were written, so a later
+    /// segment must hold those the damage took, even if none follows to show a gap.
+    owed: Option<(PathBuf, u64, u64)>,
 }
 
 impl Reading {
@@ -465,6 +472,12 @@ impl Reading {
         if read.last.is_some() || damaged {
             self.before = Some((path.clone(), read.stopped_at, accepted));
         }
+        if let (false, false, Some(at), Some(later)) = (last, accepted, read.stopped_at, read.later)
+        {
+            if self.owed.as_ref().is_none_or(|(_, _, owed)| *owed < later) {
+                self.owed = Some((path.clone(), at, later));
+            }
+        }
         if let (true, Some(later)) = (last, read.later) {
             // No later segment can hold what lies between the damage and a whole frame
             // after it: a commit after the damaged one acknowledged it.
@@ -488,6 +501,22 @@ impl Reading {
             last_seq: read.last,
         });
         Ok(())
+    }
+
+    /// After every segment is read: the batches a sealed segment's damage took, up to a
+    /// whole frame after it, are in a later segment or held by runs.
+    fn settle(&self) -> Result<(), Error> {
+        let Some((path, at, later)) = &self.owed else {
+            return Ok(());
+        };
+        let lost_from = self.highest.map_or(0, |h| h + 1).max(self.needed_from);
+        if lost_from > *later {
+            return Ok(());
+        }
+        Err(Error::Open {
+            path: path.clone(),
+            reason: format!("damaged at byte {at}: batches {lost_from}..={later}, acknowledged, are in no later segment; see \"A damaged state journal segment\" in docs/guarantees.md"),
+        })
     }
 
     /// Judges the batches from `next` (the one after the last read) to the next one found
@@ -533,7 +562,7 @@ struct SegmentRead {
     first: Option<u64>,
     last: Option<u64>,
     /// The byte where reading stopped before the segment's end: a frame cut short, failing
-    /// its checksum or out of sequence.
+    /// its checksum or out of sequence, or zeros with a whole frame after them.
     stopped_at: Option<u64>,
     /// The highest sequence number of a whole frame after that byte: a torn last write is
     /// followed by zeros only, so such a frame shows batches lost to damage.
@@ -556,7 +585,11 @@ fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Segm
     while let Some(head) = rest.get(..FRAME_HEAD) {
         let at = (bytes.len() - rest.len()) as u64;
         if head.iter().all(|b| *b == 0) {
-            break; // the zeros after the last frame
+            // The zeros after the last frame, unless a whole frame follows them: then a
+            // frame's write landed elsewhere, or not at all, and later ones were written.
+            read.later = last_whole_frame(bytes, at as usize + 1, read.last);
+            read.stopped_at = read.later.map(|_| at);
+            break;
         }
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
@@ -852,6 +885,80 @@ mod tests {
             segment_path(dir.path(), first).exists(),
             "the damaged segment is kept for the operator"
         );
+    }
+
+    /// Zeroes the frame of `nth_frame` in segment `number` (frames of one byte-long batch
+    /// each), as a write that landed elsewhere leaves it.
+    fn zero_frame(dir: &Path, number: u64, nth_frame: usize) {
+        let path = segment_path(dir, number);
+        let mut bytes = std::fs::read(&path).expect("read");
+        let at = MAGIC.len() + nth_frame * (FRAME_HEAD + 1);
+        bytes[at..at + FRAME_HEAD + 1].fill(0);
+        std::fs::write(&path, &bytes).expect("write");
+    }
+
+    #[test]
+    fn a_frame_gone_to_zeros_with_whole_frames_after_it_is_damage() {
+        // The segment written last: batch 3 was acknowledged after batch 2, whose write
+        // went elsewhere (its place still holds the zeros the segment was filled with).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let last = wal.active.number;
+        for seq in 1..=3 {
+            commit(&mut wal, &[(seq, b"x")]);
+        }
+        drop(wal);
+        zero_frame(dir.path(), last, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused, not opened without batches 2 and 3")
+            .to_string();
+        assert!(error.contains(&segment_name(last)), "{error}");
+        assert!(
+            error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
+            "{error}"
+        );
+        assert!(error.contains("2..=3"), "{error}");
+        // A sealed segment: no later segment holds batches 2 and 3.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(4, b"d")]);
+        drop(wal);
+        zero_frame(dir.path(), first, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(error.contains("2..=3"), "{error}");
+    }
+
+    #[test]
+    fn damage_in_a_sealed_segment_with_whole_frames_after_it_and_an_empty_next_is_an_error() {
+        // Batches 2 and 3 were acknowledged; the segment after it holds nothing yet (a
+        // rotation, or a commit a crash cut short there), so no later batch shows the gap.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        drop(wal);
+        damage(dir.path(), first, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
+            .err()
+            .expect("refused, not opened without batches 2 and 3")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(
+            error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
+            "{error}"
+        );
+        assert!(error.contains("2..=3"), "{error}");
+        // Held by runs, the same batches are no loss.
+        assert!(Wal::open(disk_seam::real(), dir.path(), 1 << 16, 4, |_, _| {}).is_ok());
     }
 
     #[test]

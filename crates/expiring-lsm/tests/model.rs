@@ -15,6 +15,21 @@
 //! two, a rename and an unlink included); and injects ENOSPC and EIO. The store runs without its threads:
 //! every step is a call the seed chose.
 //!
+//! Damage steps, beside loss: a bit flipped in synced bytes of a run or a journal segment
+//! (sparing the last synced frame of the newest segment and a segment's only frame, whose
+//! damage reads as a commit a crash cut short: no check can tell them apart), a run's write
+//! torn or misdirected though its sync succeeds, and unsynced writes reordered at the next
+//! power cut. After damage the store may
+//! refuse to open ([`expiring_lsm::Error::Damaged`], or the journal's refusal) or fail a read
+//! with `Damaged`; it never answers a wrong value, nor nothing for a key whose value counts.
+//! A refused open is repaired (the flipped bits restored, as an operator restores a backup)
+//! and tried again; a seed whose damage cannot be repaired ends there.
+//!
+//! A durable write counts as acknowledged only once [`Journal::durable`] says its
+//! [`Journal::sync_point`] is reached, as a caller answers only then: a gate that lets a
+//! write through early loses it at the next power cut, and one that holds back a write a
+//! successful commit covered fails the step.
+//!
 //! Every value the test writes carries its own end: like the store's callers, the test
 //! counts a value past it as absent (expired values stay readable until a sweep or a merge
 //! drops them). What is checked, for every key after every step: the value the store returns,
@@ -28,14 +43,16 @@
 //! seeds from a random first one until the time is up. A failing seed prints itself and its
 //! replay command.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use disk_seam::sim::{Fault, OpKind, Rng, SimDisk};
-use expiring_lsm::journal::{Change, Journal, Settings};
-use expiring_lsm::{Digest, NoLegacy};
+use disk_seam::sim::{Fault, OpKind, Rng, SimDisk, WriteDamage};
+use expiring_lsm::journal::{Change, Journal, Settings, SyncPoint, JOURNAL_DIR, RUNS_DIR};
+use expiring_lsm::{Digest, Error, NoLegacy};
 
 /// Seeds plain `cargo test` runs (about 5 s in a debug build, 30 s on two busy cores).
 const CI_SEEDS: u64 = 250;
@@ -55,6 +72,11 @@ const SEGMENT_BYTES: u64 = 2048;
 const STORE_DIR: &str = "/var/lib/store";
 /// Failing seeds reported before the test stops.
 const FAILURES_KEPT: usize = 5;
+/// Steps in a thousand that damage the disk.
+const DAMAGE_PER_MILLE: u64 = 8;
+/// Bytes before a journal segment's first frame, and of a frame's head.
+const SEGMENT_MAGIC: usize = 8;
+const FRAME_HEAD: usize = 16;
 /// How a failing seed is run again.
 const REPLAY: &str = "cargo test -p expiring-lsm --test model";
 
@@ -102,6 +124,9 @@ struct Model {
     acked: usize,
     /// A memory-only value over the last of `history`.
     claim: Option<Value>,
+    /// A read after a restart failed on damage: what the key holds is not known until a
+    /// write to it is acknowledged.
+    unknown: bool,
 }
 
 /// Figures of a run of seeds.
@@ -114,6 +139,36 @@ struct Totals {
     restarts: u64,
     faults: u64,
     file_ops: u64,
+    damage: Damage,
+}
+
+/// Damage injected, and what the store made of it.
+#[derive(Default, Clone, Copy)]
+struct Damage {
+    flips: u64,
+    tears: u64,
+    misdirects: u64,
+    reorders: u64,
+    /// Reads that failed with `Damaged`.
+    damaged_reads: u64,
+    /// Opens refused on damage, and repairs after them.
+    refusals: u64,
+    repairs: u64,
+    /// Seeds that ended on damage no repair undid.
+    ended: u64,
+}
+
+impl Damage {
+    fn add(&mut self, other: &Damage) {
+        self.flips += other.flips;
+        self.tears += other.tears;
+        self.misdirects += other.misdirects;
+        self.reorders += other.reorders;
+        self.damaged_reads += other.damaged_reads;
+        self.refusals += other.refusals;
+        self.repairs += other.repairs;
+        self.ended += other.ended;
+    }
 }
 
 /// One seed's world: the disk, the clock, the store and the model.
@@ -130,6 +185,17 @@ struct World {
     crashes: u64,
     reopens: u64,
     restarts: u64,
+    /// Runs [`Journal::durable`], the acknowledgement gate.
+    gate: tokio::runtime::Runtime,
+    /// Durable writes not yet through the gate: the key, how many of its history the
+    /// write makes acknowledged, and its sync point.
+    waiting: Vec<(usize, usize, SyncPoint)>,
+    /// Whether the disk was damaged: only then may the store refuse to open or fail a read
+    /// on damage.
+    damage_seen: bool,
+    damage: Damage,
+    /// Why the store refused to open on damage no repair undid: the seed ends.
+    refused: Option<String>,
 }
 
 type Checked = Result<(), String>;
@@ -149,6 +215,14 @@ impl World {
             crashes: 0,
             reopens: 0,
             restarts: 0,
+            gate: tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .map_err(|e| format!("no runtime: {e}"))?,
+            waiting: Vec::new(),
+            damage_seen: false,
+            damage: Damage::default(),
+            refused: None,
         };
         world.open()?;
         Ok(world)
@@ -209,6 +283,14 @@ impl World {
                     return Ok(());
                 }
                 Err(error) if self.disk.power_is_cut() => last = error.to_string(),
+                Err(error) if self.damage_seen && refuses_damage(&error) => {
+                    self.damage.refusals += 1;
+                    if self.disk.repair_flips() == 0 {
+                        self.refused = Some(error.to_string());
+                        return Ok(());
+                    }
+                    self.damage.repairs += 1;
+                }
                 Err(error) => {
                     last = error.to_string();
                     failed += 1;
@@ -231,9 +313,11 @@ impl World {
     /// A clean stop and restart: what the last commit covered is there, and what a failed
     /// commit left may be.
     fn reopen(&mut self) -> Checked {
-        if self.journal()?.write_now().is_ok() {
-            self.acked_all();
+        let journal = self.journal()?.clone();
+        if journal.write_now().is_ok() {
+            self.committed(&journal, "the last commit")?;
         }
+        drop(journal);
         self.journal = None;
         self.reopens += 1;
         if self.disk.power_is_cut() {
@@ -257,22 +341,77 @@ impl World {
         self.resolve()
     }
 
-    /// A commit succeeded: it covered every write made since the store was opened.
-    fn acked_all(&mut self) {
-        for k in &mut self.keys {
-            k.acked = k.history.len();
+    /// Acknowledges the durable writes whose sync point the gate says is on disk.
+    fn pass_gate(&mut self, journal: &Journal) {
+        let waiting = std::mem::take(&mut self.waiting);
+        for (key, upto, point) in waiting {
+            let through = self.through(journal, point);
+            if !through {
+                self.waiting.push((key, upto, point));
+                continue;
+            }
+            let k = &mut self.keys[key];
+            k.acked = k.acked.max(upto);
+            k.unknown = false;
         }
+    }
+
+    /// Whether [`Journal::durable`] answers at once that `point` is on disk: polled once,
+    /// as a commit that has not happened yet would keep it waiting.
+    fn through(&self, journal: &Journal, point: SyncPoint) -> bool {
+        // Its wait's timer needs a runtime; nothing here waits on it.
+        let _runtime = self.gate.enter();
+        let waited = std::pin::pin!(journal.durable(point, Duration::from_secs(60)));
+        let mut context = Context::from_waker(Waker::noop());
+        matches!(waited.poll(&mut context), Poll::Ready(Ok(())))
+    }
+
+    /// A commit succeeded: it covered every write made so far, and the gate lets every one
+    /// of them through.
+    fn committed(&mut self, journal: &Journal, what: &str) -> Checked {
+        self.pass_gate(journal);
+        match self.waiting.first() {
+            None => Ok(()),
+            Some((key, upto, point)) => Err(format!(
+                "{what} succeeded, but the gate holds back write {} of {} (sync point {point:?})",
+                upto - 1,
+                self.keys[*key].name
+            )),
+        }
+    }
+
+    /// A failed read or write is allowed if it names damage the disk was given.
+    fn allowed(&mut self, error: &Error) -> bool {
+        let damaged = self.damage_seen && matches!(error, Error::Damaged { .. });
+        self.damage.damaged_reads += u64::from(damaged);
+        damaged
     }
 
     /// After a restart: each key holds the latest value a commit covered or a later one
     /// (counted as its callers would); the model takes it as its own.
     fn resolve(&mut self) -> Checked {
+        if self.refused.is_some() {
+            return Ok(());
+        }
         let now = self.now();
         let journal = self.journal()?.clone();
-        for k in &mut self.keys {
+        // Sync points are the old process's; what survived is judged below.
+        self.waiting.clear();
+        for i in 0..self.keys.len() {
             // Memory-only values never outlive the process.
-            k.claim = None;
-            let read = k.read(&journal)?;
+            self.keys[i].claim = None;
+            let read = match self.keys[i].read(&journal)? {
+                Ok(read) => read,
+                Err(error) if self.allowed(&error) => {
+                    self.keys[i].unknown = true;
+                    continue;
+                }
+                Err(error) => return Err(format!("read of {} failed: {error}", self.keys[i].name)),
+            };
+            let k = &mut self.keys[i];
+            if k.unknown {
+                continue;
+            }
             let from = k.acked.saturating_sub(1);
             let exact =
                 read.and_then(|r| (from..k.history.len()).rev().find(|&i| k.history[i] == r));
@@ -311,11 +450,19 @@ impl World {
     }
 
     /// Every key reads as the model's latest value, counted as its callers count it.
-    fn check(&self) -> Checked {
+    fn check(&mut self) -> Checked {
         let now = self.now();
-        let journal = self.journal()?;
-        for k in &self.keys {
-            let read = k.read(journal)?;
+        let journal = self.journal()?.clone();
+        for i in 0..self.keys.len() {
+            let read = match self.keys[i].read(&journal)? {
+                Ok(read) => read,
+                Err(error) if self.allowed(&error) => continue,
+                Err(error) => return Err(format!("read of {} failed: {error}", self.keys[i].name)),
+            };
+            let k = &self.keys[i];
+            if k.unknown {
+                continue;
+            }
             let expected = k.expected();
             if counting(read, now) != counting(expected, now) {
                 return Err(format!(
@@ -333,6 +480,11 @@ impl World {
     fn step(&mut self, step: usize) -> Checked {
         let now = self.now();
         let journal = self.journal()?.clone();
+        if self.rng.below(1000) < DAMAGE_PER_MILLE {
+            let what = self.damage();
+            self.note(step, what);
+            return Ok(());
+        }
         let roll = self.rng.below(100);
         let claimed = self.rng.below(CLAIMED_KEYS as u64) as usize;
         let put = CLAIMED_KEYS + self.rng.below(PUT_KEYS as u64) as usize;
@@ -341,10 +493,10 @@ impl World {
             15..=26 => self.put_for_ttl(&journal, claimed, now)?,
             27..=31 => self.release(&journal, claimed),
             32..=46 => self.put_with_lifetime(&journal, put, now)?,
-            47..=58 => self.acked_if_ok("commit", journal.write_now()),
-            59..=64 => self.acked_if_ok("flush", journal.flush_to_run()),
+            47..=58 => self.acked_if_ok(&journal, "commit", journal.write_now())?,
+            59..=64 => self.acked_if_ok(&journal, "flush", journal.flush_to_run())?,
             65..=69 => format!("merge -> {}", ok(&journal.merge_now())),
-            70..=73 => self.sweep(&journal, now),
+            70..=73 => self.sweep(&journal, now)?,
             74..=75 => format!("spare -> {}", ok(&journal.prepare_spare())),
             76..=87 => self.advance_clock(),
             88 => {
@@ -379,28 +531,31 @@ impl World {
             counts_until: now + LEASE_MS,
         };
         let bytes = claim.encode();
-        let k = &mut self.keys[key];
+        let k = &self.keys[key];
         let expected = counting(k.expected(), now);
-        let held = journal
-            .modify(&k.digest, now, |current| {
-                match counting(current.and_then(Value::decode), now) {
-                    Some(held) => (Change::Keep, Some(held)),
-                    None => {
-                        let change = Change::Put {
-                            value: &bytes,
-                            expires_ms: now + 2 * LEASE_MS,
-                            durable: false,
-                        };
-                        (change, None)
-                    }
+        let held = match journal.modify(&k.digest, now, |current| {
+            match counting(current.and_then(Value::decode), now) {
+                Some(held) => (Change::Keep, Some(held)),
+                None => {
+                    let change = Change::Put {
+                        value: &bytes,
+                        expires_ms: now + 2 * LEASE_MS,
+                        durable: false,
+                    };
+                    (change, None)
                 }
-            })
-            .map_err(|e| format!("claim failed: {e}"))?;
+            }
+        }) {
+            Ok(held) => held,
+            Err(error) if self.allowed(&error) => return Ok(format!("claim -> {error}")),
+            Err(error) => return Err(format!("claim failed: {error}")),
+        };
+        let k = &mut self.keys[key];
         let what = match held {
             None => format!("claim {} -> claimed #{}", k.name, claim.id),
             Some(held) => format!("claim {} -> held by {}", k.name, show(Some(held))),
         };
-        if held != expected {
+        if held != expected && !k.unknown {
             return Err(format!(
                 "{what}, the model expects it held by {}",
                 show(expected)
@@ -428,12 +583,13 @@ impl World {
             vec![key]
         };
         for &i in &chosen {
-            let k = &mut self.keys[i];
-            journal
-                .put(&k.digest, &value.encode(), value.counts_until, now)
-                .map_err(|e| format!("put of {} failed: {e}", k.name))?;
-            k.history.push(value);
-            k.claim = None;
+            let digest = self.keys[i].digest;
+            match journal.put(&digest, &value.encode(), value.counts_until, now) {
+                Ok(()) => self.written(journal, i, value),
+                Err(error) if self.allowed(&error) => {}
+                Err(error) => return Err(format!("put of {} failed: {error}", self.keys[i].name)),
+            }
+            self.keys[i].claim = None;
         }
         Ok(format!(
             "put {chosen:?} #{} until {}",
@@ -475,30 +631,117 @@ impl World {
             id: self.new_id(),
             counts_until,
         };
+        let digest = self.keys[key].digest;
+        match journal.put(&digest, &value.encode(), counts_until, now) {
+            Ok(()) => self.written(journal, key, value),
+            Err(error) if self.allowed(&error) => return Ok(format!("put -> {error}")),
+            Err(error) => return Err(format!("put failed: {error}")),
+        }
+        let name = &self.keys[key].name;
+        Ok(format!("put {name} #{} until {counts_until}", value.id))
+    }
+
+    /// A durable write the store took: it waits for the gate. Over a key whose value is
+    /// not known, it starts the key's history afresh.
+    fn written(&mut self, journal: &Journal, key: usize, value: Value) {
         let k = &mut self.keys[key];
-        journal
-            .put(&k.digest, &value.encode(), counts_until, now)
-            .map_err(|e| format!("put failed: {e}"))?;
+        if k.unknown {
+            k.history.clear();
+            k.acked = 0;
+            self.waiting.retain(|(waiting, ..)| *waiting != key);
+        }
         k.history.push(value);
-        Ok(format!("put {} #{} until {counts_until}", k.name, value.id))
+        let upto = k.history.len();
+        self.waiting.push((key, upto, journal.sync_point()));
     }
 
     /// A commit (or a flush, which commits first) that succeeded covers every write.
-    fn acked_if_ok(&mut self, what: &str, done: Result<(), expiring_lsm::Error>) -> String {
+    fn acked_if_ok(
+        &mut self,
+        journal: &Journal,
+        what: &str,
+        done: Result<(), Error>,
+    ) -> Result<String, String> {
         if done.is_ok() {
-            self.acked_all();
+            self.committed(journal, what)?;
         }
-        format!("{what} -> {}", ok(&done))
+        Ok(format!("{what} -> {}", ok(&done)))
     }
 
     /// A sweep, which commits what is open.
-    fn sweep(&mut self, journal: &Journal, now: i64) -> String {
+    fn sweep(&mut self, journal: &Journal, now: i64) -> Result<String, String> {
         let done = journal.sweep(now);
         if done.is_ok() {
-            self.acked_all();
+            self.committed(journal, "sweep")?;
         }
         let what = done.map_or_else(|e| e.to_string(), |n| n.to_string());
-        format!("sweep -> {what}")
+        Ok(format!("sweep -> {what}"))
+    }
+
+    /// Damages the disk: a flipped bit, a torn or misdirected run write, or unsynced
+    /// writes reordered at the next power cut.
+    fn damage(&mut self) -> String {
+        self.damage_seen = true;
+        match self.rng.below(5) {
+            0 | 1 => self.flip(),
+            2 => {
+                self.damage.tears += 1;
+                self.disk.damage_next_write(WriteDamage::Tear, RUNS_DIR);
+                "the next run write is torn".into()
+            }
+            3 => {
+                self.damage.misdirects += 1;
+                self.disk
+                    .damage_next_write(WriteDamage::Misdirect, RUNS_DIR);
+                "the next run write is misdirected".into()
+            }
+            _ => {
+                self.damage.reorders += 1;
+                self.disk.reorder_at_next_power_cut();
+                "the next power cut reorders unsynced writes".into()
+            }
+        }
+    }
+
+    /// Flips a bit of synced bytes of a run or a journal segment, sparing the frames whose
+    /// damage no check can tell from a commit a crash cut short (docs/guarantees.md): the
+    /// last synced frame of the newest segment that holds any, and a segment's only one.
+    fn flip(&mut self) -> String {
+        let store = Path::new(STORE_DIR);
+        let mut files = self.disk.files_under(&store.join(RUNS_DIR));
+        files.retain(|p| p.extension().is_some_and(|e| e == "run"));
+        let mut segments = self.disk.files_under(&store.join(JOURNAL_DIR));
+        segments.retain(|p| p.extension().is_some_and(|e| e == "wal"));
+        segments.sort();
+        let newest = segments
+            .iter()
+            .rev()
+            .find(|p| !synced_frames(&self.disk, p).is_empty())
+            .cloned();
+        files.extend(segments);
+        if files.is_empty() {
+            return "no file to flip a bit in".into();
+        }
+        let path = files[self.rng.below(files.len() as u64) as usize].clone();
+        let segment = path.extension().is_some_and(|e| e == "wal");
+        let frames = if segment {
+            synced_frames(&self.disk, &path)
+        } else {
+            Vec::new()
+        };
+        let within = match frames.as_slice() {
+            // A lone frame's damage shows no batch it held: only the magic then.
+            [_] => 0..SEGMENT_MAGIC as u64,
+            [.., last] if newest.as_ref() == Some(&path) => 0..*last,
+            _ => 0..u64::MAX,
+        };
+        match self.disk.flip_synced_bit_in(&path, within) {
+            Some(flip) => {
+                self.damage.flips += 1;
+                format!("bit flipped: {flip:?}")
+            }
+            None => format!("no synced byte to flip in {}", path.display()),
+        }
     }
 
     /// Moves the clock: mostly a little, sometimes across a lifetime or `ttl`.
@@ -548,6 +791,7 @@ impl Model {
             history: Vec::new(),
             acked: 0,
             claim: None,
+            unknown: false,
         }
     }
 
@@ -556,17 +800,43 @@ impl Model {
         self.claim.or(self.history.last().copied())
     }
 
-    /// What the store returns for the key; bytes no write made fail the test.
-    fn read(&self, journal: &Journal) -> Result<Option<Value>, String> {
-        let raw = journal
-            .get(&self.digest)
-            .map_err(|e| format!("read of {} failed: {e}", self.name))?;
+    /// What the store returns for the key, or its error; bytes no write made fail the
+    /// test.
+    fn read(&self, journal: &Journal) -> Result<Result<Option<Value>, Error>, String> {
+        let raw = match journal.get(&self.digest) {
+            Ok(raw) => raw,
+            Err(error) => return Ok(Err(error)),
+        };
         raw.map(|bytes| {
             Value::decode(&bytes)
                 .ok_or_else(|| format!("{} reads {bytes:?}, which no write made", self.name))
         })
         .transpose()
+        .map(Ok)
     }
+}
+
+/// Whether an open's error is a refusal on damage: a run's check, or the journal's.
+fn refuses_damage(error: &Error) -> bool {
+    matches!(error, Error::Damaged { .. } | Error::Open { .. })
+}
+
+/// Where the frames a power cut keeps of the journal segment at `path` start (its synced
+/// frames, walked by their lengths up to the zeros after them). Frames only the page cache
+/// holds were never acknowledged.
+fn synced_frames(disk: &SimDisk, path: &Path) -> Vec<u64> {
+    let bytes = disk.synced_data(path).unwrap_or_default();
+    let mut at = SEGMENT_MAGIC;
+    let mut frames = Vec::new();
+    while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
+        if head.iter().all(|b| *b == 0) {
+            break;
+        }
+        frames.push(at as u64);
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        at += FRAME_HEAD + len;
+    }
+    frames
 }
 
 /// `value` if a caller counts it at `now` (`None` if absent or past its end).
@@ -596,13 +866,21 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Checked {
     let mut outcome = Ok(());
     let mut steps = 0;
     for step in 0..STEPS {
+        if world.refused.is_some() {
+            // Damage no repair undid: the store rightly refuses to open.
+            world.damage.ended += 1;
+            break;
+        }
         steps += 1;
         outcome = world.step(step);
         if outcome.is_ok() && world.disk.power_is_cut() {
             world.note(step, "the power went".into());
             outcome = world.crash_and_reopen();
         }
-        if outcome.is_ok() {
+        if outcome.is_ok() && world.refused.is_none() {
+            if let Some(journal) = world.journal.clone() {
+                world.pass_gate(&journal);
+            }
             outcome = world.check();
         }
         if let Err(error) = outcome {
@@ -621,6 +899,7 @@ fn run_seed(seed: u64, totals: &mut Totals) -> Checked {
     totals.restarts += world.restarts;
     totals.faults += world.disk.faults_injected();
     totals.file_ops += world.disk.ops();
+    totals.damage.add(&world.damage);
     outcome
 }
 
@@ -662,8 +941,9 @@ fn the_store_matches_its_model_through_crashes_and_faults() {
         }
         seed += 1;
     }
+    let d = totals.damage;
     eprintln!(
-        "model test: seeds {first}..{seed} ({} seeds), {} steps, {} file operations, {} power cuts, {} clean reopens, {} process restarts, {} injected faults, in {:.1?}",
+        "model test: seeds {first}..{seed} ({} seeds), {} steps, {} file operations, {} power cuts, {} clean reopens, {} process restarts, {} injected faults; damage: {} bit flips, {} torn and {} misdirected run writes, {} reordering power cuts, {} reads failed on damage, {} opens refused, {} repairs, {} seeds ended on damage; in {:.1?}",
         totals.seeds,
         totals.steps,
         totals.file_ops,
@@ -671,6 +951,14 @@ fn the_store_matches_its_model_through_crashes_and_faults() {
         totals.reopens,
         totals.restarts,
         totals.faults,
+        d.flips,
+        d.tears,
+        d.misdirects,
+        d.reorders,
+        d.damaged_reads,
+        d.refusals,
+        d.repairs,
+        d.ended,
         started.elapsed()
     );
     assert!(

@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::state::{apply, Pending, State};
+use super::state::{apply, land, Pending, State};
 use super::{lock, OpKind};
 use crate::DiskFile;
 
@@ -55,9 +55,9 @@ impl SimFile {
         match synced {
             Ok(()) => {
                 // What the cache holds from writes since the last sync; pages a failed sync
-                // dropped are not written again.
+                // dropped are not written again. A damaged write lands as its damage says.
                 for change in std::mem::take(&mut file.pending) {
-                    apply(&mut file.durable, &change);
+                    land(&mut file.durable, &change);
                 }
                 Ok(())
             }
@@ -90,12 +90,16 @@ impl DiskFile for SimFile {
             OpKind::Write,
             format_args!("write inode {inode} at {offset}, {} bytes", buf.len()),
         )?;
+        state.inode(inode)?;
+        let lands = state.landing(inode, offset, buf.len());
         let file = state.inode(inode)?;
         let change = Pending::Write {
             offset,
             bytes: buf.to_vec(),
+            lands,
         };
         apply(&mut file.data, &change);
+        file.covered(&change);
         file.pending.push(change);
         Ok(buf.len())
     }
@@ -114,6 +118,7 @@ impl DiskFile for SimFile {
         let file = state.inode(inode)?;
         let change = Pending::SetLen(len);
         apply(&mut file.data, &change);
+        file.covered(&change);
         file.pending.push(change);
         Ok(())
     }

@@ -10,6 +10,16 @@
 //!   removed, or a directory made, since then is undone (a renamed file is back under its
 //!   old name, a removed one is back, a created one is gone with its data).
 //!
+//! Damage, beside loss, injected on demand and drawn from the same seed:
+//! - a bit flipped in a file's synced data ([`SimDisk::flip_synced_bit`]), seen by reads at
+//!   once and kept by power cuts, and undone by [`SimDisk::repair_flips`] (an operator's
+//!   restore) where no write has covered it since;
+//! - a torn or misdirected write ([`SimDisk::damage_next_write`]): its sync succeeds and
+//!   reads see it whole where it was aimed (the page cache), but the platter got only a
+//!   prefix of it, or got it at another offset of the file, which the next power cut shows;
+//! - unsynced writes reordered ([`SimDisk::reorder_at_next_power_cut`]): the next power cut
+//!   keeps any subset of each file's unsynced writes, a later one without an earlier.
+//!
 //! A failed sync of a file keeps the data readable but drops it from what a power cut
 //! keeps, as Linux does after a failed writeback. A failed write, rename or removal
 //! changes nothing. A process restart ([`SimDisk::restart`]) is not a power cut: the page
@@ -25,12 +35,14 @@ mod rng;
 mod state;
 
 use std::io;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{Disk, DiskFile};
 use file::SimFile;
 pub use rng::Rng;
+pub use state::WriteDamage;
 use state::{Inode, Node, Pending, State};
 
 /// Linux's number for "no space left on device".
@@ -68,6 +80,20 @@ impl Fault {
         })
     }
 }
+
+/// A bit flipped in a file's synced data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flip {
+    /// The file, as named when the bit flipped.
+    pub path: PathBuf,
+    /// The byte.
+    pub offset: u64,
+    /// The bit flipped, as a mask.
+    pub mask: u8,
+}
+
+/// Tries of [`SimDisk::flip_synced_bit`] for a byte whose synced and cached copies agree.
+const FLIP_TRIES: usize = 16;
 
 /// A simulated disk; clones are handles to the same disk. A handle belongs to one
 /// "process": after [`SimDisk::crash`], the handles and open files from before it fail
@@ -149,10 +175,12 @@ impl SimDisk {
         gate.1.notify_all();
     }
 
-    /// Forgets faults scheduled with [`SimDisk::fail_next`] and not yet met.
+    /// Forgets faults scheduled with [`SimDisk::fail_next`] or
+    /// [`SimDisk::damage_next_write`] and not yet met.
     pub fn clear_faults(&self) {
         let mut state = lock(&self.state);
         state.scheduled.clear();
+        state.write_damage.clear();
         state.random_faults = 0;
     }
 
@@ -194,6 +222,89 @@ impl SimDisk {
             state: self.state.clone(),
             generation,
         }
+    }
+
+    /// Flips one bit of synced data in a file under `dir` (at any depth), both picked at
+    /// random: in a byte whose cached copy is the synced one, so reads see the flip at
+    /// once, as after the page cache dropped the page. `None` if no file there holds such
+    /// a byte.
+    pub fn flip_synced_bit(&self, dir: &Path) -> Option<Flip> {
+        let dir = absolute(dir);
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let files: Vec<(PathBuf, u64)> = state
+            .live
+            .iter()
+            .filter_map(|(p, n)| match n {
+                Node::File(id) if p.starts_with(&dir) => Some((p.clone(), *id)),
+                _ => None,
+            })
+            .filter(|(_, id)| state.inodes.get(id).is_some_and(|f| !f.durable.is_empty()))
+            .collect();
+        if files.is_empty() {
+            return None;
+        }
+        let (path, id) = files[state.rng.below(files.len() as u64) as usize].clone();
+        flip_in(state, path, id, 0..u64::MAX)
+    }
+
+    /// Flips one bit, picked at random, of the synced data of the file at `path` within
+    /// the bytes `within`, as [`SimDisk::flip_synced_bit`] does. `None` if the file holds
+    /// no such byte there.
+    pub fn flip_synced_bit_in(&self, path: &Path, within: Range<u64>) -> Option<Flip> {
+        let path = absolute(path);
+        let mut guard = lock(&self.state);
+        let state = &mut *guard;
+        let Some(Node::File(id)) = state.live.get(&path) else {
+            return None;
+        };
+        let id = *id;
+        flip_in(state, path, id, within)
+    }
+
+    /// What a power cut now keeps for certain of the file at `path`: its synced data.
+    /// `None` if no file is there.
+    pub fn synced_data(&self, path: &Path) -> Option<Vec<u8>> {
+        let path = absolute(path);
+        let state = lock(&self.state);
+        match state.live.get(&path) {
+            Some(Node::File(id)) => state.inodes.get(id).map(|f| f.durable.clone()),
+            _ => None,
+        }
+    }
+
+    /// Undoes the bits [`SimDisk::flip_synced_bit`] flipped that no write or length change
+    /// has covered since (an operator restoring the damaged bytes). Returns how many.
+    pub fn repair_flips(&self) -> usize {
+        let mut state = lock(&self.state);
+        let mut repaired = 0;
+        for file in state.inodes.values_mut() {
+            for (at, mask) in std::mem::take(&mut file.flipped) {
+                let at = at as usize;
+                if let (Some(d), Some(c)) = (file.durable.get_mut(at), file.data.get_mut(at)) {
+                    *d ^= mask;
+                    *c ^= mask;
+                    repaired += 1;
+                }
+            }
+        }
+        state.note(format_args!("{repaired} flipped bits repaired"));
+        repaired
+    }
+
+    /// The next write to a file whose path (at the write) contains `text` suffers
+    /// `damage` (after those scheduled before it): torn or misdirected on the platter,
+    /// whatever its sync says.
+    pub fn damage_next_write(&self, damage: WriteDamage, text: &str) {
+        lock(&self.state)
+            .write_damage
+            .push_back((damage, text.to_owned()));
+    }
+
+    /// The next power cut keeps any subset of each file's unsynced writes, not only a
+    /// prefix: a device that wrote its cache back out of order.
+    pub fn reorder_at_next_power_cut(&self) {
+        lock(&self.state).reorder_next_cut = true;
     }
 
     /// Operations that changed (or tried to change) the disk so far.
@@ -291,6 +402,37 @@ impl SimDisk {
             writable,
         }))
     }
+}
+
+/// Flips a random bit of a random byte of file `id` (at `path`) within `within` whose
+/// synced and cached copies agree.
+fn flip_in(state: &mut State, path: PathBuf, id: u64, within: Range<u64>) -> Option<Flip> {
+    let mask = 1u8 << state.rng.below(8);
+    let file = state.inodes.get(&id)?;
+    let end = within
+        .end
+        .min(file.durable.len().min(file.data.len()) as u64);
+    if within.start >= end {
+        return None;
+    }
+    for _ in 0..FLIP_TRIES {
+        let at = (within.start + state.rng.below(end - within.start)) as usize;
+        let file = state.inodes.get_mut(&id)?;
+        if file.data.get(at) != file.durable.get(at) {
+            continue;
+        }
+        file.durable[at] ^= mask;
+        file.data[at] ^= mask;
+        file.flipped.push((at as u64, mask));
+        let flip = Flip {
+            path,
+            offset: at as u64,
+            mask,
+        };
+        state.note(format_args!("bit flipped: {flip:?}"));
+        return Some(flip);
+    }
+    None
 }
 
 /// Waits while syncs are held ([`SimDisk::hold_syncs`]).
@@ -601,5 +743,136 @@ mod tests {
         };
         assert_eq!(run(7), run(7));
         assert!(run(7).contains(&false) && run(7).contains(&true));
+    }
+
+    /// A synced file `/d/f` of `bytes` on a disk of `seed`.
+    fn synced(seed: u64, bytes: &[u8]) -> (SimDisk, Arc<dyn DiskFile>) {
+        let disk = SimDisk::new(seed);
+        create_dir_all(&disk, Path::new("/d")).expect("mkdir");
+        let file = write_file(&disk, "/d/f", bytes);
+        file.sync_data().expect("sync");
+        disk.sync_dir(Path::new("/d")).expect("sync dir");
+        (disk, file)
+    }
+
+    #[test]
+    fn a_flipped_bit_in_synced_data_reads_back_survives_a_power_cut_and_repairs() {
+        let (disk, _file) = synced(11, &[0u8; 64]);
+        let flip = disk
+            .flip_synced_bit(Path::new("/d"))
+            .expect("a byte to flip");
+        assert_eq!(flip.path, Path::new("/d/f"));
+        let differs = |bytes: Vec<u8>| {
+            bytes
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| **b != 0)
+                .map(|(i, b)| (i as u64, *b))
+                .collect::<Vec<_>>()
+        };
+        let seen = differs(read(&disk, Path::new("/d/f")).expect("read"));
+        assert_eq!(seen, [(flip.offset, flip.mask)], "reads see it at once");
+        let disk = disk.crash();
+        let kept = differs(read(&disk, Path::new("/d/f")).expect("read"));
+        assert_eq!(kept, [(flip.offset, flip.mask)], "a power cut keeps it");
+        assert_eq!(disk.repair_flips(), 1);
+        assert!(differs(read(&disk, Path::new("/d/f")).expect("read")).is_empty());
+        let again = synced(11, &[0u8; 64]).0.flip_synced_bit(Path::new("/d"));
+        assert_eq!(again, Some(flip), "the seed picks the same bit");
+        assert_eq!(SimDisk::new(1).flip_synced_bit(Path::new("/")), None);
+        let within = disk.flip_synced_bit_in(Path::new("/d/f"), 10..12);
+        assert!(within.is_some_and(|f| (10..12).contains(&f.offset)));
+        assert_eq!(disk.flip_synced_bit_in(Path::new("/d/f"), 64..90), None);
+        assert_eq!(disk.flip_synced_bit_in(Path::new("/d/g"), 0..9), None);
+        let file = disk.open_rw(Path::new("/d/f")).expect("open");
+        file.write_all_at(b"unsynced", 0).expect("write");
+        let synced = disk.synced_data(Path::new("/d/f")).expect("a file");
+        assert_eq!(synced.len(), 64);
+        assert_ne!(&synced[..8], b"unsynced");
+    }
+
+    #[test]
+    fn a_bit_a_write_covered_since_is_not_undone() {
+        let (disk, file) = synced(12, &[0u8; 8]);
+        let flip = disk
+            .flip_synced_bit(Path::new("/d"))
+            .expect("a byte to flip");
+        file.write_all_at(&[7u8; 8], 0).expect("write");
+        assert_eq!(disk.repair_flips(), 0, "{flip:?}");
+        assert_eq!(read(&disk, Path::new("/d/f")).expect("read"), [7u8; 8]);
+    }
+
+    #[test]
+    fn a_torn_write_reads_whole_until_a_power_cut_keeps_only_a_prefix_though_synced() {
+        let (disk, file) = synced(13, b"aaaaaaaa");
+        disk.damage_next_write(WriteDamage::Tear, "/d/f");
+        file.write_all_at(b"bbbbbbbb", 0).expect("write");
+        file.sync_data().expect("the sync succeeds");
+        assert_eq!(read(&disk, Path::new("/d/f")).expect("read"), b"bbbbbbbb");
+        let disk = disk.crash();
+        let bytes = read(&disk, Path::new("/d/f")).expect("read");
+        let kept = bytes.iter().take_while(|b| **b == b'b').count();
+        assert!(kept < 8, "{bytes:?}");
+        assert!(bytes[kept..].iter().all(|b| *b == b'a'), "{bytes:?}");
+        assert!(disk.recent().iter().any(|l| l.contains("Tear injected")));
+    }
+
+    #[test]
+    fn a_misdirected_write_lands_at_another_offset_though_synced() {
+        let (disk, file) = synced(14, &[b'a'; 32]);
+        disk.damage_next_write(WriteDamage::Misdirect, "/d/");
+        file.write_all_at(b"bbbb", 8).expect("write");
+        file.sync_data().expect("the sync succeeds");
+        let mut expected = vec![b'a'; 32];
+        expected[8..12].copy_from_slice(b"bbbb");
+        assert_eq!(read(&disk, Path::new("/d/f")).expect("read"), expected);
+        let disk = disk.crash();
+        let bytes = read(&disk, Path::new("/d/f")).expect("read");
+        assert_eq!(&bytes[8..12], b"aaaa", "not where it was aimed: {bytes:?}");
+        let at = bytes
+            .windows(4)
+            .position(|w| w == b"bbbb")
+            .expect("the bytes landed somewhere");
+        assert_ne!(at, 8);
+        // A write to another file is not the one damaged.
+        let (disk, file) = synced(14, b"aaaa");
+        disk.damage_next_write(WriteDamage::Misdirect, "/elsewhere");
+        file.write_all_at(b"bb", 0).expect("write");
+        file.sync_data().expect("sync");
+        assert_eq!(
+            read(&disk.crash(), Path::new("/d/f")).expect("read"),
+            b"bbaa"
+        );
+    }
+
+    #[test]
+    fn reordered_unsynced_writes_can_land_without_the_earlier_ones() {
+        let outcome = |seed| {
+            let (disk, file) = synced(seed, b"aaaaaaaa");
+            file.write_all_at(b"bb", 0).expect("write");
+            file.write_all_at(b"cc", 2).expect("write");
+            file.write_all_at(b"dd", 4).expect("write");
+            disk.reorder_at_next_power_cut();
+            read(&disk.crash(), Path::new("/d/f")).expect("read")
+        };
+        let outcomes: Vec<Vec<u8>> = (0..64).map(outcome).collect();
+        assert!(
+            outcomes
+                .iter()
+                .any(|b| b == b"aaccaaaa" || b == b"aaaaddaa"),
+            "a later write without the earlier: {outcomes:?}"
+        );
+        assert_eq!(outcome(5), outcome(5), "the seed decides");
+        // Only the next power cut reorders: the one after it keeps a prefix again.
+        for seed in 0..64 {
+            let (disk, _) = synced(seed, b"aa");
+            disk.reorder_at_next_power_cut();
+            let disk = disk.crash();
+            let file = disk.open_rw(Path::new("/d/f")).expect("open");
+            file.write_all_at(b"b", 0).expect("write");
+            file.write_all_at(b"c", 1).expect("write");
+            let bytes = read(&disk.crash(), Path::new("/d/f")).expect("read");
+            assert_ne!(bytes, b"ac", "seed {seed}");
+        }
     }
 }

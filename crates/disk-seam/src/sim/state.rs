@@ -1,6 +1,7 @@
 //! What the simulated disk holds: its files' data (what reads see, what is synced, the
 //! changes since), its directories' entries (live and synced), and the faults to come.
-//! [`State::power_cut`] keeps what a power cut keeps.
+//! [`State::power_cut`] keeps what a power cut keeps; [`land`] puts a write on the platter,
+//! torn or misdirected if it was damaged.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
@@ -21,8 +22,32 @@ pub(super) enum Node {
 
 /// A change to a file's data.
 pub(super) enum Pending {
-    Write { offset: u64, bytes: Vec<u8> },
+    Write {
+        offset: u64,
+        bytes: Vec<u8>,
+        lands: Landing,
+    },
     SetLen(u64),
+}
+
+/// Where a write reaches the platter. Reads see it whole where it was aimed (the page
+/// cache) until a power cut; what a sync or a power cut keeps follows this.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Landing {
+    Whole,
+    /// Only this many of its first bytes land (a torn write).
+    Torn(usize),
+    /// Its bytes land at this offset instead (a misdirected write).
+    At(u64),
+}
+
+/// Damage the next write to a file whose path holds a text suffers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteDamage {
+    /// Only a prefix of it reaches the platter, though its sync succeeds.
+    Tear,
+    /// It reaches the platter at another offset of the file, though its sync succeeds.
+    Misdirect,
 }
 
 #[derive(Default)]
@@ -33,6 +58,9 @@ pub(super) struct Inode {
     pub(super) durable: Vec<u8>,
     /// Changes since the last sync, oldest first: a power cut keeps a prefix of them.
     pub(super) pending: Vec<Pending>,
+    /// Bits flipped in synced data (offset, mask) that no write has covered since: what
+    /// [`super::SimDisk::repair_flips`] can undo.
+    pub(super) flipped: Vec<(u64, u8)>,
 }
 
 pub(super) struct State {
@@ -54,47 +82,85 @@ pub(super) struct State {
     pub(super) inodes: HashMap<u64, Inode>,
     pub(super) next_inode: u64,
     pub(super) trace: VecDeque<String>,
+    /// Damage the next writes to files whose path holds the text suffer, in order.
+    pub(super) write_damage: VecDeque<(WriteDamage, String)>,
+    /// Whether the next power cut keeps any subset of each file's unsynced writes (a later
+    /// one without an earlier), not only a prefix.
+    pub(super) reorder_next_cut: bool,
     /// While true, every sync waits (a hung device); a condition variable wakes them.
     pub(super) syncs_held: Arc<(Mutex<bool>, Condvar)>,
 }
 
-/// Applies a change to a file's data.
+/// Applies a change to a file's data as reads see it.
 pub(super) fn apply(data: &mut Vec<u8>, change: &Pending) {
     match change {
-        Pending::Write { offset, bytes } => {
-            let at = *offset as usize;
-            if data.len() < at + bytes.len() {
-                data.resize(at + bytes.len(), 0);
-            }
-            data[at..at + bytes.len()].copy_from_slice(bytes);
-        }
+        Pending::Write { offset, bytes, .. } => write_bytes(data, *offset, bytes),
         Pending::SetLen(len) => data.resize(*len as usize, 0),
     }
 }
 
+/// Applies a change to what the platter holds: a damaged write lands torn or elsewhere.
+pub(super) fn land(durable: &mut Vec<u8>, change: &Pending) {
+    match change {
+        Pending::Write {
+            offset,
+            bytes,
+            lands,
+        } => match *lands {
+            Landing::Whole => write_bytes(durable, *offset, bytes),
+            Landing::Torn(kept) => write_bytes(durable, *offset, &bytes[..kept.min(bytes.len())]),
+            Landing::At(elsewhere) => write_bytes(durable, elsewhere, bytes),
+        },
+        Pending::SetLen(_) => apply(durable, change),
+    }
+}
+
+fn write_bytes(data: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
+    let at = offset as usize;
+    if data.len() < at + bytes.len() {
+        data.resize(at + bytes.len(), 0);
+    }
+    data[at..at + bytes.len()].copy_from_slice(bytes);
+}
+
 impl Inode {
     /// Keeps what a power cut keeps of the file: its synced data and a random prefix of
-    /// the changes since, the next write possibly torn.
-    fn power_cut(&mut self, rng: &mut Rng) {
-        let kept = rng.below(self.pending.len() as u64 + 1) as usize;
+    /// the changes since, the next write possibly torn; with `reorder`, any subset of the
+    /// changes since, in their order (the device wrote them back out of order).
+    fn power_cut(&mut self, rng: &mut Rng, reorder: bool) {
         let mut data = std::mem::take(&mut self.durable);
-        for change in &self.pending[..kept] {
-            apply(&mut data, change);
-        }
-        if let Some(Pending::Write { offset, bytes }) = self.pending.get(kept) {
-            // The next write torn: some of its bytes reached the platter.
-            let torn = rng.below(bytes.len() as u64) as usize;
-            apply(
-                &mut data,
-                &Pending::Write {
-                    offset: *offset,
-                    bytes: bytes[..torn].to_vec(),
-                },
-            );
+        if reorder {
+            for change in &self.pending {
+                if rng.below(2) == 0 {
+                    land(&mut data, change);
+                }
+            }
+        } else {
+            let kept = rng.below(self.pending.len() as u64 + 1) as usize;
+            for change in &self.pending[..kept] {
+                land(&mut data, change);
+            }
+            if let Some(Pending::Write { offset, bytes, .. }) = self.pending.get(kept) {
+                // The next write torn: some of its bytes reached the platter.
+                let torn = rng.below(bytes.len() as u64) as usize;
+                write_bytes(&mut data, *offset, &bytes[..torn]);
+            }
         }
         self.pending.clear();
+        self.flipped.retain(|(at, _)| (*at as usize) < data.len());
         self.data = data.clone();
         self.durable = data;
+    }
+
+    /// Forgets flipped bits a change to the cache covers: undoing them would damage it.
+    pub(super) fn covered(&mut self, change: &Pending) {
+        match change {
+            Pending::Write { offset, bytes, .. } => {
+                let end = offset + bytes.len() as u64;
+                self.flipped.retain(|(at, _)| *at < *offset || *at >= end);
+            }
+            Pending::SetLen(len) => self.flipped.retain(|(at, _)| at < len),
+        }
     }
 }
 
@@ -119,6 +185,8 @@ impl State {
             inodes: HashMap::new(),
             next_inode: 0,
             trace: VecDeque::new(),
+            write_damage: VecDeque::new(),
+            reorder_next_cut: false,
             syncs_held: Arc::default(),
         }
     }
@@ -131,11 +199,12 @@ impl State {
         self.cut = false;
         self.cut_at = None;
         self.scheduled.clear();
+        let reorder = std::mem::take(&mut self.reorder_next_cut);
         let mut ids: Vec<u64> = self.inodes.keys().copied().collect();
         ids.sort_unstable();
         for id in ids {
             if let Some(inode) = self.inodes.get_mut(&id) {
-                inode.power_cut(&mut self.rng);
+                inode.power_cut(&mut self.rng, reorder);
             }
         }
         self.keep_synced_entries();
@@ -239,6 +308,50 @@ impl State {
                 Ok(())
             }
         }
+    }
+
+    /// The path a file has now, if a directory holds it.
+    pub(super) fn path_of(&self, id: u64) -> Option<&PathBuf> {
+        self.live
+            .iter()
+            .find(|(_, n)| matches!(n, Node::File(i) if *i == id))
+            .map(|(p, _)| p)
+    }
+
+    /// How a write of `len` bytes at `offset` to file `id` lands: damaged if one is
+    /// scheduled for its path.
+    pub(super) fn landing(&mut self, id: u64, offset: u64, len: usize) -> Landing {
+        let Some(path) = self.path_of(id).map(|p| p.display().to_string()) else {
+            return Landing::Whole;
+        };
+        let Some(at) = self
+            .write_damage
+            .iter()
+            .position(|(_, text)| path.contains(text.as_str()))
+        else {
+            return Landing::Whole;
+        };
+        let Some((damage, _)) = self.write_damage.remove(at) else {
+            return Landing::Whole;
+        };
+        let landing = match damage {
+            WriteDamage::Tear => Landing::Torn(self.rng.below(len as u64) as usize),
+            WriteDamage::Misdirect => {
+                let size = self.inodes.get(&id).map_or(0, |f| f.data.len() as u64);
+                let room = size.max(offset + len as u64) - len as u64;
+                let elsewhere = self.rng.below(room + 1);
+                // Other bytes than those aimed at: just past them if the draw overlaps.
+                Landing::At(if elsewhere.abs_diff(offset) < len as u64 {
+                    offset + len as u64
+                } else {
+                    elsewhere
+                })
+            }
+        };
+        self.note(format_args!(
+            "{damage:?} injected: write to {path} at {offset}, {len} bytes lands {landing:?}"
+        ));
+        landing
     }
 
     pub(super) fn inode(&mut self, id: u64) -> io::Result<&mut Inode> {

@@ -1106,6 +1106,51 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_damaged_run_keeps_the_store_from_opening_and_names_it() {
+        use disk_seam::sim::SimDisk;
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(1);
+        let dir = Path::new("/var/lib/hookgate");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
+        put(&j, b"stop", b"forever", i64::MAX, 0);
+        j.flush_to_run().expect("flush");
+        drop(j);
+        let runs = disk.files_under(&dir.join(RUNS_DIR));
+        let [run] = runs.as_slice() else {
+            panic!("one run: {runs:?}");
+        };
+        let flip = |at: usize| {
+            let mut bytes = disk_seam::read(&disk, run).expect("read");
+            bytes[at] ^= 4;
+            let file = disk.open_rw(run).expect("open");
+            file.write_all_at(&bytes, 0).expect("write");
+            file.sync_data().expect("sync");
+        };
+        // A bit of the header: the run's span, say.
+        flip(12);
+        let refused = Journal::open(
+            store.tree("state").expect("tree"),
+            dir,
+            0,
+            on_sim(&disk, 1 << 20),
+        );
+        let error = refused.err().expect("refused");
+        assert!(
+            matches!(&error, Error::Damaged { file, offset: 0, .. } if file == run),
+            "{error}"
+        );
+        flip(12);
+        // A bit of the page that holds the record: found when it is read.
+        flip(88 + 20);
+        let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
+        let read = j.get(&Digest::of(b"stop"));
+        assert!(
+            matches!(&read, Err(Error::Damaged { file, .. }) if file == run),
+            "{read:?}"
+        );
+    }
+
+    #[test]
     fn a_store_made_on_a_fresh_disk_keeps_its_runs_after_a_power_cut() {
         use disk_seam::sim::SimDisk;
         let (_dir, store) = temp_store();
