@@ -802,8 +802,9 @@ mod tests {
         std::fs::write(&path, &bytes).expect("write");
     }
 
-    #[test]
-    fn damage_inside_a_sealed_segment_is_an_error_naming_it_and_the_offset() {
+    /// A folder whose first segment, sealed, holds batches 1 to 3 and whose next holds
+    /// batch 4; and the first segment's number.
+    fn sealed_then_one_more() -> (tempfile::TempDir, u64) {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut wal, _) = reopen(dir.path(), 1 << 16);
         let first = wal.active.number;
@@ -811,6 +812,12 @@ mod tests {
         wal.rotate().expect("rotate");
         commit(&mut wal, &[(4, b"d")]);
         drop(wal);
+        (dir, first)
+    }
+
+    #[test]
+    fn damage_inside_a_sealed_segment_is_an_error_naming_it_and_the_offset() {
+        let (dir, first) = sealed_then_one_more();
         // Batch 2 of the sealed segment rots: 2 and 3 were acknowledged, and no later
         // segment holds them.
         damage(dir.path(), first, 1);
@@ -920,13 +927,7 @@ mod tests {
         );
         assert!(error.contains("2..=3"), "{error}");
         // A sealed segment: no later segment holds batches 2 and 3.
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (mut wal, _) = reopen(dir.path(), 1 << 16);
-        let first = wal.active.number;
-        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
-        wal.rotate().expect("rotate");
-        commit(&mut wal, &[(4, b"d")]);
-        drop(wal);
+        let (dir, first) = sealed_then_one_more();
         zero_frame(dir.path(), first, 1);
         let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
             .err()
@@ -1017,13 +1018,7 @@ mod tests {
 
     #[test]
     fn a_damaged_segment_renamed_by_the_operator_is_read_up_to_the_damage() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (mut wal, _) = reopen(dir.path(), 1 << 16);
-        let first = wal.active.number;
-        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
-        wal.rotate().expect("rotate");
-        commit(&mut wal, &[(4, b"d")]);
-        drop(wal);
+        let (dir, first) = sealed_then_one_more();
         damage(dir.path(), first, 1);
         let path = segment_path(dir.path(), first);
         let mut accepted = path.clone().into_os_string();
