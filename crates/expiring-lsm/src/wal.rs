@@ -802,6 +802,15 @@ mod tests {
         std::fs::write(&path, &bytes).expect("write");
     }
 
+    /// The error of an open of `dir` that must refuse to start (no batch is held by runs);
+    /// `why` says what opening would have lost.
+    fn refusal(dir: &Path, why: &str) -> String {
+        match Wal::open(disk_seam::real(), dir, 1 << 16, 0, |_, _| {}) {
+            Ok(_) => panic!("opened: {why}"),
+            Err(error) => error.to_string(),
+        }
+    }
+
     /// A folder whose first segment, sealed, holds batches 1 to 3 and whose next holds
     /// batch 4; and the first segment's number.
     fn sealed_then_one_more() -> (tempfile::TempDir, u64) {
@@ -821,10 +830,7 @@ mod tests {
         // Batch 2 of the sealed segment rots: 2 and 3 were acknowledged, and no later
         // segment holds them.
         damage(dir.path(), first, 1);
-        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
-            .err()
-            .expect("refused")
-            .to_string();
+        let error = refusal(dir.path(), "acknowledged batches would be lost");
         assert!(error.contains(&segment_name(first)), "{error}");
         assert!(
             error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
@@ -855,10 +861,7 @@ mod tests {
         // Batch 2 rots in the segment that was being written at the stop: 3 was
         // acknowledged after it, and is whole.
         damage(dir.path(), last, 1);
-        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
-            .err()
-            .expect("refused, not opened without batch 3")
-            .to_string();
+        let error = refusal(dir.path(), "without batch 3");
         assert!(error.contains(&segment_name(last)), "{error}");
         assert!(
             error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
@@ -879,10 +882,7 @@ mod tests {
         commit(&mut wal, &[(3, b"c")]);
         drop(wal);
         damage(dir.path(), first, 0);
-        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
-            .err()
-            .expect("refused")
-            .to_string();
+        let error = refusal(dir.path(), "acknowledged batches would be lost");
         assert!(error.contains(&segment_name(first)), "{error}");
         assert!(error.contains(&format!("byte {}", MAGIC.len())), "{error}");
         // The damaged frame's number cannot be trusted: the loss reaches from what the
@@ -916,10 +916,7 @@ mod tests {
         }
         drop(wal);
         zero_frame(dir.path(), last, 1);
-        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
-            .err()
-            .expect("refused, not opened without batches 2 and 3")
-            .to_string();
+        let error = refusal(dir.path(), "without batches 2 and 3");
         assert!(error.contains(&segment_name(last)), "{error}");
         assert!(
             error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
@@ -929,10 +926,7 @@ mod tests {
         // A sealed segment: no later segment holds batches 2 and 3.
         let (dir, first) = sealed_then_one_more();
         zero_frame(dir.path(), first, 1);
-        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
-            .err()
-            .expect("refused")
-            .to_string();
+        let error = refusal(dir.path(), "acknowledged batches would be lost");
         assert!(error.contains(&segment_name(first)), "{error}");
         assert!(error.contains("2..=3"), "{error}");
     }
@@ -948,10 +942,7 @@ mod tests {
         wal.rotate().expect("rotate");
         drop(wal);
         damage(dir.path(), first, 1);
-        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
-            .err()
-            .expect("refused, not opened without batches 2 and 3")
-            .to_string();
+        let error = refusal(dir.path(), "without batches 2 and 3");
         assert!(error.contains(&segment_name(first)), "{error}");
         assert!(
             error.contains(&format!("byte {}", MAGIC.len() + FRAME_HEAD + 1)),
@@ -995,10 +986,7 @@ mod tests {
         wal.rotate().expect("rotate");
         commit(&mut wal, &[(4, b"d")]);
         drop(wal);
-        let error = Wal::open(disk_seam::real(), dir.path(), 1 << 16, 0, |_, _| {})
-            .err()
-            .expect("refused")
-            .to_string();
+        let error = refusal(dir.path(), "acknowledged batches would be lost");
         assert!(error.contains(&segment_name(first)), "{error}");
     }
 
