@@ -704,18 +704,10 @@ mod tests {
             ),
             (7, 99, 2)
         );
-        for r in &records {
-            assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
-        }
+        assert_reads_exactly(&run, &records);
         for i in 20_000u32..21_000 {
             assert_eq!(run.get(&Digest::of(&i.to_le_bytes())).expect("get"), None);
         }
-        let read: Vec<Record> = run
-            .records()
-            .expect("records")
-            .map(|r| r.expect("record"))
-            .collect();
-        assert_eq!(read, records);
     }
 
     #[test]
@@ -734,6 +726,19 @@ mod tests {
         for r in &records {
             assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
         }
+    }
+
+    /// That `run` answers each of `records` by its key and reads back exactly `records`.
+    fn assert_reads_exactly(run: &Run, records: &[Record]) {
+        for r in records {
+            assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
+        }
+        let read: Vec<Record> = run
+            .records()
+            .expect("records")
+            .map(|r| r.expect("record"))
+            .collect();
+        assert_eq!(read, records);
     }
 
     /// A run of `records` written on `disk` in `/runs`; its path.
@@ -902,16 +907,8 @@ mod tests {
         let run = Run::open(&disk, path).expect("format 1 opens");
         assert_eq!(run.info().entries, 20_000);
         assert_eq!((run.info().journal_below, run.info().generation), (7, 2));
-        for r in &records {
-            assert_eq!(run.get(&r.key).expect("get").as_ref(), Some(r));
-        }
+        assert_reads_exactly(&run, &records);
         assert_eq!(run.get(&Digest::of(b"absent")).expect("get"), None);
-        let read: Vec<Record> = run
-            .records()
-            .expect("records")
-            .map(|r| r.expect("record"))
-            .collect();
-        assert_eq!(read, records);
     }
 
     #[test]
