@@ -29,10 +29,10 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-/// The module path of a library source file (`src/state/mod.rs` → `state`,
-/// `src/state/marks.rs` → `state::marks`); `None` for the crate roots.
-fn module_of(file: &Path) -> Option<String> {
-    let rel = file.strip_prefix("src").ok()?;
+/// The module path of a source file under the source root `src` (`src/state/mod.rs` →
+/// `state`, `src/state/marks.rs` → `state::marks`); `None` for the crate roots.
+fn module_of(file: &Path, src: &Path) -> Option<String> {
+    let rel = file.strip_prefix(src).ok()?;
     let mut parts: Vec<String> = rel
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_owned())
@@ -44,26 +44,55 @@ fn module_of(file: &Path) -> Option<String> {
     (!path.is_empty() && path != "lib" && path != "main").then_some(path)
 }
 
-/// The non-test code of a source file: everything before its `#[cfg(test)]` module, without
-/// comment lines.
+/// The non-test code of a source file: everything before its inline `#[cfg(test)] mod … {`
+/// block, without comment lines.
 fn code_of(text: &str) -> String {
-    let end = text.find("#[cfg(test)]\nmod ").unwrap_or(text.len());
-    text[..end]
+    text[..test_block_start(text)]
         .lines()
         .filter(|line| !line.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
         .join("\n")
 }
 
+/// Where a file's inline test module begins (`#[cfg(test)]` then `mod name {`), or its
+/// length. A `#[cfg(test)] mod name;` declaration is not a test block: the code after it
+/// still counts.
+fn test_block_start(text: &str) -> usize {
+    let mut from = 0;
+    while let Some(at) = text[from..].find("#[cfg(test)]\n") {
+        let start = from + at;
+        let next = text[start + "#[cfg(test)]\n".len()..]
+            .lines()
+            .next()
+            .unwrap_or("");
+        if next.starts_with("mod ") && next.trim_end().ends_with('{') {
+            return start;
+        }
+        from = start + 1;
+    }
+    text.len()
+}
+
 /// The `crate::a::b::…` paths named in `code`, each as its segments.
 fn crate_paths(code: &str) -> Vec<Vec<String>> {
+    paths_after(code, "crate")
+}
+
+/// The paths that start with the path segment `first` (`first::a::b`) in `code`, each as the
+/// segments after it; `first` must begin a path, not end one (`x::first::a` is not one).
+fn paths_after(code: &str, first: &str) -> Vec<Vec<String>> {
+    let is_path_char = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
+    let needle = format!("{first}::");
     let mut paths = Vec::new();
-    let mut rest = code;
-    while let Some(at) = rest.find("crate::") {
-        rest = &rest[at + "crate::".len()..];
-        let end = rest
-            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
-            .unwrap_or(rest.len());
+    let mut from = 0;
+    while let Some(at) = code[from..].find(&needle) {
+        let start = from + at;
+        from = start + needle.len();
+        if code[..start].chars().next_back().is_some_and(is_path_char) {
+            continue;
+        }
+        let rest = &code[from..];
+        let end = rest.find(|c: char| !is_path_char(c)).unwrap_or(rest.len());
         let segments = rest[..end]
             .split("::")
             .filter(|s| !s.is_empty())
@@ -74,10 +103,56 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
     paths
 }
 
+/// The paths `code` of `module` names, as full module paths of its crate: `crate::…`,
+/// `super::…` and `self::…`, and the paths that begin with one of its `children`.
+fn named_paths(code: &str, module: &str, children: &[String]) -> Vec<Vec<String>> {
+    let own: Vec<String> = module.split("::").map(str::to_owned).collect();
+    let mut found = crate_paths(code);
+    for segments in paths_after(code, "super") {
+        let mut base = own[..own.len() - 1].to_vec();
+        let mut rest = segments.as_slice();
+        while let Some(("super", tail)) = rest.split_first().map(|(h, t)| (h.as_str(), t)) {
+            base.pop();
+            rest = tail;
+        }
+        found.push([base, rest.to_vec()].concat());
+    }
+    for prefix in ["self"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain(children.iter().cloned())
+    {
+        for segments in paths_after(code, &prefix) {
+            let head = if prefix == "self" {
+                vec![]
+            } else {
+                vec![prefix.clone()]
+            };
+            found.push([own.clone(), head, segments].concat());
+        }
+    }
+    found
+}
+
+/// The child modules a file declares (`mod name;`, `pub mod name;`, `pub(crate) mod name;`).
+fn declared_children(text: &str) -> Vec<String> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let line = line
+                .strip_prefix("pub(crate) ")
+                .or(line.strip_prefix("pub "))
+                .unwrap_or(line);
+            let name = line.strip_prefix("mod ")?.strip_suffix(';')?;
+            (!name.contains(char::is_whitespace)).then(|| name.to_owned())
+        })
+        .collect()
+}
+
 /// The files of modules declared `#[cfg(test)] mod name;` (test kits and model tests).
-fn test_only_files() -> BTreeSet<PathBuf> {
+fn test_only_files(src: &Path) -> BTreeSet<PathBuf> {
     let mut found = BTreeSet::new();
-    for file in rust_files(&root().join("src")) {
+    for file in rust_files(&root().join(src)) {
         let text = std::fs::read_to_string(root().join(&file)).expect("source file");
         let dir = match file.file_name().and_then(|n| n.to_str()) {
             Some("mod.rs" | "lib.rs" | "main.rs") => file.parent().map(Path::to_path_buf),
@@ -98,22 +173,24 @@ fn test_only_files() -> BTreeSet<PathBuf> {
     found
 }
 
-/// Module → the modules its non-test code names.
-fn dependency_graph() -> BTreeMap<String, BTreeSet<String>> {
-    let test_only = test_only_files();
-    let files: Vec<PathBuf> = rust_files(&root().join("src"))
+/// Module → the modules its non-test code names, for the crate whose sources are in `src`
+/// (relative to the repository root).
+fn dependency_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let test_only = test_only_files(src);
+    let files: Vec<PathBuf> = rust_files(&root().join(src))
         .into_iter()
         .filter(|f| !test_only.contains(f))
         .collect();
     let modules: BTreeMap<String, PathBuf> = files
         .iter()
-        .filter_map(|f| module_of(f).map(|m| (m, f.clone())))
+        .filter_map(|f| module_of(f, src).map(|m| (m, f.clone())))
         .collect();
     let mut graph = BTreeMap::new();
     for (module, file) in &modules {
         let text = std::fs::read_to_string(root().join(file)).expect("source file");
+        let code = code_of(&text);
         let mut deps = BTreeSet::new();
-        for segments in crate_paths(&code_of(&text)) {
+        for segments in named_paths(&code, module, &declared_children(&code)) {
             // The longest prefix of the path that is a module.
             let target = (1..=segments.len())
                 .rev()
@@ -126,6 +203,20 @@ fn dependency_graph() -> BTreeMap<String, BTreeSet<String>> {
         graph.insert(module.clone(), deps);
     }
     graph
+}
+
+/// The source folders of the gateway and of each workspace crate.
+fn source_roots() -> Vec<PathBuf> {
+    let mut roots = vec![PathBuf::from("src")];
+    let crates = std::fs::read_dir(root().join("crates")).expect("crates/");
+    for entry in crates {
+        let src = entry.expect("crates/ entry").path().join("src");
+        if src.is_dir() {
+            roots.push(src.strip_prefix(root()).expect("under root").to_path_buf());
+        }
+    }
+    roots.sort();
+    roots
 }
 
 /// Each cycle of `graph` as one of its paths, `a -> b -> a`.
@@ -153,9 +244,21 @@ fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
 
 #[test]
 fn no_module_depends_on_a_module_that_depends_back_on_it() {
-    let graph = dependency_graph();
-    assert!(graph.len() > 20, "the scan found the modules: {graph:?}");
-    let found = cycles(&graph);
+    // Files of one folder count too: `super::` and `self::` paths are edges, and so are a
+    // front door's re-exports of its children.
+    let mut found = Vec::new();
+    for src in source_roots() {
+        let graph = dependency_graph(&src);
+        if src == Path::new("src") {
+            assert!(graph.len() > 20, "the scan found the modules: {graph:?}");
+        }
+        let in_crate = cycles(&graph);
+        found.extend(
+            in_crate
+                .into_iter()
+                .map(|c| format!("{}: {c}", src.display())),
+        );
+    }
     assert!(found.is_empty(), "import cycles:\n{}", found.join("\n"));
 }
 
@@ -164,7 +267,7 @@ fn no_folder_depends_on_a_folder_that_depends_back_on_it() {
     // The same check one level up: `state/` and `guard/` count as one module each.
     let top = |m: &str| m.split("::").next().unwrap_or(m).to_owned();
     let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for (module, deps) in dependency_graph() {
+    for (module, deps) in dependency_graph(Path::new("src")) {
         let entry = folders.entry(top(&module)).or_default();
         entry.extend(deps.iter().map(|d| top(d)).filter(|d| *d != top(&module)));
     }
@@ -262,7 +365,7 @@ fn every_module_imports_only_modules_on_lower_floors() {
     assert!(floors.len() > 10, "the layers table was read: {floors:?}");
     let top = |m: &str| m.split("::").next().unwrap_or(m).to_owned();
     let mut problems = Vec::new();
-    for (module, deps) in dependency_graph() {
+    for (module, deps) in dependency_graph(Path::new("src")) {
         let Some(&floor) = floors.get(&top(&module)) else {
             problems.push(format!("{module} has no floor in ARCHITECTURE.md's layers"));
             continue;
@@ -287,13 +390,13 @@ fn the_store_crates_have_the_importers_architecture_names() {
         ("expiring_lsm", &["state"]),
         ("disk_seam", &["state", "store"]),
     ];
-    let test_only = test_only_files();
+    let test_only = test_only_files(Path::new("src"));
     let mut problems = Vec::new();
     for file in rust_files(&root().join("src")) {
         if test_only.contains(&file) {
             continue;
         }
-        let Some(module) = module_of(&file) else {
+        let Some(module) = module_of(&file, Path::new("src")) else {
             continue;
         };
         let top = module.split("::").next().unwrap_or(&module).to_owned();
@@ -306,4 +409,84 @@ fn the_store_crates_have_the_importers_architecture_names() {
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_path_reader_resolves_paths_relative_to_their_module() {
+    let code = "use super::owner::Job;\nuse super::super::clock;\npub use nodes::Node;\nlet x = self::a::b;";
+    let named = named_paths(code, "outbox::publish::connection", &["nodes".to_owned()]);
+    let joined: Vec<String> = named.iter().map(|s| s.join("::")).collect();
+    assert_eq!(
+        joined,
+        [
+            "outbox::publish::owner::Job",
+            "outbox::clock",
+            "outbox::publish::connection::a::b",
+            "outbox::publish::connection::nodes::Node",
+        ]
+    );
+    assert_eq!(
+        paths_after("x::super::y", "super"),
+        Vec::<Vec<String>>::new()
+    );
+    let test_block =
+        "fn a() {}\n#[cfg(test)]\nmod model;\nfn b() {}\n#[cfg(test)]\nmod tests {\n}\n";
+    assert!(code_of(test_block).contains("fn b()"));
+    assert!(!code_of(test_block).contains("mod tests"));
+}
+
+/// Lines a folder's `mod.rs` may hold before its tests: the doc, the `mod` lines, the
+/// re-exports and the facade type a caller meets. Logic lives in files named for it.
+const FRONT_DOOR_LINES: usize = 150;
+
+#[test]
+fn every_mod_rs_is_a_front_door() {
+    let mut problems = Vec::new();
+    for src in source_roots() {
+        for file in rust_files(&root().join(&src)) {
+            if file.file_name().is_none_or(|n| n != "mod.rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(root().join(&file)).expect("source file");
+            let lines = text[..test_block_start(&text)].lines().count();
+            if lines > FRONT_DOOR_LINES {
+                problems.push(format!("{}: {lines} lines", file.display()));
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "mod.rs files over {FRONT_DOOR_LINES} lines before their tests (move the logic into \
+         a file named for it):\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn a_file_name_says_what_it_holds_in_one_folder_only() {
+    // `config/` and `metrics/` name their files after the owner they configure or count.
+    let exempt = ["src/config/", "src/metrics/"];
+    let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for file in rust_files(&root().join("src")) {
+        let path = file.display().to_string();
+        let name = file
+            .file_name()
+            .expect("file name")
+            .to_string_lossy()
+            .into_owned();
+        if name == "mod.rs" || exempt.iter().any(|e| path.starts_with(e)) {
+            continue;
+        }
+        seen.entry(name).or_default().push(path);
+    }
+    let repeated: Vec<String> = seen
+        .into_values()
+        .filter(|paths| paths.len() > 1)
+        .map(|paths| paths.join(" and "))
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "one name, two rooms:\n{}",
+        repeated.join("\n")
+    );
 }
