@@ -14,17 +14,18 @@ use std::time::Duration;
 
 use backoff::Doubling;
 use futures_util::StreamExt;
-use lapin::options::{
-    ConfirmSelectOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::types::{AMQPValue, FieldTable, LongString};
 use lapin::{Channel, Connection, ConnectionProperties, Event, ExchangeKind};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::job::Job;
+use super::link::Link;
+use super::live::Live;
 use super::nodes::BrokerNode;
-use super::owner::{self, Job};
-use super::{short, short_constant, Inner, PublishError, BACKOFF_MAX, BACKOFF_MIN};
+use super::owner;
+use super::properties::{short, short_constant};
 use crate::config::{Amqp, QueueKind};
 
 /// Confirm-mode channels per connection, each with its owner task. An owner publishes a
@@ -32,63 +33,21 @@ use crate::config::{Amqp, QueueKind};
 /// take what has queued meanwhile: enough of them keep the broker busy, few enough that
 /// batches stay large (BENCHMARKS.md has the measurement).
 const CHANNELS: usize = 4;
+/// Reconnect backoff bounds.
+const BACKOFF_MIN: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// How long one connection attempt may take before it counts as failed.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a clean close may take before the connection is dropped as it is.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
-
-/// One connection and the queue its owners take publishes from.
-pub(super) struct Live {
-    connection: Connection,
-    /// The node's position in the list of nodes.
-    node: usize,
-    jobs: mpsc::UnboundedSender<Job>,
-    /// Cancelled when this connection is left: its owners end, and the publishes still
-    /// queued are dropped (their callers see `NotConnected`).
-    gone: CancellationToken,
-}
-
-impl Live {
-    /// Queues `job` for this connection's owners.
-    pub(super) fn submit(&self, job: Job) -> Result<(), PublishError> {
-        self.jobs.send(job).map_err(|_| PublishError::NotConnected)
-    }
-
-    /// Opens a confirm-mode channel on this connection.
-    pub(super) async fn open_channel(&self) -> Result<Channel, lapin::Error> {
-        let channel = self.connection.create_channel().await?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await?;
-        Ok(channel)
-    }
-
-    /// Cancelled when this connection is left.
-    pub(super) fn gone(&self) -> &CancellationToken {
-        &self.gone
-    }
-
-    /// The node's position in the list of nodes (`amqp.urls`; 0 for `amqp.url`).
-    pub(super) fn node(&self) -> usize {
-        self.node
-    }
-
-    /// Ends the owners and closes the connection, waiting at most [`CLOSE_TIMEOUT`].
-    pub(super) async fn close(&self, reason: ShortString) {
-        self.gone.cancel();
-        let _ = tokio::time::timeout(CLOSE_TIMEOUT, self.connection.close(200, reason)).await;
-    }
-}
 
 /// Keeps a connection up until `stop` is cancelled.
-pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
-    let nodes = &inner.nodes;
+pub(super) async fn run(link: Arc<Link>, stop: CancellationToken) {
+    let nodes = &link.nodes;
     let mut backoff = Doubling::new(BACKOFF_MIN, BACKOFF_MAX);
     // Which nodes have had their warning in this outage.
     let mut warned = vec![false; nodes.len()];
     let mut first = 0;
     loop {
-        let Some((node, attempt)) = connect_round(&inner, first, &mut warned, &stop).await else {
+        let Some((node, attempt)) = connect_round(&link, first, &mut warned, &stop).await else {
             if stop.is_cancelled() {
                 return;
             }
@@ -100,25 +59,25 @@ pub(super) async fn run(inner: Arc<Inner>, stop: CancellationToken) {
             continue;
         };
         let (live, channels, jobs) = attempt;
-        let mut events = live.connection.events_listener();
+        let mut events = live.connection().events_listener();
         let live = Arc::new(live);
         let jobs = Arc::new(tokio::sync::Mutex::new(jobs));
         for channel in channels {
             tokio::spawn(owner::run(
-                inner.clone(),
+                link.clone(),
                 live.clone(),
                 jobs.clone(),
                 channel,
             ));
         }
         drop(jobs);
-        inner.replace(Some(live.clone()));
-        inner.connected.notify_waiters();
+        link.replace(Some(live.clone()));
+        link.connected.notify_waiters();
         tracing::info!(url = %nodes.shown(node), node, nodes = nodes.len(), "broker connected");
         backoff.reset();
         warned.fill(false);
-        watch(&inner, &live, &mut events, &stop).await;
-        inner.clear_if(&live);
+        watch(&link, &live, &mut events, &stop).await;
+        link.clear_if(&live);
         // Owners end and the queue goes; the close itself need not hold up a reconnect.
         tokio::spawn(async move { live.close(short_constant("reconnecting")).await });
         if stop.is_cancelled() {
@@ -141,16 +100,16 @@ type Attempt = (Live, Vec<Channel>, mpsc::UnboundedReceiver<Job>);
 /// Tries each node once, in order from `first`: the first that answers, with its
 /// position, or `None` when none did (or `stop`).
 async fn connect_round(
-    inner: &Inner,
+    link: &Link,
     first: usize,
     warned: &mut [bool],
     stop: &CancellationToken,
 ) -> Option<(usize, Attempt)> {
-    let nodes = &inner.nodes;
+    let nodes = &link.nodes;
     for (node, broker) in nodes.round(first) {
         let attempt = tokio::select! {
             _ = stop.cancelled() => return None,
-            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&inner.config, node, broker, stop)) => r,
+            r = tokio::time::timeout(CONNECT_TIMEOUT, connect(&link.config, node, broker, stop)) => r,
         };
         let error = match attempt {
             Ok(Ok(parts)) => return Some((node, parts)),
@@ -165,7 +124,7 @@ async fn connect_round(
 /// Watches `live` until it fails, is taken out of the slot, or `stop`; blocked and
 /// unblocked only pause publishing.
 async fn watch(
-    inner: &Inner,
+    link: &Link,
     live: &Arc<Live>,
     events: &mut (impl futures_util::Stream<Item = Event> + Unpin),
     stop: &CancellationToken,
@@ -176,7 +135,7 @@ async fn watch(
             e = events.next() => e,
             // The event stream is quiet on some failures; the status is the truth.
             _ = tokio::time::sleep(Duration::from_secs(1)) => {
-                if live.connection.status().connected() && inner.holds(live) {
+                if live.connection().status().connected() && link.holds(live) {
                     continue;
                 }
                 None
@@ -185,11 +144,11 @@ async fn watch(
         match event {
             Some(Event::ConnectionBlocked(reason)) => {
                 tracing::warn!(%reason, "broker blocked the connection; spooling");
-                inner.set_blocked(true);
+                link.set_blocked(true);
             }
             Some(Event::ConnectionUnblocked) => {
                 tracing::info!("broker unblocked the connection");
-                inner.set_blocked(false);
+                link.set_blocked(false);
             }
             Some(Event::Error(error)) => {
                 tracing::warn!(%error, "broker connection lost");
@@ -234,12 +193,7 @@ async fn connect(
     let props = ConnectionProperties::default().with_connection_name(LongString::from("hookgate"));
     let connection = Connection::connect_uri(broker.uri.clone(), props).await?;
     let (jobs, queue) = mpsc::unbounded_channel();
-    let live = Live {
-        connection,
-        node,
-        jobs,
-        gone: stop.child_token(),
-    };
+    let live = Live::new(connection, node, jobs, stop.child_token());
     let mut channels = Vec::with_capacity(CHANNELS);
     for _ in 0..CHANNELS {
         channels.push(live.open_channel().await?);

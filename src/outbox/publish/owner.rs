@@ -24,12 +24,14 @@ use lapin::options::BasicPublishOptions;
 use lapin::types::ShortString;
 use lapin::{BasicProperties, Channel, Confirmation};
 use tokio::sync::futures::Notified;
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
-use super::connection::Live;
-use super::properties::publish_id;
-use super::{short_constant, Inner, PublishError};
+use super::job::{Job, Jobs};
+use super::link::Link;
+use super::live::Live;
+use super::properties::{publish_id, short_constant};
+use super::publish_error::PublishError;
 
 /// Most publishes one batch takes from the queue. Large enough that a few owners keep up
 /// with hundreds of concurrent requests; a bound, so one batch's confirms come back soon.
@@ -39,25 +41,6 @@ const OPEN_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an owner whose channel went while the broker blocks the connection checks
 /// whether the block has ended (a channel cannot be opened before).
 const BLOCKED_POLL: Duration = Duration::from_millis(200);
-
-/// One publish handed to the owners.
-pub(super) struct Job {
-    /// The `x-publish-id` the message carries.
-    pub id: u64,
-    pub exchange: ShortString,
-    pub routing_key: ShortString,
-    pub mandatory: bool,
-    pub body: Bytes,
-    pub properties: BasicProperties,
-    /// Past this the caller has waited `confirm_timeout`: a job not yet sent is answered
-    /// `Timeout` without publishing.
-    pub deadline: Instant,
-    pub answer: oneshot::Sender<Result<(), PublishError>>,
-}
-
-/// The queue of a connection, shared by its owners: an idle owner holds the lock while it
-/// waits for the next job, so work goes to whichever channel is free.
-pub(super) type Jobs = Arc<Mutex<mpsc::UnboundedReceiver<Job>>>;
 
 /// A publish sent and not yet answered.
 struct Sent {
@@ -75,7 +58,7 @@ enum Health {
 
 /// Publishes on `channel` until `live` is left; replaces the channel when a batch leaves
 /// it in doubt.
-pub(super) async fn run(inner: Arc<Inner>, live: Arc<Live>, jobs: Jobs, mut channel: Channel) {
+pub(super) async fn run(link: Arc<Link>, live: Arc<Live>, jobs: Jobs, mut channel: Channel) {
     loop {
         let batch = tokio::select! {
             () = live.gone().cancelled() => return,
@@ -84,15 +67,15 @@ pub(super) async fn run(inner: Arc<Inner>, live: Arc<Live>, jobs: Jobs, mut chan
         if batch.is_empty() {
             return;
         }
-        match publish_batch(&inner, &live, &channel, batch).await {
+        match publish_batch(&link, &live, &channel, batch).await {
             Health::Healthy => {}
             Health::Replace => {
                 retire(channel);
-                match reopen(&inner, &live).await {
+                match reopen(&link, &live).await {
                     Some(fresh) => channel = fresh,
                     None => {
                         // The connection cannot give a channel: have it replaced whole.
-                        inner.clear_if(&live);
+                        link.clear_if(&live);
                         return;
                     }
                 }
@@ -120,21 +103,21 @@ async fn take_batch(jobs: &Jobs) -> Vec<Job> {
 }
 
 /// Sends `batch` in order, waits for every confirm, pairs the returns, answers each job.
-async fn publish_batch(inner: &Inner, live: &Live, channel: &Channel, batch: Vec<Job>) -> Health {
+async fn publish_batch(link: &Link, live: &Live, channel: &Channel, batch: Vec<Job>) -> Health {
     // Registered before the flag is read, so a block that comes in between is not missed.
-    let blocked = inner.became_blocked.notified();
+    let blocked = link.became_blocked.notified();
     tokio::pin!(blocked);
     blocked.as_mut().enable();
     let Outgoing {
         sent,
         heads,
         bodies,
-    } = outgoing(inner, batch);
+    } = outgoing(link, batch);
     if sent.is_empty() {
         return Health::Healthy;
     }
-    match confirm_all(inner, live, channel, heads, &bodies, blocked).await {
-        Ok(confirmations) => answer_all(inner, sent, confirmations),
+    match confirm_all(link, live, channel, heads, &bodies, blocked).await {
+        Ok(confirmations) => answer_all(link, sent, confirmations),
         Err(error) => {
             fail_all(sent, error);
             Health::Replace
@@ -159,7 +142,7 @@ struct Outgoing {
 
 /// The jobs of `batch` to send. A job whose caller is gone is dropped; one the broker's
 /// block or its deadline refuses is answered so at once.
-fn outgoing(inner: &Inner, batch: Vec<Job>) -> Outgoing {
+fn outgoing(link: &Link, batch: Vec<Job>) -> Outgoing {
     let now = Instant::now();
     let mut out = Outgoing {
         sent: Vec::with_capacity(batch.len()),
@@ -181,7 +164,7 @@ fn outgoing(inner: &Inner, batch: Vec<Job>) -> Outgoing {
             // The caller is gone (its request was dropped): nobody would learn the outcome.
             continue;
         }
-        let refused = if inner.is_blocked() {
+        let refused = if link.is_blocked() {
             Some(PublishError::Blocked)
         } else if now >= deadline {
             Some(PublishError::Timeout)
@@ -211,7 +194,7 @@ fn outgoing(inner: &Inner, batch: Vec<Job>) -> Outgoing {
 /// when not all were decided within the confirm timeout, or the broker blocked the
 /// connection, or it was left.
 async fn confirm_all(
-    inner: &Inner,
+    link: &Link,
     live: &Live,
     channel: &Channel,
     heads: Vec<Head>,
@@ -236,7 +219,7 @@ async fn confirm_all(
         });
         futures_util::future::join_all(waits).await
     };
-    let timeout = inner.config.confirm_timeout;
+    let timeout = link.config.confirm_timeout;
     tokio::select! {
         all = tokio::time::timeout(timeout, decided) => all.map_err(|_| PublishError::Timeout),
         () = blocked => Err(PublishError::Blocked),
@@ -261,11 +244,11 @@ fn fail_all(sent: Vec<Sent>, error: PublishError) {
 /// Answers each sent publish with its outcome; the channel is replaced when one failed on
 /// it.
 fn answer_all(
-    inner: &Inner,
+    link: &Link,
     sent: Vec<Sent>,
     confirmations: Vec<Result<Confirmation, lapin::Error>>,
 ) -> Health {
-    let results = pair(inner, &sent, confirmations);
+    let results = pair(link, &sent, confirmations);
     let health = if results
         .iter()
         .any(|r| matches!(r, Err(PublishError::Channel(_))))
@@ -284,7 +267,7 @@ fn answer_all(
 /// failed confirm is its own; a return is matched to its publish by header, whichever
 /// confirm carried it.
 fn pair(
-    inner: &Inner,
+    link: &Link,
     sent: &[Sent],
     confirmations: Vec<Result<Confirmation, lapin::Error>>,
 ) -> Vec<Result<(), PublishError>> {
@@ -309,7 +292,7 @@ fn pair(
             None => {
                 // No publish of this batch sent it: the pairing is broken, and some earlier
                 // publish may have been answered as published though it was returned.
-                inner.metrics.publish_unpaired_returns.inc();
+                link.metrics.publish_unpaired_returns.inc();
                 tracing::error!(
                     publish_id = ?id,
                     routing_key = %message.delivery.routing_key,
@@ -338,8 +321,8 @@ fn retire(channel: Channel) {
 
 /// A fresh channel on `live`, once the broker no longer blocks it; `None` when the
 /// connection cannot give one.
-async fn reopen(inner: &Inner, live: &Live) -> Option<Channel> {
-    while inner.is_blocked() {
+async fn reopen(link: &Link, live: &Live) -> Option<Channel> {
+    while link.is_blocked() {
         tokio::select! {
             () = live.gone().cancelled() => return None,
             () = tokio::time::sleep(BLOCKED_POLL) => {}
