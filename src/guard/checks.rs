@@ -1,0 +1,304 @@
+//! [`GuardState`]: decides an event against the stored state of its key, holding the key's
+//! lock until the caller commits or abandons the [`Held`] check.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::guard::decide::{
+    self, decide_keyword, decide_status, status_of, GuardDrop, Keyword, KeywordState, StatusState,
+    Verdict,
+};
+use crate::guard::rules::RouteGuard;
+use crate::guard::stored::{GuardEvent, Stored};
+use crate::ingress::event::Event;
+use crate::state::keys::StoreKey;
+use crate::state::{KeyLock, StateStore};
+use crate::store::StoreError;
+
+/// A decided check that still holds its key's lock: finish it with
+/// [`GuardState::commit`] or [`GuardState::abandon`].
+pub struct Held {
+    key: StoreKey,
+    update: Option<(Vec<u8>, Option<i64>)>,
+    lock: KeyLock,
+}
+
+impl Held {
+    /// The guard key's lock this check holds until its commit.
+    pub fn lock(&self) -> &KeyLock {
+        &self.lock
+    }
+}
+
+/// What the guard says about an event.
+pub enum Check {
+    /// The route does not guard this event (or it has no key): publish it.
+    Unguarded,
+    /// Publish it, then [`GuardState::commit`] the held check.
+    Accept(Held),
+    /// Drop it; the state is unchanged (its key remembers the drop, `guard::stored`).
+    Drop(GuardDrop),
+}
+
+/// Whose event a check judges.
+#[derive(Clone, Copy)]
+enum Judging {
+    /// A delivery's or a reconciliation walk's: the rules as they are.
+    Delivery,
+    /// A replay's: repeats of the newest state pass ([`decide::for_replay`]).
+    Replay,
+}
+
+impl Judging {
+    fn apply<S>(self, verdict: Verdict<S>) -> Verdict<S> {
+        match self {
+            Judging::Delivery => verdict,
+            Judging::Replay => decide::for_replay(verdict),
+        }
+    }
+}
+
+/// Guard state of every route, with per-key locks, in the chosen state store.
+pub struct GuardState {
+    store: Arc<StateStore>,
+}
+
+impl GuardState {
+    /// Guard state kept in `store`.
+    pub fn new(store: Arc<StateStore>) -> Self {
+        Self { store }
+    }
+
+    /// Decides an event; events with the same key are decided one at a time, until the
+    /// returned check is committed or dropped.
+    pub async fn check(
+        &self,
+        route: &str,
+        rules: &RouteGuard,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Check, StoreError> {
+        self.check_as(route, rules, event, now_ms, Judging::Delivery)
+            .await
+    }
+
+    /// [`GuardState::check`] for an event a replay publishes again: a repeat of the newest
+    /// state is accepted, the state unchanged ([`decide::for_replay`]).
+    pub async fn check_replayed(
+        &self,
+        route: &str,
+        rules: &RouteGuard,
+        event: &Event,
+        now_ms: i64,
+    ) -> Result<Check, StoreError> {
+        self.check_as(route, rules, event, now_ms, Judging::Replay)
+            .await
+    }
+
+    async fn check_as(
+        &self,
+        route: &str,
+        rules: &RouteGuard,
+        event: &Event,
+        now_ms: i64,
+        judging: Judging,
+    ) -> Result<Check, StoreError> {
+        let ts = event.timestamp_ms.unwrap_or(now_ms);
+        if let Some(r) = rules
+            .status
+            .as_ref()
+            .filter(|r| r.events.contains(&event.event_type))
+        {
+            let Some(message_id) = event.field(r.message_id) else {
+                return Ok(Check::Unguarded);
+            };
+            let status = status_of(&event.event_type, event.field(r.status).as_deref());
+            let key = StoreKey::guard(route, "status", &[&message_id]);
+            let lock = self.store.lock(&key).await?;
+            let stored = match self.load::<StatusState>(&key, now_ms).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.store.unlock(lock).await;
+                    return Err(e);
+                }
+            };
+            let state = stored.as_ref().map(|s| &s.state);
+            let verdict = judging.apply(decide_status(state, &status, ts, &r.ranks));
+            let seen = GuardEvent {
+                event_id: event.id.clone(),
+                at_ms: now_ms,
+                what: status.to_lowercase(),
+                reason: None,
+            };
+            let expires_ms = Some(now_ms + r.retention_ms);
+            return self
+                .held(key, lock, verdict, stored, seen, expires_ms, true)
+                .await;
+        }
+        if let Some(r) = rules
+            .keywords
+            .as_ref()
+            .filter(|r| r.events.contains(&event.event_type))
+        {
+            let keyword = event.field(r.text).and_then(|t| r.lists.classify(&t));
+            let (Some(keyword), Some(contact), Some(channel)) =
+                (keyword, event.field(r.contact), event.field(r.channel))
+            else {
+                return Ok(Check::Unguarded);
+            };
+            let key = StoreKey::guard(route, "keyword", &[&contact, &channel]);
+            let lock = self.store.lock(&key).await?;
+            let stored = match self.load::<KeywordState>(&key, now_ms).await {
+                Ok(stored) => stored,
+                Err(e) => {
+                    self.store.unlock(lock).await;
+                    return Err(e);
+                }
+            };
+            let state = stored.as_ref().map(|s| &s.state);
+            let verdict = judging.apply(decide_keyword(state, keyword, ts, r.help_window_ms));
+            let seen = GuardEvent {
+                event_id: event.id.clone(),
+                at_ms: now_ms,
+                what: keyword_name(keyword).to_owned(),
+                reason: None,
+            };
+            let expires_ms = r.retention_ms.map(|d| now_ms + d);
+            return self
+                .held(key, lock, verdict, stored, seen, expires_ms, false)
+                .await;
+        }
+        Ok(Check::Unguarded)
+    }
+
+    /// Stores the new state of an accepted event and releases its key.
+    pub async fn commit(&self, held: Held, now_ms: i64) -> Result<(), StoreError> {
+        match held.update {
+            Some((value, expires_ms)) => {
+                self.store
+                    .commit_locked(held.lock, &held.key, &value, now_ms, expires_ms)
+                    .await
+            }
+            None => {
+                self.store.unlock(held.lock).await;
+                Ok(())
+            }
+        }
+    }
+
+    /// Releases the key of an event that was not accepted; its state stays as it was.
+    pub async fn abandon(&self, held: Held) {
+        self.store.unlock(held.lock).await;
+    }
+
+    /// The check of a verdict on `seen` against `stored`. An accepted event's state will
+    /// name it (without what it carried when `state_says_what`: a status state holds its
+    /// status); a drop is remembered in the key's state at once (a write under the lock
+    /// held, then the lock released), so `inspect` can list it.
+    #[allow(clippy::too_many_arguments)]
+    async fn held<S: Serialize>(
+        &self,
+        key: StoreKey,
+        lock: KeyLock,
+        verdict: Verdict<S>,
+        stored: Option<Stored<S>>,
+        seen: GuardEvent,
+        expires_ms: Option<i64>,
+        state_says_what: bool,
+    ) -> Result<Check, StoreError> {
+        let update = match verdict {
+            Verdict::Accept(new_state) => {
+                // The drops remembered so far stay with the new state.
+                let dropped = stored.map(|s| s.dropped).unwrap_or_default();
+                new_state
+                    .map(|state| {
+                        let by = GuardEvent {
+                            what: if state_says_what {
+                                String::new()
+                            } else {
+                                seen.what
+                            },
+                            ..seen
+                        };
+                        let new = Stored {
+                            expires_ms,
+                            state,
+                            by: Some(by),
+                            dropped,
+                        };
+                        serde_json::to_vec(&new)
+                            .map(|v| (v, expires_ms))
+                            .map_err(|e| StoreError::Corrupt(e.into()))
+                    })
+                    .transpose()
+            }
+            Verdict::Drop(reason) => {
+                self.remember_drop(key, lock, stored, seen, reason).await;
+                return Ok(Check::Drop(reason));
+            }
+        };
+        match update {
+            Ok(update) => Ok(Check::Accept(Held { key, update, lock })),
+            Err(e) => {
+                self.store.unlock(lock).await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes `stored` back with `seen` among its dropped events and releases the key. A
+    /// failure only loses the entry, never the drop, so it is logged at debug.
+    async fn remember_drop<S: Serialize>(
+        &self,
+        key: StoreKey,
+        lock: KeyLock,
+        stored: Option<Stored<S>>,
+        seen: GuardEvent,
+        reason: GuardDrop,
+    ) {
+        let Some(stored) = stored else {
+            self.store.unlock(lock).await;
+            return;
+        };
+        let now_ms = seen.at_ms;
+        let stored = stored.with_dropped(seen, reason);
+        let written = match serde_json::to_vec(&stored) {
+            Ok(value) => {
+                self.store
+                    .commit_locked(lock, &key, &value, now_ms, stored.expires_ms)
+                    .await
+            }
+            Err(e) => {
+                self.store.unlock(lock).await;
+                Err(StoreError::Corrupt(e.into()))
+            }
+        };
+        if let Err(error) = written {
+            tracing::debug!(%error, "a dropped event not remembered in its guard state");
+        }
+    }
+
+    async fn load<S: for<'de> Deserialize<'de>>(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+    ) -> Result<Option<Stored<S>>, StoreError> {
+        let Some(bytes) = self.store.get(key).await? else {
+            return Ok(None);
+        };
+        // State that no longer parses (an older format) is treated as absent, not as an error
+        // that would block the key forever.
+        let stored: Option<Stored<S>> = serde_json::from_slice(&bytes).ok();
+        Ok(stored.filter(|s| s.expires_ms.is_none_or(|e| e > now_ms)))
+    }
+}
+
+/// The name a keyword kind is shown by.
+fn keyword_name(keyword: Keyword) -> &'static str {
+    match keyword {
+        Keyword::Stop => "STOP",
+        Keyword::Start => "START",
+        Keyword::Help => "HELP",
+    }
+}
