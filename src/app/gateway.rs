@@ -10,7 +10,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use super::loops::{ping_loop, reload_loop, sweep_loop};
-use super::{AppError, Listeners, Options, Prepared};
+use super::app_error::AppError;
+use super::options::{Listeners, Options};
+use super::prepare::Prepared;
 use crate::config::{Config, Limits};
 use crate::http::admin::{Admin, Health};
 use crate::http::serve_admin;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::warn_short_secrets;
+use super::prepare::warn_short_secrets;
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::pipeline::RouteRuntime;
