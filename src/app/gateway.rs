@@ -9,8 +9,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::loops::{ping_loop, reload_loop, sweep_loop};
 use super::app_error::AppError;
+use super::loops::{ping_loop, reload_loop, sweep_loop};
 use super::options::{Listeners, Options};
 use super::prepare::Prepared;
 use crate::config::{Config, Limits};
