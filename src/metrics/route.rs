@@ -6,7 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 
 use super::labels::{RequestOutcome, RouteLabel, RouteOutcome, RouteReason};
-use super::Metrics;
+use super::registry::Metrics;
 
 /// Counters made once, each under its label value; a lookup walks a short list instead of
 /// building a label set (two strings), hashing it and locking the family.
@@ -91,5 +91,13 @@ impl RouteCounters {
                     .inc();
             }
         }
+    }
+}
+
+impl Metrics {
+    /// The counters of `route`: one for each [`RequestOutcome`] and each of
+    /// `drop_reasons`, its duplicates and its signature failures.
+    pub fn route_counters(&self, route: &str, drop_reasons: &[&'static str]) -> RouteCounters {
+        RouteCounters::new(self, route, drop_reasons)
     }
 }
