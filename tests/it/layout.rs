@@ -88,7 +88,12 @@ fn paths_after(code: &str, first: &str) -> Vec<Vec<String>> {
     while let Some(at) = code[from..].find(&needle) {
         let start = from + at;
         from = start + needle.len();
-        if code[..start].chars().next_back().is_some_and(is_path_char) {
+        // `$crate::…` in a macro names the path its expansion uses, at the call site.
+        if code[..start]
+            .chars()
+            .next_back()
+            .is_some_and(|c| is_path_char(c) || c == '$')
+        {
             continue;
         }
         let rest = &code[from..];

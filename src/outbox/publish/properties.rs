@@ -4,11 +4,11 @@
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
+use super::publish_error::PublishError;
 use crate::outbox::message::{
     fitted_message_id, Message, EVENT_ID_HEADER, PUBLISH_ID_HEADER, SOURCE_HEADER, TRACEPARENT,
     TRACESTATE,
 };
-use crate::outbox::publish::PublishError;
 
 /// A short string, or `None` when `text` is longer than AMQP allows (255 bytes).
 pub(super) fn short(text: &str) -> Option<ShortString> {
