@@ -7,7 +7,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-use super::format::Format;
+use super::format::{group_series, Format};
 use super::labels::{
     BuildLabels, CloseReason, ReasonCounters, RefusalReason, RouteLabel, RouteOutcome, RouteReason,
 };
@@ -335,7 +335,7 @@ impl Metrics {
         if let Err(e) = encoded {
             tracing::warn!(error = %e, "cannot encode metrics");
         }
-        out
+        group_series(&out)
     }
 }
 
