@@ -115,14 +115,7 @@ impl GuardState {
             };
             let status = status_of(&event.event_type, event.field(r.status).as_deref());
             let key = StoreKey::guard(route, "status", &[&message_id]);
-            let lock = self.store.lock(&key).await?;
-            let stored = match self.load::<StatusState>(&key, now_ms).await {
-                Ok(stored) => stored,
-                Err(e) => {
-                    self.store.unlock(lock).await;
-                    return Err(e);
-                }
-            };
+            let (lock, stored) = self.lock_and_load::<StatusState>(&key, now_ms).await?;
             let state = stored.as_ref().map(|s| &s.state);
             let verdict = judging.apply(decide_status(state, &status, ts, &r.ranks));
             let seen = GuardEvent {
@@ -148,14 +141,7 @@ impl GuardState {
                 return Ok(Check::Unguarded);
             };
             let key = StoreKey::guard(route, "keyword", &[&contact, &channel]);
-            let lock = self.store.lock(&key).await?;
-            let stored = match self.load::<KeywordState>(&key, now_ms).await {
-                Ok(stored) => stored,
-                Err(e) => {
-                    self.store.unlock(lock).await;
-                    return Err(e);
-                }
-            };
+            let (lock, stored) = self.lock_and_load::<KeywordState>(&key, now_ms).await?;
             let state = stored.as_ref().map(|s| &s.state);
             let verdict = judging.apply(decide_keyword(state, keyword, ts, r.help_window_ms));
             let seen = GuardEvent {
@@ -276,6 +262,22 @@ impl GuardState {
         };
         if let Err(error) = written {
             tracing::debug!(%error, "a dropped event not remembered in its guard state");
+        }
+    }
+
+    /// Takes `key`'s lock and reads its state; the lock is given back when the read fails.
+    async fn lock_and_load<S: for<'de> Deserialize<'de>>(
+        &self,
+        key: &StoreKey,
+        now_ms: i64,
+    ) -> Result<(KeyLock, Option<Stored<S>>), StoreError> {
+        let lock = self.store.lock(key).await?;
+        match self.load::<S>(key, now_ms).await {
+            Ok(stored) => Ok((lock, stored)),
+            Err(e) => {
+                self.store.unlock(lock).await;
+                Err(e)
+            }
         }
     }
 

@@ -102,25 +102,35 @@ pub fn fitted_message_id(id: &str) -> String {
     format!("{}{FITTED_MARK}{}", &id[..cut], hex::encode(digest))
 }
 
+/// A message of the route `botix` with `message_id` and `routing_key` and nothing else
+/// set, for the tests of the modules that read messages.
+#[cfg(test)]
+pub(crate) fn sample(message_id: &str, routing_key: &str) -> Message<'static> {
+    Message {
+        routing_key: routing_key.to_owned().into(),
+        message_id: message_id.to_owned().into(),
+        timestamp_secs: 1,
+        request_id: "r".into(),
+        event_type: "t".into(),
+        attempt: None,
+        route: "botix".into(),
+        received_at: String::new(),
+        order_key: None,
+        body: Bytes::new(),
+        content_type: None,
+        traceparent: None,
+        tracestate: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn with_request_id(request_id: &str) -> Message<'_> {
+    fn with_request_id(request_id: &str) -> Message<'static> {
         Message {
-            routing_key: Cow::Borrowed("k"),
-            message_id: Cow::Borrowed("evt_1"),
-            timestamp_secs: 0,
-            request_id: Cow::Borrowed(request_id),
-            event_type: Cow::Borrowed("message.status"),
-            attempt: None,
-            route: Cow::Borrowed("botix"),
-            received_at: String::new(),
-            order_key: None,
-            body: Bytes::new(),
-            content_type: None,
-            traceparent: None,
-            tracestate: None,
+            request_id: request_id.to_owned().into(),
+            ..sample("evt_1", "k")
         }
     }
 

@@ -86,26 +86,10 @@ pub(super) fn publish_id(properties: &BasicProperties) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use bytes::Bytes;
-
     use super::*;
 
     fn message(id: &str, routing_key: &str) -> Message<'static> {
-        Message {
-            routing_key: routing_key.to_owned().into(),
-            message_id: id.to_owned().into(),
-            timestamp_secs: 1,
-            request_id: "r".into(),
-            event_type: "t".into(),
-            attempt: None,
-            route: "botix".into(),
-            received_at: String::new(),
-            order_key: None,
-            body: Bytes::new(),
-            content_type: None,
-            traceparent: None,
-            tracestate: None,
-        }
+        crate::outbox::message::sample(id, routing_key)
     }
 
     #[test]
