@@ -14,7 +14,7 @@ use crate::liveness::Liveness;
 use crate::metrics::{Format, Metrics};
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::{Spool, SpoolError};
-use crate::reconcile::replay::ReplayRequest;
+use crate::reconcile::replay_walk::ReplayRequest;
 use crate::reconcile::{Reconcilers, ReplayError, RunError};
 use crate::state::StateStore;
 
