@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use hookgate::config::Config;
-use hookgate::http::admin::{RECONCILE_PATH, REPLAY};
+use hookgate::http::admin_endpoints::{RECONCILE_PATH, REPLAY};
 use hookgate::http::token::AdminToken;
 use hookgate::reconcile::replay_walk::{self, ReplayCounts, ReplayRequest, ReplayStatus};
 

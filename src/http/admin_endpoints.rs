@@ -1,7 +1,7 @@
 //! The admin endpoints: `/healthz`, `/readyz`, `/metrics`, the spool's (`/spool`,
 //! `/spool/parked`, for `hookgate spool`), the reconcilers' (`/reconcile`, for
 //! `hookgate reconcile`) and the state's (`/inspect`, for `hookgate inspect`). Answers
-//! only; `http` serves them.
+//! only; `admin_listener` serves them.
 
 use std::sync::Arc;
 
