@@ -41,6 +41,8 @@ impl Pipeline {
     /// lock) are secured against a failover ([`StateStore::secure`]). A request that reaches
     /// its publish too late to finish within its leases (a stalled process) publishes
     /// nothing and answers 503.
+    ///
+    /// [`StateStore::secure`]: crate::state::StateStore::secure
     pub(super) async fn deliver_checked(
         &self,
         route: &RouteRuntime,
