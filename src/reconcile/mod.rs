@@ -11,7 +11,7 @@
 //! - One replica walks a route at a time: the one holding the route's lease in the state
 //!   store; a walk whose lease is lost stops.
 //! - Where a walk stands is stored once a page's events are answered for, so a restart
-//!   resumes it and skips nothing.
+//!   (or another replica) resumes the walk at that page.
 //! - Requests keep the sender's rate limits; waits are decided by pure functions over an
 //!   injected now (`pacing`).
 //! - A refused key (401/403) stops the route's reconciler until the key changes.
