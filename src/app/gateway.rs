@@ -14,7 +14,7 @@ use super::loops::{ping_loop, reload_loop, sweep_loop};
 use super::options::{Listeners, Options};
 use super::prepare::Prepared;
 use crate::config::{Config, Limits};
-use crate::http::admin::{Admin, Health};
+use crate::http::admin_endpoints::{Admin, Health};
 use crate::http::serve_admin;
 use crate::http::token::AdminToken;
 use crate::http::webhook::{serve_webhooks, WebhookService};

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use hookgate::config::{Backend, Config};
-use hookgate::http::admin::INSPECT_PATH;
+use hookgate::http::admin_endpoints::INSPECT_PATH;
 use hookgate::inspect::{render, Inspector, Query, Report};
 use hookgate::state::offline::OfflineState;
 

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Subcommand;
 use hookgate::config::Config;
-use hookgate::http::admin::RECONCILE_PATH;
+use hookgate::http::admin_endpoints::RECONCILE_PATH;
 use hookgate::http::token::AdminToken;
 use hookgate::reconcile::RouteStatus;
 

@@ -13,9 +13,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 use hookgate::config::Config;
-use hookgate::http::admin::{RECONCILE_PATH, REPLAY};
+use hookgate::http::admin_endpoints::{RECONCILE_PATH, REPLAY};
 use hookgate::http::token::AdminToken;
-use hookgate::reconcile::replay::{self, ReplayCounts, ReplayRequest, ReplayStatus};
+use hookgate::reconcile::replay_walk::{self, ReplayCounts, ReplayRequest, ReplayStatus};
 
 use crate::cli::admin;
 
@@ -71,7 +71,7 @@ pub fn check(config: &Config, args: &ReplayArgs) -> anyhow::Result<ReplayRequest
     };
     // The gateway measures the window again when it takes the request; this is the same
     // check, made before any request.
-    replay::window(&request, settings.lookback, 0)?;
+    replay_walk::window(&request, settings.lookback, 0)?;
     Ok(request)
 }
 

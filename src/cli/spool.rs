@@ -45,10 +45,11 @@ enum SpoolAccess {
 
 fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
     let addr = cli::admin::address(config);
-    let admin_error = match cli::admin::request(addr, "GET", hookgate::http::admin::SPOOL_PATH) {
-        Ok(_) => return Ok(SpoolAccess::Gateway(addr)),
-        Err(e) => e,
-    };
+    let admin_error =
+        match cli::admin::request(addr, "GET", hookgate::http::admin_endpoints::SPOOL_PATH) {
+            Ok(_) => return Ok(SpoolAccess::Gateway(addr)),
+            Err(e) => e,
+        };
     hookgate::tls::install_crypto_provider();
     let store = hookgate::store::Store::open_with_cache(&config.store.path, config.store.cache).with_context(|| {
         format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
@@ -124,7 +125,7 @@ fn spool_change_or_list(
 fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
     let status: hookgate::outbox::spool::SpoolStatus = match access {
         SpoolAccess::Gateway(addr) => {
-            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::SPOOL_PATH)?;
+            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin_endpoints::SPOOL_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => {
@@ -161,7 +162,7 @@ fn parked_entries(
 ) -> anyhow::Result<Vec<hookgate::outbox::spool::ParkedEntry>> {
     Ok(match access {
         SpoolAccess::Gateway(addr) => {
-            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin::PARKED_PATH)?;
+            let body = cli::admin::ok(*addr, "GET", hookgate::http::admin_endpoints::PARKED_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
         }
         SpoolAccess::Store(spool, _) => spool.parked_entries()?,
@@ -191,12 +192,12 @@ fn change_parked(
         match access {
             SpoolAccess::Gateway(addr) => {
                 let token = token.as_ref();
-                let path = format!("{}/{id}", hookgate::http::admin::PARKED_PATH);
+                let path = format!("{}/{id}", hookgate::http::admin_endpoints::PARKED_PATH);
                 if republish {
                     cli::admin::authorized(
                         *addr,
                         "POST",
-                        &format!("{path}/{}", hookgate::http::admin::REPUBLISH),
+                        &format!("{path}/{}", hookgate::http::admin_endpoints::REPUBLISH),
                         token,
                     )?;
                 } else {

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use crate::budget::{BodyBudget, Charge};
 use crate::clock::Clock;
 use crate::config::{Limits, Profile};
-use crate::http::{accept_loop, Connections, FullResponse};
+use crate::http::connections::{accept_loop, Connections, FullResponse};
 use crate::ingress::event::{Delivery, RequestId};
 use crate::metrics::{Metrics, RefusalReason, RequestOutcome};
 use crate::pipeline::{Outcome, Pipeline, RouteRuntime};

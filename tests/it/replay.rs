@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use hookgate::reconcile::replay::ReplayStatus;
+use hookgate::reconcile::replay_walk::ReplayStatus;
 
 use crate::reconcile::{
     five_listed, outbound, published, reconciling, source, start_walked, waits_for_reset,

@@ -1,7 +1,7 @@
 //! The admin endpoints: `/healthz`, `/readyz`, `/metrics`, the spool's (`/spool`,
 //! `/spool/parked`, for `hookgate spool`), the reconcilers' (`/reconcile`, for
 //! `hookgate reconcile`) and the state's (`/inspect`, for `hookgate inspect`). Answers
-//! only; `http` serves them.
+//! only; `admin_listener` serves them.
 
 use std::sync::Arc;
 
@@ -14,7 +14,7 @@ use crate::liveness::Liveness;
 use crate::metrics::{Format, Metrics};
 use crate::outbox::publish::Publisher;
 use crate::outbox::spool::{Spool, SpoolError};
-use crate::reconcile::replay::ReplayRequest;
+use crate::reconcile::replay_walk::ReplayRequest;
 use crate::reconcile::{Reconcilers, ReplayError, RunError};
 use crate::state::StateStore;
 
