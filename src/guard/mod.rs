@@ -22,7 +22,7 @@ use crate::ingress::event::{Event, EventFields};
 use crate::ingress::fields::Slot;
 use crate::state::keys::{guard_key, StoreKey};
 use crate::state::{KeyLock, StateStore};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 struct StatusRules {
     events: HashSet<String>,

@@ -17,7 +17,7 @@ use crate::state::keys::StoreKey;
 use crate::state::marks::StoredMark;
 use crate::state::offline::OfflineState;
 use crate::state::StateStore;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 pub use render::render;
 pub use report::{

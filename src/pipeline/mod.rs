@@ -22,12 +22,12 @@ use crate::config::fits_short_string;
 use crate::guard::{Check, GuardState};
 use crate::ingress::event::{self, Delivery, Event, ParseError, RequestId};
 use crate::ingress::trace::TraceContext;
-use crate::outbox::spool::SpoolError;
+use crate::outbox::spooling::SpoolError;
 use crate::outbox::{Delivered, Outbox};
 use crate::state::decision::{Decided, EventRecord, RequestRecord, Source};
 use crate::state::keys::StoreKey;
 use crate::state::{Claimed, StateStore};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 pub use message::{rfc3339, routing_key};
 pub use outcome::{drop_reasons, FreshnessDrop, Outcome, RETRY_AFTER_BUSY};
@@ -638,7 +638,7 @@ impl Pipeline {
                 let SpoolError::Store(error) = error else {
                     return Ok((self.unavailable(name, event, error), None));
                 };
-                Err(Failure::before(error))
+                Err(Failure::before(error.into()))
             }
         }
     }
@@ -646,7 +646,7 @@ impl Pipeline {
     fn unavailable(&self, name: &str, event: &Event, error: SpoolError) -> Outcome {
         tracing::warn!(route = name, event_id = %event.id, %error, "event not accepted; answering 503");
         Outcome::Unavailable {
-            retry_after: error.retry_after_secs(),
+            retry_after: crate::outbox::spooling::retry_after_secs(&error),
         }
     }
 

@@ -29,11 +29,13 @@ use crate::state::keys::StoreKey;
 use crate::state::locks::KeyedLocks;
 use crate::state::marks::{Claim, JournalMarks, KeyState, StoredMark};
 use crate::state::redis::{RedisState, RedisTarget};
-use crate::store::{Store, StoreError};
+use crate::store_error::StoreError;
+use durable_spool::Store;
 
 /// Name of the sled tree that held the state journal before it had files of its own; a
 /// store written then is read from it once.
 pub const JOURNAL_TREE: &str = "state";
+pub use engine::LegacyJournal;
 pub use expiring_lsm::journal::{JOURNAL_DIR, RUNS_DIR};
 
 /// How long a request waits for the group commit that puts its state on disk before it
@@ -189,7 +191,7 @@ impl StateStore {
                     disk: disk_seam::real(),
                     background: true,
                 };
-                let legacy = Arc::new(store.tree(JOURNAL_TREE)?);
+                let legacy = Arc::new(engine::LegacyJournal(store.tree(JOURNAL_TREE)?));
                 let journal = Journal::open(legacy, store.dir(), now_ms, settings)?;
                 let watched = Arc::downgrade(&journal);
                 let deadline = config.store.hung_after;

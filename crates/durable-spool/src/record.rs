@@ -1,8 +1,9 @@
 //! The spool's record of a message, as it lies on disk.
 //!
 //! Records outlive the code that writes them (entries wait across upgrades and restarts),
-//! so their layout is fixed here, field by field, and does not follow [`Message`]'s shape:
-//! a field of `Message` can be renamed or moved without touching a record on disk. The
+//! so their layout is fixed here, field by field, and does not follow the Rust shape of
+//! [`SpooledMessage`]: a field of it can be renamed or moved without touching a record on
+//! disk. The
 //! first byte is the format version.
 //!
 //! Version 2, which [`encode`] writes, is version 1 with the W3C trace context after
@@ -50,7 +51,37 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use crate::outbox::message::Message;
+/// A message as the spool keeps it: what a broker is sent, and the guard key its order is
+/// kept by. Its texts borrow where they can (a message read back from a record owns them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpooledMessage<'a> {
+    /// Routing key.
+    pub routing_key: Cow<'a, str>,
+    /// The event id.
+    pub message_id: Cow<'a, str>,
+    /// Receipt time, Unix seconds.
+    pub timestamp_secs: u64,
+    /// The request that brought it.
+    pub request_id: Cow<'a, str>,
+    /// The event's type.
+    pub event_type: Cow<'a, str>,
+    /// The sender's delivery attempt, when it sent one.
+    pub attempt: Option<i64>,
+    /// The route that took it.
+    pub route: Cow<'a, str>,
+    /// Receipt time, RFC 3339 UTC.
+    pub received_at: Cow<'a, str>,
+    /// The guard key: messages with the same key reach the broker in arrival order.
+    pub order_key: Option<Cow<'a, str>>,
+    /// The raw body, byte for byte.
+    pub body: Bytes,
+    /// The body's content type, when it is not JSON.
+    pub content_type: Option<Cow<'a, str>>,
+    /// The W3C `traceparent`; absent in records of version 1 and older.
+    pub traceparent: Option<Cow<'a, str>>,
+    /// The W3C `tracestate`, carried with a valid `traceparent`.
+    pub tracestate: Option<Cow<'a, str>>,
+}
 
 /// The version [`encode`] writes.
 pub const VERSION: u8 = 2;
@@ -81,7 +112,7 @@ pub enum RecordError {
 }
 
 /// The message as a record of the current version.
-pub fn encode(msg: &Message<'_>) -> Result<Vec<u8>, RecordError> {
+pub fn encode(msg: &SpooledMessage<'_>) -> Result<Vec<u8>, RecordError> {
     let texts = [
         &msg.routing_key,
         &msg.message_id,
@@ -126,7 +157,7 @@ pub fn encode(msg: &Message<'_>) -> Result<Vec<u8>, RecordError> {
 }
 
 /// The message a record holds, whatever version wrote it.
-pub fn decode(record: &[u8]) -> Result<Message<'static>, RecordError> {
+pub fn decode(record: &[u8]) -> Result<SpooledMessage<'static>, RecordError> {
     let Some(&first) = record.first() else {
         return Err(RecordError::Empty);
     };
@@ -139,7 +170,7 @@ pub fn decode(record: &[u8]) -> Result<Message<'static>, RecordError> {
 }
 
 /// A record of version 1 or 2 (`version`, its first byte).
-fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, RecordError> {
+fn decode_versioned(record: &[u8], version: u8) -> Result<SpooledMessage<'static>, RecordError> {
     let mut r = Reader(record);
     r.array::<1>("version")?;
     let routing_key = r.text("routing key")?;
@@ -167,7 +198,7 @@ fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, Reco
     if !r.0.is_empty() {
         return Err(RecordError::TrailingBytes(r.0.len()));
     }
-    Ok(Message {
+    Ok(SpooledMessage {
         routing_key: Cow::Owned(routing_key),
         message_id: Cow::Owned(message_id),
         timestamp_secs,
@@ -175,7 +206,7 @@ fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, Reco
         event_type: Cow::Owned(event_type),
         attempt,
         route: Cow::Owned(route),
-        received_at,
+        received_at: Cow::Owned(received_at),
         order_key: order_key.map(Cow::Owned),
         body,
         content_type: content_type.map(Cow::Owned),
@@ -211,12 +242,12 @@ struct LegacyMeta {
     content_type: Option<String>,
 }
 
-fn decode_legacy(record: &[u8]) -> Result<Message<'static>, RecordError> {
+fn decode_legacy(record: &[u8]) -> Result<SpooledMessage<'static>, RecordError> {
     let mut r = Reader(record);
     let meta = r.bytes("legacy metadata")?;
     let meta: LegacyMeta =
         serde_json::from_slice(meta).map_err(|e| RecordError::LegacyMeta(e.to_string()))?;
-    Ok(Message {
+    Ok(SpooledMessage {
         routing_key: Cow::Owned(meta.routing_key),
         message_id: Cow::Owned(meta.message_id),
         timestamp_secs: meta.timestamp_secs,
@@ -224,7 +255,7 @@ fn decode_legacy(record: &[u8]) -> Result<Message<'static>, RecordError> {
         event_type: Cow::Owned(meta.event_type),
         attempt: meta.attempt,
         route: Cow::Owned(meta.route),
-        received_at: meta.received_at,
+        received_at: Cow::Owned(meta.received_at),
         order_key: meta.order_key.map(Cow::Owned),
         body: Bytes::copy_from_slice(r.0),
         content_type: meta.content_type.map(Cow::Owned),
@@ -308,8 +339,8 @@ mod tests {
     use super::*;
 
     /// The message whose record is pinned in `tests/data/spool/record-v2.hex`.
-    fn golden() -> Message<'static> {
-        Message {
+    fn golden() -> SpooledMessage<'static> {
+        SpooledMessage {
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             tracestate: Some("congo=t61rcWkgMzE".into()),
             ..golden_v1()
@@ -317,8 +348,8 @@ mod tests {
     }
 
     /// The message whose record is pinned in `tests/data/spool/record-v1.hex`.
-    fn golden_v1() -> Message<'static> {
-        Message {
+    fn golden_v1() -> SpooledMessage<'static> {
+        SpooledMessage {
             routing_key: "message.status".into(),
             message_id: "evt_1".into(),
             timestamp_secs: 1_795_946_400,
@@ -347,7 +378,7 @@ mod tests {
 
     #[test]
     fn the_version_2_layout_is_pinned() {
-        let golden_record = hex_fixture(include_str!("../../tests/data/spool/record-v2.hex"));
+        let golden_record = hex_fixture(include_str!("../../../tests/data/spool/record-v2.hex"));
         assert_eq!(
             hex::encode(encode(&golden()).expect("encodes")),
             hex::encode(&golden_record),
@@ -358,7 +389,7 @@ mod tests {
 
     #[test]
     fn a_version_1_record_still_decodes_without_trace_context() {
-        let v1 = hex_fixture(include_str!("../../tests/data/spool/record-v1.hex"));
+        let v1 = hex_fixture(include_str!("../../../tests/data/spool/record-v1.hex"));
         assert_eq!(decode(&v1), Ok(golden_v1()));
     }
 
@@ -382,7 +413,7 @@ mod tests {
         m.traceparent = None;
         m.tracestate = None;
         m.body = Bytes::new();
-        m.received_at = String::new();
+        m.received_at = "".into();
         assert_eq!(decode(&encode(&m).expect("encodes")), Ok(m.clone()));
         m.attempt = Some(i64::MIN);
         m.content_type = Some("application/x-www-form-urlencoded".into());
