@@ -3,11 +3,20 @@
 //! Records outlive the code that writes them (entries wait across upgrades and restarts),
 //! so their layout is fixed here, field by field, and does not follow the Rust shape of
 //! [`SpooledMessage`]: a field of it can be renamed or moved without touching a record on
-//! disk. The
-//! first byte is the format version.
+//! disk. The first byte is the format version.
 //!
-//! Version 2, which [`encode`] writes, is version 1 with the W3C trace context after
-//! `content_type`, so a spooled event is published with the trace it arrived with:
+//! Version 3, which [`encode`] writes, is version 2 with a CRC-32 (big-endian) of the bytes
+//! after it, checked at each read, so a damaged record is refused
+//! ([`RecordError::Damaged`]) instead of read as another message:
+//!
+//! | field          | encoding                     |
+//! |----------------|------------------------------|
+//! | version        | `u8`, 3                      |
+//! | checksum       | `u32`, CRC-32 of the rest    |
+//! | ...            | as version 2, from `routing_key` on |
+//!
+//! Version 2, still read, is version 1 with the W3C trace context after `content_type`, so
+//! a spooled event is published with the trace it arrived with:
 //!
 //! | field          | encoding                     |
 //! |----------------|------------------------------|
@@ -84,7 +93,11 @@ pub struct SpooledMessage<'a> {
 }
 
 /// The version [`encode`] writes.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
+/// The version before the checksum.
+const VERSION_2: u8 = 2;
+/// Bytes of a version-3 record before its version-2 fields: version and CRC-32.
+const CHECKED_HEAD: usize = 5;
 /// The version before the trace context.
 const VERSION_1: u8 = 1;
 /// The first byte of a legacy record whose metadata is under 16 MiB.
@@ -95,6 +108,10 @@ const LEGACY: u8 = 0;
 pub enum RecordError {
     #[error("the record is empty")]
     Empty,
+    #[error(
+        "the record is damaged: its bytes have CRC-32 {computed:08x}, {stored:08x} was written"
+    )]
+    Damaged { stored: u32, computed: u32 },
     #[error("record format version {0} is unknown to this hookgate (written by a newer one?)")]
     UnknownVersion(u8),
     #[error("the record ends inside its {0}")]
@@ -134,6 +151,7 @@ pub fn encode(msg: &SpooledMessage<'_>) -> Result<Vec<u8>, RecordError> {
         + msg.body.len();
     let mut out = Vec::with_capacity(size);
     out.push(VERSION);
+    out.extend_from_slice(&[0; 4]);
     put_bytes(&mut out, "routing key", msg.routing_key.as_bytes())?;
     put_bytes(&mut out, "message id", msg.message_id.as_bytes())?;
     out.extend_from_slice(&msg.timestamp_secs.to_be_bytes());
@@ -153,6 +171,8 @@ pub fn encode(msg: &SpooledMessage<'_>) -> Result<Vec<u8>, RecordError> {
     put_optional(&mut out, "traceparent", msg.traceparent.as_deref())?;
     put_optional(&mut out, "tracestate", msg.tracestate.as_deref())?;
     put_bytes(&mut out, "body", &msg.body)?;
+    let crc = crc32fast::hash(&out[CHECKED_HEAD..]);
+    out[1..CHECKED_HEAD].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
 }
 
@@ -163,10 +183,27 @@ pub fn decode(record: &[u8]) -> Result<SpooledMessage<'static>, RecordError> {
     };
     match first {
         LEGACY => decode_legacy(record),
-        VERSION_1 | VERSION => decode_versioned(record, first)
+        VERSION_1 | VERSION_2 => decode_versioned(record, first)
             .or_else(|error| decode_legacy(record).map_err(|_| error)),
+        VERSION => decode_checked(record).or_else(|error| decode_legacy(record).map_err(|_| error)),
         version => decode_legacy(record).map_err(|_| RecordError::UnknownVersion(version)),
     }
+}
+
+/// A record of version 3: its CRC-32 checked, then its fields read as version 2's.
+fn decode_checked(record: &[u8]) -> Result<SpooledMessage<'static>, RecordError> {
+    let head = record
+        .get(..CHECKED_HEAD)
+        .ok_or(RecordError::Truncated("checksum"))?;
+    let stored = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+    let computed = crc32fast::hash(&record[CHECKED_HEAD..]);
+    if stored != computed {
+        return Err(RecordError::Damaged { stored, computed });
+    }
+    let mut fields = Vec::with_capacity(record.len() - CHECKED_HEAD + 1);
+    fields.push(VERSION_2);
+    fields.extend_from_slice(&record[CHECKED_HEAD..]);
+    decode_versioned(&fields, VERSION_2)
 }
 
 /// A record of version 1 or 2 (`version`, its first byte).
@@ -186,7 +223,7 @@ fn decode_versioned(record: &[u8], version: u8) -> Result<SpooledMessage<'static
     let received_at = r.text("received-at time")?;
     let order_key = r.optional_text("order key")?;
     let content_type = r.optional_text("content type")?;
-    let (traceparent, tracestate) = if version >= VERSION {
+    let (traceparent, tracestate) = if version >= VERSION_2 {
         (
             r.optional_text("traceparent")?,
             r.optional_text("tracestate")?,
@@ -377,14 +414,35 @@ mod tests {
     }
 
     #[test]
-    fn the_version_2_layout_is_pinned() {
-        let golden_record = hex_fixture(include_str!("../../../tests/data/spool/record-v2.hex"));
+    fn the_version_3_layout_is_version_2_behind_a_checksum_and_version_2_still_decodes() {
+        let v2 = hex_fixture(include_str!("../../../tests/data/spool/record-v2.hex"));
+        let v3 = encode(&golden()).expect("encodes");
+        assert_eq!(v3[0], 3);
         assert_eq!(
-            hex::encode(encode(&golden()).expect("encodes")),
-            hex::encode(&golden_record),
+            hex::encode(&v3[CHECKED_HEAD..]),
+            hex::encode(&v2[1..]),
             "the record layout changed: old spools would not read back; add a version instead"
         );
-        assert_eq!(decode(&golden_record), Ok(golden()));
+        assert_eq!(v3[1..CHECKED_HEAD], crc32fast::hash(&v2[1..]).to_be_bytes());
+        assert_eq!(decode(&v2), Ok(golden()));
+        assert_eq!(decode(&v3), Ok(golden()));
+    }
+
+    #[test]
+    fn any_bit_flipped_in_a_record_is_refused_not_read_as_another_message() {
+        let record = encode(&golden()).expect("encodes");
+        for bit in 0..record.len() * 8 {
+            let mut damaged = record.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            let read = decode(&damaged);
+            assert!(read.is_err(), "bit {bit} flipped read as {read:?}");
+            if bit >= 8 {
+                assert!(
+                    matches!(read, Err(RecordError::Damaged { .. })),
+                    "bit {bit}: {read:?}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -424,8 +482,8 @@ mod tests {
     #[test]
     fn an_unknown_version_is_an_error_naming_it() {
         let mut record = encode(&golden()).expect("encodes");
-        record[0] = 3;
-        assert_eq!(decode(&record), Err(RecordError::UnknownVersion(3)));
+        record[0] = 9;
+        assert_eq!(decode(&record), Err(RecordError::UnknownVersion(9)));
         assert_eq!(
             decode(b"{\"routing_key\":\"k\"}"),
             Err(RecordError::UnknownVersion(b'{'))
@@ -435,7 +493,11 @@ mod tests {
 
     #[test]
     fn a_truncated_or_extended_record_is_an_error_not_a_shorter_message() {
-        let record = encode(&golden()).expect("encodes");
+        let checked = encode(&golden()).expect("encodes");
+        for len in 1..checked.len() {
+            assert!(decode(&checked[..len]).is_err(), "cut at {len}");
+        }
+        let record = unchecked(&checked);
         for len in 1..record.len() {
             let error = decode(&record[..len]).expect_err("a cut record must not decode");
             assert!(
@@ -450,7 +512,7 @@ mod tests {
 
     #[test]
     fn damaged_fields_are_errors() {
-        let record = encode(&golden()).expect("encodes");
+        let record = unchecked(&encode(&golden()).expect("encodes"));
         // The attempt's flag follows version, routing key, message id, timestamp, request
         // id and event type.
         let flag_at = 1 + (4 + 14) + (4 + 5) + 8 + (4 + 5) + (4 + 14);
@@ -467,6 +529,14 @@ mod tests {
         let mut bad_text = record;
         bad_text[1 + 4] = 0xff;
         assert_eq!(decode(&bad_text), Err(RecordError::NotUtf8("routing key")));
+    }
+
+    /// The version-2 record of the same fields as version-3 `record`: what its checksum
+    /// guards, for the tests of the fields' own checks.
+    fn unchecked(record: &[u8]) -> Vec<u8> {
+        let mut out = vec![VERSION_2];
+        out.extend_from_slice(&record[CHECKED_HEAD..]);
+        out
     }
 
     fn legacy(meta: &str, body: &[u8]) -> Vec<u8> {
