@@ -7,10 +7,11 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use durable_spool::Store;
 use expiring_lsm::journal::{Journal, Settings};
 use hookgate::state::keys::StoreKey;
 use hookgate::state::marks::{Claim, JournalMarks};
-use hookgate::store::Store;
+use hookgate::state::LegacyJournal;
 
 const TTL_MS: i64 = 72 * 3600 * 1000;
 /// A decision record of the size a published event's mark carries (30 bytes).
@@ -31,7 +32,7 @@ fn claim_and_done(c: &mut Criterion) {
         background: true,
     };
     let journal = Journal::open(
-        std::sync::Arc::new(store.tree("state").expect("tree")),
+        std::sync::Arc::new(LegacyJournal(store.tree("state").expect("tree"))),
         dir.path(),
         now,
         settings,

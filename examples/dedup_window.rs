@@ -20,13 +20,13 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use durable_spool::{Store, DEFAULT_CACHE_BYTES};
 use expiring_lsm::journal::{Journal, Settings};
 use hdrhistogram::Histogram;
 use hookgate::state::decision::{Decided, EventRecord, RequestRecord, Source};
 use hookgate::state::keys::StoreKey;
 use hookgate::state::marks::{Claim, JournalMarks, KeyState};
-use hookgate::state::JOURNAL_TREE;
-use hookgate::store::{Store, DEFAULT_CACHE_BYTES};
+use hookgate::state::{LegacyJournal, JOURNAL_TREE};
 
 // The gateway's allocator, so that resident sizes compare.
 #[cfg(feature = "mimalloc")]
@@ -96,7 +96,7 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         background: true,
     };
     let journal = Journal::open(
-        Arc::new(store.tree(JOURNAL_TREE)?),
+        Arc::new(LegacyJournal(store.tree(JOURNAL_TREE)?)),
         dir,
         now.load(Ordering::SeqCst),
         settings,

@@ -32,5 +32,5 @@ pub mod ratelimit;
 pub mod reconcile;
 pub mod shutdown;
 pub mod state;
-pub mod store;
+pub mod store_error;
 pub mod tls;

@@ -3,7 +3,7 @@
 use crate::http::token::TokenError;
 use crate::ingress::secrets::SecretError;
 use crate::outbox::publish::NodeUrlError;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 use crate::tls::TlsError;
 
 /// Why the gateway could not start or run.

@@ -22,13 +22,13 @@ use crate::inspect::Inspector;
 use crate::liveness::Liveness;
 use crate::metrics::Metrics;
 use crate::outbox::publish::{BrokerNodes, Publisher};
-use crate::outbox::spool::Spool;
+use crate::outbox::spooling::Spool;
 use crate::outbox::Outbox;
 use crate::pipeline::{CompiledRoute, Pipeline, PipelineSettings, RouteRuntime};
 use crate::reconcile::{Parts as ReconcileParts, Reconcilers};
 use crate::state::{BackendChoice, StateStore};
-use crate::store::Store;
 use crate::tls::TlsReloader;
+use durable_spool::Store;
 
 /// Connections the admin listener accepts at once.
 const ADMIN_MAX_CONNECTIONS: NonZeroUsize = match NonZeroUsize::new(64) {
@@ -327,10 +327,17 @@ fn open_spool(
     metrics: &Arc<Metrics>,
     liveness: &Liveness,
 ) -> Result<Arc<Spool>, AppError> {
-    let spool = Arc::new(Spool::open(store, &config.spool, metrics.clone())?);
+    let spool = Arc::new(crate::outbox::spooling::open(
+        store,
+        &config.spool,
+        metrics.clone(),
+    )?);
     let watched = Arc::downgrade(&spool);
     let deadline = config.store.hung_after;
-    liveness.watch(move || watched.upgrade()?.hung(deadline));
+    liveness.watch(move || {
+        let hung = watched.upgrade()?.hung(deadline)?;
+        crate::liveness::overdue(hung.thread, hung.step, hung.busy, deadline)
+    });
     let depth = spool.status(0).depth;
     if depth > 0 {
         tracing::info!(

@@ -14,7 +14,9 @@ use crate::outbox::publish::BrokerNodes;
 use crate::pipeline::CompiledRoute;
 use crate::reconcile::key::KeySource;
 use crate::state::BackendChoice;
-use crate::store::Store;
+use durable_spool::Store;
+
+use crate::store_error::StoreError;
 use crate::tls::TlsReloader;
 
 use super::app_error::AppError;
@@ -72,7 +74,8 @@ pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
 pub fn prepare(config: Config) -> Result<Prepared, AppError> {
     crate::tls::install_crypto_provider();
     let resolved = resolve(config)?;
-    let store = Store::open_with_cache(&resolved.config.store.path, resolved.config.store.cache)?;
+    let store = Store::open_with_cache(&resolved.config.store.path, resolved.config.store.cache)
+        .map_err(StoreError::from)?;
     Ok(Prepared { resolved, store })
 }
 

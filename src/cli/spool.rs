@@ -40,7 +40,7 @@ pub enum SpoolCommand {
 /// lock) through its admin endpoint, or else the store itself.
 enum SpoolAccess {
     Gateway(std::net::SocketAddr),
-    Store(Box<hookgate::outbox::spool::Spool>, hookgate::store::Store),
+    Store(Box<hookgate::outbox::spooling::Spool>, durable_spool::Store),
 }
 
 fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
@@ -51,11 +51,11 @@ fn spool_access(config: &Config) -> anyhow::Result<SpoolAccess> {
             Err(e) => e,
         };
     hookgate::tls::install_crypto_provider();
-    let store = hookgate::store::Store::open_with_cache(&config.store.path, config.store.cache).with_context(|| {
+    let store = durable_spool::Store::open_with_cache(&config.store.path, config.store.cache).with_context(|| {
         format!("no gateway answered on the admin address {addr} ({admin_error}), and the store cannot be opened")
     })?;
     let metrics = std::sync::Arc::new(hookgate::metrics::Metrics::new());
-    let spool = hookgate::outbox::spool::Spool::open(&store, &config.spool, metrics)?;
+    let spool = hookgate::outbox::spooling::open(&store, &config.spool, metrics)?;
     Ok(SpoolAccess::Store(Box::new(spool), store))
 }
 
@@ -123,7 +123,7 @@ fn spool_change_or_list(
 }
 
 fn print_status(access: &SpoolAccess) -> anyhow::Result<()> {
-    let status: hookgate::outbox::spool::SpoolStatus = match access {
+    let status: hookgate::outbox::spooling::SpoolStatus = match access {
         SpoolAccess::Gateway(addr) => {
             let body = cli::admin::ok(*addr, "GET", hookgate::http::admin_endpoints::SPOOL_PATH)?;
             serde_json::from_str(&body).context("unexpected answer from the admin endpoint")?
@@ -159,7 +159,7 @@ fn size(bytes: u64) -> String {
 
 fn parked_entries(
     access: &SpoolAccess,
-) -> anyhow::Result<Vec<hookgate::outbox::spool::ParkedEntry>> {
+) -> anyhow::Result<Vec<hookgate::outbox::spooling::ParkedEntry>> {
     Ok(match access {
         SpoolAccess::Gateway(addr) => {
             let body = cli::admin::ok(*addr, "GET", hookgate::http::admin_endpoints::PARKED_PATH)?;

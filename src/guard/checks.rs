@@ -14,7 +14,7 @@ use crate::guard::stored::{GuardEvent, Stored};
 use crate::ingress::event::Event;
 use crate::state::keys::StoreKey;
 use crate::state::{KeyLock, StateStore};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// A decided check that still holds its key's lock: finish it with
 /// [`GuardState::commit`] or [`GuardState::abandon`].

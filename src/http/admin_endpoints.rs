@@ -13,7 +13,7 @@ use crate::inspect::{InspectError, Inspector, Query};
 use crate::liveness::Liveness;
 use crate::metrics::{Format, Metrics};
 use crate::outbox::publish::Publisher;
-use crate::outbox::spool::{Spool, SpoolError};
+use crate::outbox::spooling::{Spool, SpoolError};
 use crate::reconcile::replay_walk::ReplayRequest;
 use crate::reconcile::{Reconcilers, ReplayError, RunError};
 use crate::state::StateStore;

@@ -250,7 +250,7 @@ fn not_handled() -> FullResponse {
     let resp = json(
         StatusCode::SERVICE_UNAVAILABLE,
         r#"{"error":"unavailable"}"#.into(),
-        Some(crate::store::RETRY_AFTER_TRANSIENT_SECS),
+        Some(crate::store_error::RETRY_AFTER_TRANSIENT_SECS),
     );
     with_request_id(resp, &RequestId::generated().value)
 }

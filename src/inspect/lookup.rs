@@ -7,7 +7,7 @@ use crate::state::keys::StoreKey;
 use crate::state::marks::StoredMark;
 use crate::state::offline::OfflineState;
 use crate::state::StateStore;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// Where the reports read: the running gateway's state store, or a stopped one.
 pub trait Lookup {

@@ -2,7 +2,7 @@
 //! route of the given profile; [`InspectError`]: why a question cannot be answered.
 
 use crate::config::Profile;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// What is asked about.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,16 +1,15 @@
 //! What leaves: the AMQP message, its publication with a confirm, and the durable spool
-//! in front of the broker with the on-disk record of a spooled message.
+//! (the `durable-spool` crate) in front of the broker.
 
 pub mod message;
 pub mod publish;
-pub mod record;
-pub mod spool;
+pub mod spooling;
 
 use std::sync::Arc;
 
 use crate::outbox::message::Message;
 use crate::outbox::publish::{PublishError, Publisher};
-use crate::outbox::spool::{Spool, SpoolError};
+use crate::outbox::spooling::{spooled, Spool, SpoolError};
 
 /// Where an accepted event went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,14 +52,22 @@ impl Outbox {
                 .as_deref()
                 .is_some_and(|k| self.spool.holds_key(k))
             {
-                return self.spool.push_held(msg).await.map(|()| Delivered::Held);
+                return self
+                    .spool
+                    .push_held(&spooled(msg))
+                    .await
+                    .map(|()| Delivered::Held);
             }
             // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
             match Box::pin(self.publisher.publish(&self.exchange, msg)).await {
                 Ok(()) => return Ok(Delivered::Published),
                 Err(error @ PublishError::Unroutable(_)) => {
                     tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled apart until a queue is bound; bind a queue to the exchange");
-                    return self.spool.push_held(msg).await.map(|()| Delivered::Held);
+                    return self
+                        .spool
+                        .push_held(&spooled(msg))
+                        .await
+                        .map(|()| Delivered::Held);
                 }
                 Err(PublishError::NotConnected) => {}
                 Err(error) => {
@@ -68,7 +75,10 @@ impl Outbox {
                 }
             }
         }
-        self.spool.push(msg).await.map(|()| Delivered::Spooled)
+        self.spool
+            .push(&spooled(msg))
+            .await
+            .map(|()| Delivered::Spooled)
     }
 
     /// The audit copy of a dropped event: best effort, never spooled, so an audit key with

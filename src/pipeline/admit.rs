@@ -6,7 +6,7 @@ use crate::ingress::event::{Event, ParseError};
 use crate::pipeline::event_message::routing_key;
 use crate::pipeline::outcome::{FreshnessDrop, Outcome};
 use crate::pipeline::route::RouteRuntime;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 use super::Pipeline;
 

@@ -11,7 +11,7 @@ use crate::pipeline::route::RouteRuntime;
 use crate::state::decision::{Decided, EventRecord, Source};
 use crate::state::keys::StoreKey;
 use crate::state::Claimed;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 use super::Pipeline;
 

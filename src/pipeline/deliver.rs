@@ -6,14 +6,14 @@ use std::borrow::Cow;
 
 use crate::guard::Check;
 use crate::ingress::event::Event;
-use crate::outbox::spool::SpoolError;
+use crate::outbox::spooling::SpoolError;
 use crate::outbox::Delivered;
 use crate::pipeline::dedup_keys::DedupKeys;
 use crate::pipeline::event_message::message;
 use crate::pipeline::outcome::Outcome;
 use crate::pipeline::route::RouteRuntime;
 use crate::state::keys::StoreKey;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 use super::Pipeline;
 
@@ -82,7 +82,7 @@ impl Pipeline {
             if let Some(held) = held {
                 self.guards.abandon(held).await;
             }
-            return Err(Failure::before(error));
+            return Err(Failure::before(error.into()));
         }
         let mut msg = message(route, event, &self.settings.routing_key, now_ms);
         msg.order_key = route.guard.order_key(name, event).map(Cow::Owned);
@@ -112,7 +112,7 @@ impl Pipeline {
                 let SpoolError::Store(error) = error else {
                     return Ok((self.unavailable(name, event, error), None));
                 };
-                Err(Failure::before(error))
+                Err(Failure::before(error.into()))
             }
         }
     }
@@ -120,7 +120,7 @@ impl Pipeline {
     fn unavailable(&self, name: &str, event: &Event, error: SpoolError) -> Outcome {
         tracing::warn!(route = name, event_id = %event.id, %error, "event not accepted; answering 503");
         Outcome::Unavailable {
-            retry_after: error.retry_after_secs(),
+            retry_after: crate::outbox::spooling::retry_after_secs(&error),
         }
     }
 

@@ -6,7 +6,7 @@ use crate::metrics::{label_values, RequestOutcome};
 
 /// Seconds a sender should wait after a 503 no error caused: a claim or a guard lock held
 /// by another request for the whole wait.
-pub const RETRY_AFTER_BUSY: u64 = crate::store::RETRY_AFTER_TRANSIENT_SECS;
+pub const RETRY_AFTER_BUSY: u64 = crate::store_error::RETRY_AFTER_TRANSIENT_SECS;
 
 /// How one delivery ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::keys::StoreKey;
 use crate::state::StateStore;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// The record version [`encode`] writes.
 const VERSION: u32 = 1;

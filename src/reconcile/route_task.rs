@@ -282,7 +282,7 @@ fn report(
     walker: &Walker,
     control: &Control,
     name: &str,
-    end: Result<WalkEnd, crate::store::StoreError>,
+    end: Result<WalkEnd, crate::store_error::StoreError>,
 ) -> Option<u16> {
     let (result, error) = match end {
         Ok(WalkEnd::Complete) => (WalkResult::Complete, None),

@@ -20,7 +20,7 @@ use crate::reconcile::key::ApiKey;
 use crate::reconcile::metrics::RouteMetrics;
 use crate::reconcile::pacing::{self, BeforeRequest, Retry};
 use crate::reconcile::position::{Position, Positions, Walk};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// Times one walk starts again from its `since` on 422 before it gives up.
 const MAX_CURSOR_RESTARTS: u32 = 3;

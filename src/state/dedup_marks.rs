@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::state::backoff::Backoff;
 use crate::state::keys::StoreKey;
 use crate::state::marks::{Claim, KeyState, StoredMark};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 use super::{Claimed, StateStore};
 

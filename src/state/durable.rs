@@ -3,7 +3,7 @@
 //! goes out under safe from a failover ([`StateStore::secure`]).
 
 use crate::state::keys::StoreKey;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 use super::{KeyLock, StateStore, DURABLE_WAIT};
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::state::keys::StoreKey;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 use super::StateStore;
 

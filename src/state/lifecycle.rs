@@ -14,7 +14,8 @@ use crate::state::local::LocalState;
 use crate::state::locks::KeyedLocks;
 use crate::state::marks::JournalMarks;
 use crate::state::redis::RedisState;
-use crate::store::{Store, StoreError};
+use crate::store_error::StoreError;
+use durable_spool::Store;
 
 use super::{StateStore, JOURNAL_TREE};
 
@@ -45,7 +46,7 @@ impl StateStore {
                     disk: disk_seam::real(),
                     background: true,
                 };
-                let legacy = Arc::new(store.tree(JOURNAL_TREE)?);
+                let legacy = Arc::new(super::engine::LegacyJournal(store.tree(JOURNAL_TREE)?));
                 let journal = Journal::open(legacy, store.dir(), now_ms, settings)?;
                 let watched = Arc::downgrade(&journal);
                 let deadline = config.store.hung_after;

@@ -10,7 +10,7 @@ use expiring_lsm::journal::Journal;
 use crate::state::keys::StoreKey;
 use crate::state::locks::KeyedLocks;
 use crate::state::marks::JournalMarks;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// The local backend: marks and guard state in the journal, guard keys locked in process.
 pub struct LocalState {

@@ -8,7 +8,7 @@ use crate::config::Config;
 use crate::liveness::Liveness;
 use crate::state::backend::BackendChoice;
 use crate::state::keys::StoreKey;
-use crate::store::Store;
+use durable_spool::Store;
 
 use super::StateStore;
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use expiring_lsm::journal::{Change, Journal};
 
 use crate::state::keys::StoreKey;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// A stored mark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

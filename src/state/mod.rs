@@ -57,6 +57,7 @@ use crate::state::keys::StoreKey;
 use crate::state::redis::RedisState;
 
 pub use backend::BackendChoice;
+pub use engine::LegacyJournal;
 pub use expiring_lsm::journal::{JOURNAL_DIR, RUNS_DIR};
 pub use local::LocalState;
 

@@ -9,7 +9,8 @@ use expiring_lsm::journal::snapshot::Snapshot;
 
 use crate::state::keys::StoreKey;
 use crate::state::marks::{stored_mark, StoredMark};
-use crate::store::{ReadHold, StoreError};
+use crate::store_error::StoreError;
+use durable_spool::ReadHold;
 
 /// A stopped store's state, as its next open would find it.
 pub struct OfflineState {

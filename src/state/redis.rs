@@ -34,7 +34,7 @@ use crate::state::scripts::{
     GET_WITH_TTL, TAKE_OR_EXTEND,
 };
 use crate::state::slots;
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 /// A checked Redis configuration, parsed before any port is bound.
 #[derive(Clone)]

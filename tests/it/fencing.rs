@@ -306,7 +306,7 @@ async fn a_lock_whose_reply_was_lost_in_a_stalled_redis_does_not_block_its_key_f
 async fn a_walker_paused_past_its_lease_cannot_overwrite_the_position_its_successor_saved() {
     use hookgate::reconcile::position::{Position, Positions, Walk};
     use hookgate::state::{BackendChoice, StateStore};
-    use hookgate::store::StoreError;
+    use hookgate::store_error::StoreError;
     use redis::AsyncCommands;
     use std::sync::Arc;
 
@@ -319,7 +319,7 @@ async fn a_walker_paused_past_its_lease_cannot_overwrite_the_position_its_succes
         "listen:\n  addr: 127.0.0.1:0\ndedup:\n  backend: redis\nredis:\n  url: {REDIS_URL}\n  key_prefix: \"{prefix}\"\nroutes:\n  - name: botix\n    path: /b\n    secrets:\n      - secret_env: S\n"
     ))
     .expect("config");
-    let store = hookgate::store::Store::open(dir.path()).expect("store");
+    let store = durable_spool::Store::open(dir.path()).expect("store");
     let choice = BackendChoice::from_config(&config).expect("backend");
     let replica = || {
         let state = StateStore::open(

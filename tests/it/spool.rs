@@ -881,7 +881,7 @@ async fn changing_parked_entries_needs_the_admin_token_as_well_as_a_loopback_pee
     require_broker!();
     let (dir, broker, mut cfg) = fixture().await;
     {
-        let store = hookgate::store::Store::open(&cfg.store).expect("store");
+        let store = durable_spool::Store::open(&cfg.store).expect("store");
         let set_aside = store.tree("spool_corrupt").expect("tree");
         for (i, id) in ["evt_kept", "evt_changed"].into_iter().enumerate() {
             set_aside
@@ -962,7 +962,7 @@ async fn entries_that_cannot_be_published_are_parked_listed_and_republished_or_d
     {
         // What an earlier version may have left: an entry it cannot decode, one whose
         // routing key cannot be sent, an ordinary one, and one it had set aside.
-        let store = hookgate::store::Store::open(&cfg.store).expect("store");
+        let store = durable_spool::Store::open(&cfg.store).expect("store");
         let spool = store.tree("spool").expect("tree");
         spool
             .insert(&0u64.to_be_bytes(), b"\0\0\0\x09not json!")
@@ -1163,7 +1163,7 @@ async fn a_spool_left_in_the_legacy_format_drains_in_order_after_an_upgrade() {
     require_broker!();
     let (_dir, broker, cfg) = fixture().await;
     {
-        let store = hookgate::store::Store::open(&cfg.store).expect("store");
+        let store = durable_spool::Store::open(&cfg.store).expect("store");
         let spool = store.tree("spool").expect("tree");
         let records = legacy_records();
         for (seq, record) in (0u64..).zip(&records) {

@@ -12,7 +12,7 @@ use super::{arg, millis, Access, RedisState};
 use crate::state::keys::{RedisSpace, StoreKey};
 use crate::state::redis_link::OP_TIMEOUT;
 use crate::state::scripts::{RENEW, TOUCH_DONE};
-use crate::store::StoreError;
+use crate::store_error::StoreError;
 
 impl RedisState {
     /// With `WAIT` configured: renews the request's leases (its claims, under `token`, and

@@ -8,42 +8,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use backoff::Doubling;
-use prometheus_client::metrics::counter::Counter;
 use tokio_util::sync::CancellationToken;
 
-use super::drain::Sink;
-use super::ledger::lock;
-use super::{EntryRef, Spool};
+use crate::locks::lock;
+use crate::sink::Sink;
+use crate::spool::Spool;
 
 /// Pause before the drainer is started again after a failure (doubling up to the max).
 const RESTART_MIN: Duration = Duration::from_secs(1);
 const RESTART_MAX: Duration = Duration::from_secs(30);
 
-/// Entries the drainer failed on.
-#[derive(Default)]
-pub(super) struct Failures {
-    /// The entry of the last failure.
-    last: Option<EntryRef>,
-    /// An entry it failed on twice in a row, for the next pass to park.
-    to_park: Option<EntryRef>,
-}
-
-impl Failures {
-    /// The entry marked to be parked, if any; the mark is taken.
-    pub(super) fn take_marked(&mut self) -> Option<EntryRef> {
-        self.to_park.take()
-    }
-
-    /// The entry marked to be parked.
-    #[cfg(test)]
-    pub(super) fn to_park(&self) -> Option<EntryRef> {
-        self.to_park
-    }
-}
-
 impl Spool {
-    /// Runs the drainer until `stop`, supervised: a panic in it is logged at ERROR, counted
-    /// in `hookgate_spool_drainer_restarts_total`, and the drainer starts again after a
+    /// Runs the drainer until `stop`, supervised: a panic in it is logged at ERROR, reported
+    /// ([`crate::Report::drainer_restarted`]), and the drainer starts again after a
     /// pause. An entry it failed on twice in a row is parked, so one bad entry cannot keep
     /// it failing.
     pub async fn run_drainer<S: Sink>(
@@ -52,11 +29,11 @@ impl Spool {
         exchange: String,
         stop: CancellationToken,
     ) {
-        let restarts = self.ledger.metrics().spool_drainer_restarts.clone();
+        let report = self.ledger.report().clone();
         let spool = self.clone();
         let pass_stop = stop.clone();
         supervise(
-            &restarts,
+            || report.drainer_restarted(),
             &stop,
             RESTART_MIN,
             move || {
@@ -73,28 +50,20 @@ impl Spool {
     /// on the same entry marks it to be parked by the next pass. The guard keys held are
     /// counted again from disk: the failed pass may have marked keys for moves it never
     /// committed.
-    pub(super) fn note_failure(&self) {
+    pub(crate) fn note_failure(&self) {
         let current = lock(&self.in_progress).take();
-        {
-            let mut failed = lock(&self.failed_on);
-            if current.is_some() && current == failed.last {
-                failed.to_park = current;
-                failed.last = None;
-            } else {
-                failed.last = current;
-            }
-        }
+        lock(&self.failed_on).note(current);
         if let Err(error) = self.recount_held_keys() {
             tracing::warn!(%error, "cannot count the held spool entries' guard keys");
         }
     }
 }
 
-/// Runs `pass` until it returns. A panic in it is logged at ERROR, counted in `restarts`,
+/// Runs `pass` until it returns. A panic in it is logged at ERROR, counted by `restarted`,
 /// reported to `failed`, and followed by a new pass after a pause that doubles (from
 /// `first_pause` up to 30 s) while passes keep failing.
-pub(super) async fn supervise<F, Fut>(
-    restarts: &Counter,
+pub(crate) async fn supervise<F, Fut>(
+    restarted: impl Fn(),
     stop: &CancellationToken,
     first_pause: Duration,
     mut pass: F,
@@ -117,7 +86,7 @@ pub(super) async fn supervise<F, Fut>(
             .map(|s| (*s).to_owned())
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default();
-        restarts.inc();
+        restarted();
         failed();
         if started.elapsed() > RESTART_MAX {
             pause.reset();

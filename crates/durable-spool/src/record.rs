@@ -1,12 +1,22 @@
 //! The spool's record of a message, as it lies on disk.
 //!
 //! Records outlive the code that writes them (entries wait across upgrades and restarts),
-//! so their layout is fixed here, field by field, and does not follow [`Message`]'s shape:
-//! a field of `Message` can be renamed or moved without touching a record on disk. The
-//! first byte is the format version.
+//! so their layout is fixed here, field by field, and does not follow the Rust shape of
+//! [`SpooledMessage`]: a field of it can be renamed or moved without touching a record on
+//! disk. The first byte is the format version.
 //!
-//! Version 2, which [`encode`] writes, is version 1 with the W3C trace context after
-//! `content_type`, so a spooled event is published with the trace it arrived with:
+//! Version 3, which [`encode`] writes, is version 2 with a CRC-32 (big-endian) of the bytes
+//! after it, checked at each read, so a damaged record is refused
+//! ([`RecordError::Damaged`]) instead of read as another message:
+//!
+//! | field          | encoding                     |
+//! |----------------|------------------------------|
+//! | version        | `u8`, 3                      |
+//! | checksum       | `u32`, CRC-32 of the rest    |
+//! | ...            | as version 2, from `routing_key` on |
+//!
+//! Version 2, still read, is version 1 with the W3C trace context after `content_type`, so
+//! a spooled event is published with the trace it arrived with:
 //!
 //! | field          | encoding                     |
 //! |----------------|------------------------------|
@@ -50,10 +60,44 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde::Deserialize;
 
-use crate::outbox::message::Message;
+/// A message as the spool keeps it: what a broker is sent, and the guard key its order is
+/// kept by. Its texts borrow where they can (a message read back from a record owns them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpooledMessage<'a> {
+    /// Routing key.
+    pub routing_key: Cow<'a, str>,
+    /// The event id.
+    pub message_id: Cow<'a, str>,
+    /// Receipt time, Unix seconds.
+    pub timestamp_secs: u64,
+    /// The request that brought it.
+    pub request_id: Cow<'a, str>,
+    /// The event's type.
+    pub event_type: Cow<'a, str>,
+    /// The sender's delivery attempt, when it sent one.
+    pub attempt: Option<i64>,
+    /// The route that took it.
+    pub route: Cow<'a, str>,
+    /// Receipt time, RFC 3339 UTC.
+    pub received_at: Cow<'a, str>,
+    /// The guard key: messages with the same key reach the broker in arrival order.
+    pub order_key: Option<Cow<'a, str>>,
+    /// The raw body, byte for byte.
+    pub body: Bytes,
+    /// The body's content type, when it is not JSON.
+    pub content_type: Option<Cow<'a, str>>,
+    /// The W3C `traceparent`; absent in records of version 1 and older.
+    pub traceparent: Option<Cow<'a, str>>,
+    /// The W3C `tracestate`, carried with a valid `traceparent`.
+    pub tracestate: Option<Cow<'a, str>>,
+}
 
 /// The version [`encode`] writes.
-pub const VERSION: u8 = 2;
+pub const VERSION: u8 = 3;
+/// The version before the checksum.
+const VERSION_2: u8 = 2;
+/// Bytes of a version-3 record before its version-2 fields: version and CRC-32.
+const CHECKED_HEAD: usize = 5;
 /// The version before the trace context.
 const VERSION_1: u8 = 1;
 /// The first byte of a legacy record whose metadata is under 16 MiB.
@@ -64,6 +108,10 @@ const LEGACY: u8 = 0;
 pub enum RecordError {
     #[error("the record is empty")]
     Empty,
+    #[error(
+        "the record is damaged: its bytes have CRC-32 {computed:08x}, {stored:08x} was written"
+    )]
+    Damaged { stored: u32, computed: u32 },
     #[error("record format version {0} is unknown to this hookgate (written by a newer one?)")]
     UnknownVersion(u8),
     #[error("the record ends inside its {0}")]
@@ -81,7 +129,7 @@ pub enum RecordError {
 }
 
 /// The message as a record of the current version.
-pub fn encode(msg: &Message<'_>) -> Result<Vec<u8>, RecordError> {
+pub fn encode(msg: &SpooledMessage<'_>) -> Result<Vec<u8>, RecordError> {
     let texts = [
         &msg.routing_key,
         &msg.message_id,
@@ -103,6 +151,7 @@ pub fn encode(msg: &Message<'_>) -> Result<Vec<u8>, RecordError> {
         + msg.body.len();
     let mut out = Vec::with_capacity(size);
     out.push(VERSION);
+    out.extend_from_slice(&[0; 4]);
     put_bytes(&mut out, "routing key", msg.routing_key.as_bytes())?;
     put_bytes(&mut out, "message id", msg.message_id.as_bytes())?;
     out.extend_from_slice(&msg.timestamp_secs.to_be_bytes());
@@ -122,24 +171,43 @@ pub fn encode(msg: &Message<'_>) -> Result<Vec<u8>, RecordError> {
     put_optional(&mut out, "traceparent", msg.traceparent.as_deref())?;
     put_optional(&mut out, "tracestate", msg.tracestate.as_deref())?;
     put_bytes(&mut out, "body", &msg.body)?;
+    let crc = crc32fast::hash(&out[CHECKED_HEAD..]);
+    out[1..CHECKED_HEAD].copy_from_slice(&crc.to_be_bytes());
     Ok(out)
 }
 
 /// The message a record holds, whatever version wrote it.
-pub fn decode(record: &[u8]) -> Result<Message<'static>, RecordError> {
+pub fn decode(record: &[u8]) -> Result<SpooledMessage<'static>, RecordError> {
     let Some(&first) = record.first() else {
         return Err(RecordError::Empty);
     };
     match first {
         LEGACY => decode_legacy(record),
-        VERSION_1 | VERSION => decode_versioned(record, first)
+        VERSION_1 | VERSION_2 => decode_versioned(record, first)
             .or_else(|error| decode_legacy(record).map_err(|_| error)),
+        VERSION => decode_checked(record).or_else(|error| decode_legacy(record).map_err(|_| error)),
         version => decode_legacy(record).map_err(|_| RecordError::UnknownVersion(version)),
     }
 }
 
+/// A record of version 3: its CRC-32 checked, then its fields read as version 2's.
+fn decode_checked(record: &[u8]) -> Result<SpooledMessage<'static>, RecordError> {
+    let head = record
+        .get(..CHECKED_HEAD)
+        .ok_or(RecordError::Truncated("checksum"))?;
+    let stored = u32::from_be_bytes([head[1], head[2], head[3], head[4]]);
+    let computed = crc32fast::hash(&record[CHECKED_HEAD..]);
+    if stored != computed {
+        return Err(RecordError::Damaged { stored, computed });
+    }
+    let mut fields = Vec::with_capacity(record.len() - CHECKED_HEAD + 1);
+    fields.push(VERSION_2);
+    fields.extend_from_slice(&record[CHECKED_HEAD..]);
+    decode_versioned(&fields, VERSION_2)
+}
+
 /// A record of version 1 or 2 (`version`, its first byte).
-fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, RecordError> {
+fn decode_versioned(record: &[u8], version: u8) -> Result<SpooledMessage<'static>, RecordError> {
     let mut r = Reader(record);
     r.array::<1>("version")?;
     let routing_key = r.text("routing key")?;
@@ -155,7 +223,7 @@ fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, Reco
     let received_at = r.text("received-at time")?;
     let order_key = r.optional_text("order key")?;
     let content_type = r.optional_text("content type")?;
-    let (traceparent, tracestate) = if version >= VERSION {
+    let (traceparent, tracestate) = if version >= VERSION_2 {
         (
             r.optional_text("traceparent")?,
             r.optional_text("tracestate")?,
@@ -167,7 +235,7 @@ fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, Reco
     if !r.0.is_empty() {
         return Err(RecordError::TrailingBytes(r.0.len()));
     }
-    Ok(Message {
+    Ok(SpooledMessage {
         routing_key: Cow::Owned(routing_key),
         message_id: Cow::Owned(message_id),
         timestamp_secs,
@@ -175,7 +243,7 @@ fn decode_versioned(record: &[u8], version: u8) -> Result<Message<'static>, Reco
         event_type: Cow::Owned(event_type),
         attempt,
         route: Cow::Owned(route),
-        received_at,
+        received_at: Cow::Owned(received_at),
         order_key: order_key.map(Cow::Owned),
         body,
         content_type: content_type.map(Cow::Owned),
@@ -211,12 +279,12 @@ struct LegacyMeta {
     content_type: Option<String>,
 }
 
-fn decode_legacy(record: &[u8]) -> Result<Message<'static>, RecordError> {
+fn decode_legacy(record: &[u8]) -> Result<SpooledMessage<'static>, RecordError> {
     let mut r = Reader(record);
     let meta = r.bytes("legacy metadata")?;
     let meta: LegacyMeta =
         serde_json::from_slice(meta).map_err(|e| RecordError::LegacyMeta(e.to_string()))?;
-    Ok(Message {
+    Ok(SpooledMessage {
         routing_key: Cow::Owned(meta.routing_key),
         message_id: Cow::Owned(meta.message_id),
         timestamp_secs: meta.timestamp_secs,
@@ -224,7 +292,7 @@ fn decode_legacy(record: &[u8]) -> Result<Message<'static>, RecordError> {
         event_type: Cow::Owned(meta.event_type),
         attempt: meta.attempt,
         route: Cow::Owned(meta.route),
-        received_at: meta.received_at,
+        received_at: Cow::Owned(meta.received_at),
         order_key: meta.order_key.map(Cow::Owned),
         body: Bytes::copy_from_slice(r.0),
         content_type: meta.content_type.map(Cow::Owned),
@@ -308,8 +376,8 @@ mod tests {
     use super::*;
 
     /// The message whose record is pinned in `tests/data/spool/record-v2.hex`.
-    fn golden() -> Message<'static> {
-        Message {
+    fn golden() -> SpooledMessage<'static> {
+        SpooledMessage {
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into()),
             tracestate: Some("congo=t61rcWkgMzE".into()),
             ..golden_v1()
@@ -317,8 +385,8 @@ mod tests {
     }
 
     /// The message whose record is pinned in `tests/data/spool/record-v1.hex`.
-    fn golden_v1() -> Message<'static> {
-        Message {
+    fn golden_v1() -> SpooledMessage<'static> {
+        SpooledMessage {
             routing_key: "message.status".into(),
             message_id: "evt_1".into(),
             timestamp_secs: 1_795_946_400,
@@ -346,19 +414,40 @@ mod tests {
     }
 
     #[test]
-    fn the_version_2_layout_is_pinned() {
-        let golden_record = hex_fixture(include_str!("../../tests/data/spool/record-v2.hex"));
+    fn the_version_3_layout_is_version_2_behind_a_checksum_and_version_2_still_decodes() {
+        let v2 = hex_fixture(include_str!("../../../tests/data/spool/record-v2.hex"));
+        let v3 = encode(&golden()).expect("encodes");
+        assert_eq!(v3[0], 3);
         assert_eq!(
-            hex::encode(encode(&golden()).expect("encodes")),
-            hex::encode(&golden_record),
+            hex::encode(&v3[CHECKED_HEAD..]),
+            hex::encode(&v2[1..]),
             "the record layout changed: old spools would not read back; add a version instead"
         );
-        assert_eq!(decode(&golden_record), Ok(golden()));
+        assert_eq!(v3[1..CHECKED_HEAD], crc32fast::hash(&v2[1..]).to_be_bytes());
+        assert_eq!(decode(&v2), Ok(golden()));
+        assert_eq!(decode(&v3), Ok(golden()));
+    }
+
+    #[test]
+    fn any_bit_flipped_in_a_record_is_refused_not_read_as_another_message() {
+        let record = encode(&golden()).expect("encodes");
+        for bit in 0..record.len() * 8 {
+            let mut damaged = record.clone();
+            damaged[bit / 8] ^= 1 << (bit % 8);
+            let read = decode(&damaged);
+            assert!(read.is_err(), "bit {bit} flipped read as {read:?}");
+            if bit >= 8 {
+                assert!(
+                    matches!(read, Err(RecordError::Damaged { .. })),
+                    "bit {bit}: {read:?}"
+                );
+            }
+        }
     }
 
     #[test]
     fn a_version_1_record_still_decodes_without_trace_context() {
-        let v1 = hex_fixture(include_str!("../../tests/data/spool/record-v1.hex"));
+        let v1 = hex_fixture(include_str!("../../../tests/data/spool/record-v1.hex"));
         assert_eq!(decode(&v1), Ok(golden_v1()));
     }
 
@@ -382,7 +471,7 @@ mod tests {
         m.traceparent = None;
         m.tracestate = None;
         m.body = Bytes::new();
-        m.received_at = String::new();
+        m.received_at = "".into();
         assert_eq!(decode(&encode(&m).expect("encodes")), Ok(m.clone()));
         m.attempt = Some(i64::MIN);
         m.content_type = Some("application/x-www-form-urlencoded".into());
@@ -393,8 +482,8 @@ mod tests {
     #[test]
     fn an_unknown_version_is_an_error_naming_it() {
         let mut record = encode(&golden()).expect("encodes");
-        record[0] = 3;
-        assert_eq!(decode(&record), Err(RecordError::UnknownVersion(3)));
+        record[0] = 9;
+        assert_eq!(decode(&record), Err(RecordError::UnknownVersion(9)));
         assert_eq!(
             decode(b"{\"routing_key\":\"k\"}"),
             Err(RecordError::UnknownVersion(b'{'))
@@ -404,7 +493,11 @@ mod tests {
 
     #[test]
     fn a_truncated_or_extended_record_is_an_error_not_a_shorter_message() {
-        let record = encode(&golden()).expect("encodes");
+        let checked = encode(&golden()).expect("encodes");
+        for len in 1..checked.len() {
+            assert!(decode(&checked[..len]).is_err(), "cut at {len}");
+        }
+        let record = unchecked(&checked);
         for len in 1..record.len() {
             let error = decode(&record[..len]).expect_err("a cut record must not decode");
             assert!(
@@ -419,7 +512,7 @@ mod tests {
 
     #[test]
     fn damaged_fields_are_errors() {
-        let record = encode(&golden()).expect("encodes");
+        let record = unchecked(&encode(&golden()).expect("encodes"));
         // The attempt's flag follows version, routing key, message id, timestamp, request
         // id and event type.
         let flag_at = 1 + (4 + 14) + (4 + 5) + 8 + (4 + 5) + (4 + 14);
@@ -436,6 +529,14 @@ mod tests {
         let mut bad_text = record;
         bad_text[1 + 4] = 0xff;
         assert_eq!(decode(&bad_text), Err(RecordError::NotUtf8("routing key")));
+    }
+
+    /// The version-2 record of the same fields as version-3 `record`: what its checksum
+    /// guards, for the tests of the fields' own checks.
+    fn unchecked(record: &[u8]) -> Vec<u8> {
+        let mut out = vec![VERSION_2];
+        out.extend_from_slice(&record[CHECKED_HEAD..]);
+        out
     }
 
     fn legacy(meta: &str, body: &[u8]) -> Vec<u8> {

@@ -3,11 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::outbox::record;
-
-use super::ledger::Ledger;
-use super::parked::encode_parked;
-use super::tables::{Area, Op};
+use crate::ledger::Ledger;
+use crate::parked_record::{encode_parked, now_secs};
+use crate::record;
+use crate::tables::{Area, Op};
 
 /// What happens to the counts once a commit of the drainer's changes returned.
 enum Effect {
@@ -29,13 +28,13 @@ enum Effect {
 
 /// The changes a batch makes, committed together.
 #[derive(Default)]
-pub(super) struct Changes {
-    pub(super) ops: Vec<Op>,
+pub(crate) struct Changes {
+    pub(crate) ops: Vec<Op>,
     effects: Vec<Effect>,
 }
 
 impl Changes {
-    pub(super) fn published(&mut self, area: Area, seq: u64, size: u64, order_key: Option<&str>) {
+    pub(crate) fn published(&mut self, area: Area, seq: u64, size: u64, order_key: Option<&str>) {
         self.ops.push(Op::Remove { area, seq });
         self.effects.push(Effect::Left {
             area,
@@ -45,7 +44,7 @@ impl Changes {
     }
 
     /// Moves main entry `seq` to held; its guard key `order_key` was marked held already.
-    pub(super) fn moved_to_held(&mut self, seq: u64, value: Vec<u8>, order_key: Option<&str>) {
+    pub(crate) fn moved_to_held(&mut self, seq: u64, value: Vec<u8>, order_key: Option<&str>) {
         self.ops.push(Op::Remove {
             area: Area::Main,
             seq,
@@ -62,7 +61,7 @@ impl Changes {
 
     /// Takes back the guard keys marked held for these changes, which will not be
     /// committed: the entries stay where they were.
-    pub(super) fn abandon(self, ledger: &Ledger) {
+    pub(crate) fn abandon(self, ledger: &Ledger) {
         for effect in self.effects {
             if let Effect::Moved { order_key } = effect {
                 ledger.release_key(order_key.as_deref());
@@ -70,7 +69,7 @@ impl Changes {
         }
     }
 
-    pub(super) fn parked(
+    pub(crate) fn parked(
         &mut self,
         from: Area,
         seq: u64,
@@ -82,7 +81,7 @@ impl Changes {
         self.ops.push(Op::Put {
             area: Area::Parked,
             seq,
-            value: encode_parked(reason, crate::clock::now_secs(), value),
+            value: encode_parked(reason, now_secs(), value),
         });
         self.effects.push(Effect::Parked {
             from,
@@ -101,7 +100,7 @@ impl Changes {
         );
     }
 
-    pub(super) fn apply(self, ledger: &Ledger) {
+    pub(crate) fn apply(self, ledger: &Ledger) {
         for effect in self.effects {
             match effect {
                 Effect::Left {

@@ -10,7 +10,7 @@
 //! - the events of one guard key reach the broker (first arrivals) in push order, parked
 //!   ones aside (parking takes an entry out of its key's order by design).
 //!
-//! `cargo test --lib outbox::spool::model` runs [`SEEDS`] seeds of [`STEPS`] steps.
+//! `cargo test -p durable-spool model` runs [`SEEDS`] seeds of [`STEPS`] steps.
 //! `HOOKGATE_SPOOL_MODEL_SECS=N` runs new seeds for N seconds instead (hours, say);
 //! `HOOKGATE_SPOOL_MODEL_SEED=S` replays seed S alone. A failing seed prints itself and
 //! the command that replays it.
@@ -19,15 +19,15 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::outbox::publish::PublishError;
-use crate::outbox::record;
-
-use super::drain::{Every, Sink};
-use super::parked::decode_parked;
-use super::tables::Area;
-use super::testkit::{self, TestSink};
-use super::Spool;
 use disk_seam::sim::{Fault, OpKind, SimDisk};
+
+use crate::drain::Every;
+use crate::parked_record::decode_parked;
+use crate::record;
+use crate::sink::{Sink, SinkError};
+use crate::spool::Spool;
+use crate::tables::Area;
+use crate::testkit::{self, TestSink};
 
 /// Seeds a plain `cargo test` runs.
 const SEEDS: u64 = 64;
@@ -59,7 +59,7 @@ impl Drop for SeedReport {
     fn drop(&mut self) {
         if std::thread::panicking() {
             eprintln!(
-                "spool model failed at seed {0}; replay it with\n  HOOKGATE_SPOOL_MODEL_SEED={0} cargo test --lib outbox::spool::model",
+                "spool model failed at seed {0}; replay it with\n  HOOKGATE_SPOOL_MODEL_SEED={0} cargo test -p durable-spool model",
                 self.0
             );
         }
@@ -103,9 +103,9 @@ impl Run {
                 .below(100);
             let answer = match roll {
                 0..70 => Ok(()),
-                70..80 => Err(PublishError::Unroutable("k".into())),
-                80..90 => Err(PublishError::Nack),
-                _ => Err(PublishError::NotConnected),
+                70..80 => Err(SinkError::Unroutable("k".into())),
+                80..90 => Err(SinkError::Refused("broker nacked the message".into())),
+                _ => Err(SinkError::Away("broker not connected".into())),
             };
             saying
                 .lock()
@@ -215,7 +215,7 @@ impl Run {
                         self.promised.insert(id);
                         return;
                     }
-                    Err(PublishError::Unroutable(_)) => held = true,
+                    Err(SinkError::Unroutable(_)) => held = true,
                     Err(_) => {}
                 }
             }

@@ -7,20 +7,19 @@ use std::sync::atomic::Ordering;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::publish::PublishError;
-use crate::outbox::record;
-
-use super::changes::Changes;
-use super::drain::{undecodable, Every, Sink, DRAIN_BATCH, UNROUTABLE_LOG_EVERY};
-use super::tables::Area;
-use super::Spool;
+use crate::changes::Changes;
+use crate::drain::{undecodable, Every, DRAIN_BATCH, UNROUTABLE_LOG_EVERY};
+use crate::record;
+use crate::sink::{Sink, SinkError};
+use crate::spool::Spool;
+use crate::tables::Area;
 
 impl Spool {
     /// One pass over held entries in arrival order; returns whether any was published. An
     /// entry is skipped while an earlier one of its guard key, or one with its routing key,
     /// was unroutable in this pass. A broker failure ends the pass. Changes are committed
     /// every [`DRAIN_BATCH`] entries and at the end.
-    pub(super) async fn retry_held<S: Sink>(
+    pub(crate) async fn retry_held<S: Sink>(
         &self,
         sink: &S,
         exchange: &str,
@@ -130,7 +129,7 @@ impl<S: Sink> HeldPass<'_, S> {
                 self.changes.published(Area::Held, seq, size, order_key);
                 self.published = true;
             }
-            Err(error @ PublishError::Unroutable(_)) => {
+            Err(error @ SinkError::Unroutable(_)) => {
                 if self.unroutable_log.due(UNROUTABLE_LOG_EVERY) {
                     let held = self.spool.ledger.held_depth.load(Ordering::SeqCst);
                     tracing::error!(%error, event_id = %msg.message_id, held, "held spool entries are still unroutable; bind a queue to the exchange");
@@ -138,8 +137,7 @@ impl<S: Sink> HeldPass<'_, S> {
                 self.blocked_routes.insert(msg.routing_key.to_string());
                 self.blocked_keys.extend(order_key.map(str::to_owned));
             }
-            Err(error @ PublishError::Unfit(_)) => {
-                let reason = error.to_string();
+            Err(SinkError::Unfit(reason)) => {
                 self.changes
                     .parked(Area::Held, seq, value, order_key, &reason);
             }

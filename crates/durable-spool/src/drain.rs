@@ -1,6 +1,6 @@
 //! The drainer: publishes main in order and held entries in passes with back-off
-//! ([`held`](super::held)), parks what can never be published, and deletes what the broker
-//! confirmed. Supervised ([`supervise`](super::supervise)): a panic in a pass is counted and
+//! ([`held`](crate::held)), parks what can never be published, and deletes what the broker
+//! confirmed. Supervised ([`supervise`](crate::supervise)): a panic in a pass is counted and
 //! the pass starts again.
 //!
 //! It works in batches: it publishes up to a batch of entries one by one, each with its
@@ -10,7 +10,6 @@
 //! doubles up to [`DRAIN_BATCH`] while commits succeed; a commit that fails sets it back
 //! to one, so a store that refuses deletes holds one published entry, not a batch.
 
-use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,14 +17,12 @@ use std::time::{Duration, Instant};
 use backoff::Doubling;
 use tokio_util::sync::CancellationToken;
 
-use crate::outbox::message::Message;
-use crate::outbox::publish::{PublishError, Publisher};
-use crate::outbox::record::{self, RecordError};
-
-use super::changes::Changes;
-use super::ledger::lock;
-use super::tables::Area;
-use super::{EntryRef, Spool};
+use crate::changes::Changes;
+use crate::locks::lock;
+use crate::record::{self, RecordError};
+use crate::sink::{Sink, SinkError};
+use crate::spool::Spool;
+use crate::tables::{Area, EntryRef};
 
 /// The most entries published before their deletes commit: what a crash may republish.
 pub const DRAIN_BATCH: usize = 64;
@@ -35,58 +32,26 @@ const RETRY_MAX: Duration = Duration::from_secs(5);
 const HELD_RETRY_MIN: Duration = Duration::from_secs(1);
 const HELD_RETRY_MAX: Duration = Duration::from_secs(30);
 /// How often held (unroutable) entries are reported.
-pub(super) const UNROUTABLE_LOG_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const UNROUTABLE_LOG_EVERY: Duration = Duration::from_secs(60);
 /// The longest the drainer sleeps without telling it is alive.
 const BEAT: Duration = Duration::from_secs(1);
 
-/// Where the drainer publishes: the broker ([`Publisher`]), or a test's stand-in.
-pub trait Sink: Clone + Send + Sync + 'static {
-    /// Whether a publish can be tried now.
-    fn is_connected(&self) -> bool;
-    /// Resolves when a connection is up.
-    fn wait_connected(&self) -> impl Future<Output = ()> + Send;
-    /// Publishes `msg` and waits for the broker's confirm.
-    fn publish<'a>(
-        &'a self,
-        exchange: &'a str,
-        msg: &'a Message<'a>,
-    ) -> impl Future<Output = Result<(), PublishError>> + Send + 'a;
-}
-
-impl Sink for Publisher {
-    fn is_connected(&self) -> bool {
-        Publisher::is_connected(self)
-    }
-
-    fn wait_connected(&self) -> impl Future<Output = ()> + Send {
-        Publisher::wait_connected(self)
-    }
-
-    fn publish<'a>(
-        &'a self,
-        exchange: &'a str,
-        msg: &'a Message<'a>,
-    ) -> impl Future<Output = Result<(), PublishError>> + Send + 'a {
-        Publisher::publish(self, exchange, msg)
-    }
-}
-
 /// What one attempt came to.
-pub(super) enum Step {
+pub(crate) enum Step {
     /// Entries left their place (published, held apart or parked), or none waited.
     Progress,
     /// The broker is away or blocked: not the drainer's fault.
     Wait,
     /// The broker refused an entry for now (nack, timeout, channel error).
-    Failed(PublishError),
+    Failed(SinkError),
 }
 
 /// Lets a report through at most once per period.
 #[derive(Default)]
-pub(super) struct Every(Option<Instant>);
+pub(crate) struct Every(Option<Instant>);
 
 impl Every {
-    pub(super) fn due(&mut self, every: Duration) -> bool {
+    pub(crate) fn due(&mut self, every: Duration) -> bool {
         let due = self.0.is_none_or(|t| t.elapsed() >= every);
         if due {
             self.0 = Some(Instant::now());
@@ -98,7 +63,7 @@ impl Every {
 impl Spool {
     /// Republishes entries until `stop`: main in order, deleted in batches after their
     /// acks; held ones in passes with back-off; undecodable or unfit ones parked.
-    pub(super) async fn drain<S: Sink>(
+    pub(crate) async fn drain<S: Sink>(
         self: Arc<Self>,
         sink: S,
         exchange: String,
@@ -110,7 +75,7 @@ impl Spool {
     /// Publishes `rows` (the head of main) in order until one fails, then commits what
     /// became of them in one durable commit. Returns how the batch ended, and whether its
     /// commit went through at the first try.
-    pub(super) async fn drain_batch<S: Sink>(
+    pub(crate) async fn drain_batch<S: Sink>(
         &self,
         sink: &S,
         exchange: &str,
@@ -169,7 +134,7 @@ impl Spool {
         }
         match sink.publish(exchange, &msg).await {
             Ok(()) => changes.published(Area::Main, seq, value.len() as u64, None),
-            Err(error @ PublishError::Unroutable(_)) => {
+            Err(error @ SinkError::Unroutable(_)) => {
                 if unroutable_log.due(UNROUTABLE_LOG_EVERY) {
                     // Kept safe, and no longer in the way of the rest; but it arrives only
                     // once a queue is bound: an operator must act.
@@ -179,10 +144,10 @@ impl Spool {
                 self.ledger.hold_key(order_key);
                 changes.moved_to_held(seq, value.clone(), order_key);
             }
-            Err(error @ PublishError::Unfit(_)) => {
-                changes.parked(Area::Main, seq, &value, order_key, &error.to_string());
+            Err(SinkError::Unfit(reason)) => {
+                changes.parked(Area::Main, seq, &value, order_key, &reason);
             }
-            Err(PublishError::NotConnected | PublishError::Blocked) => return Some(Step::Wait),
+            Err(SinkError::Away(_)) => return Some(Step::Wait),
             Err(error) => return Some(Step::Failed(error)),
         }
         None
@@ -193,7 +158,7 @@ impl Spool {
     /// the broker with copies (thousands a second on a full disk). The entries behind wait;
     /// only a shutdown in the meantime leaves them to be published once more after a
     /// restart. Returns whether the first try went through.
-    pub(super) async fn commit_changes(&self, changes: Changes, stop: &CancellationToken) -> bool {
+    pub(crate) async fn commit_changes(&self, changes: Changes, stop: &CancellationToken) -> bool {
         if changes.ops.is_empty() {
             return true;
         }
@@ -237,15 +202,15 @@ impl Spool {
         !reported
     }
 
-    pub(super) fn set_in_progress(&self, entry: Option<EntryRef>) {
+    pub(crate) fn set_in_progress(&self, entry: Option<EntryRef>) {
         *lock(&self.in_progress) = entry;
     }
 
-    pub(super) fn clock_ms(&self) -> i64 {
+    pub(crate) fn clock_ms(&self) -> i64 {
         self.epoch.elapsed().as_millis() as i64
     }
 
-    pub(super) fn beat(&self) {
+    pub(crate) fn beat(&self) {
         self.beat_ms.store(self.clock_ms(), Ordering::SeqCst);
     }
 
@@ -511,6 +476,6 @@ impl Backlog {
 }
 
 /// The reason an entry that cannot be decoded is parked with.
-pub(super) fn undecodable(error: &RecordError) -> String {
+pub(crate) fn undecodable(error: &RecordError) -> String {
     format!("the entry cannot be decoded: {error}")
 }

@@ -5,12 +5,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition};
 
-use crate::store::StoreError;
+use crate::error::Error;
 
 /// Which area an entry is in. An entry keeps its sequence number (its arrival order) when it
 /// moves between areas, so a key names one entry in whichever area holds it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Area {
+pub(crate) enum Area {
     /// The FIFO the drainer publishes from, head first.
     Main,
     /// Entries no queue takes yet, and the later entries of their guard keys.
@@ -18,6 +18,9 @@ pub(super) enum Area {
     /// Entries waiting for an operator; values are parked records.
     Parked,
 }
+
+/// An entry by area and number.
+pub(crate) type EntryRef = (Area, u64);
 
 impl Area {
     fn table(self) -> TableDefinition<'static, u64, &'static [u8]> {
@@ -43,7 +46,7 @@ const MIGRATED_SEQS: TableDefinition<u64, ()> = TableDefinition::new("spool_migr
 
 /// One change of a commit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Op {
+pub(crate) enum Op {
     /// Sets entry `seq` of `area`.
     Put {
         area: Area,
@@ -59,14 +62,14 @@ pub(super) enum Op {
 }
 
 /// An entry: its sequence number and value.
-pub(super) type Row = (u64, Vec<u8>);
+pub(crate) type Row = (u64, Vec<u8>);
 
 /// An entry by area and number, and its value (`None`: absent).
-pub(super) type Slot = (Area, u64, Option<Vec<u8>>);
+pub(crate) type Slot = (Area, u64, Option<Vec<u8>>);
 
 /// Read access to the tables; cheap to clone.
 #[derive(Clone)]
-pub(super) struct Tables {
+pub(crate) struct Tables {
     /// The database open now: the writer replaces it when it opens the file again after an
     /// I/O error. A read takes a clone of the handle, so a read under way finishes (or
     /// fails) on the handle it started on.
@@ -75,7 +78,7 @@ pub(super) struct Tables {
 
 impl Tables {
     /// Creates the tables that do not exist yet, in one durable commit.
-    pub(super) fn open(db: Arc<Database>) -> Result<Self, StoreError> {
+    pub(crate) fn open(db: Arc<Database>) -> Result<Self, Error> {
         let txn = db.begin_write()?;
         for area in [Area::Main, Area::Held, Area::Parked] {
             txn.open_table(area.table())?;
@@ -89,7 +92,7 @@ impl Tables {
     }
 
     /// The database open now.
-    pub(super) fn db(&self) -> Arc<Database> {
+    pub(crate) fn db(&self) -> Arc<Database> {
         self.db
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -97,16 +100,16 @@ impl Tables {
     }
 
     /// Reads and writes go to `db` from now on.
-    pub(super) fn replace(&self, db: Arc<Database>) {
+    pub(crate) fn replace(&self, db: Arc<Database>) {
         *self.db.write().unwrap_or_else(PoisonError::into_inner) = db;
     }
 
     /// The value of each entry `ops` change, as the last commit left it (`None`: absent):
     /// the commit that brings them back after a failed one.
-    pub(super) fn before<'a>(
+    pub(crate) fn before<'a>(
         &self,
         ops: impl IntoIterator<Item = &'a Op>,
-    ) -> Result<Vec<Slot>, StoreError> {
+    ) -> Result<Vec<Slot>, Error> {
         let txn = self.db().begin_read()?;
         let mut out = Vec::new();
         for op in ops {
@@ -121,12 +124,12 @@ impl Tables {
     }
 
     /// The entry with the lowest number.
-    pub(super) fn first(&self, area: Area) -> Result<Option<Row>, StoreError> {
+    pub(crate) fn first(&self, area: Area) -> Result<Option<Row>, Error> {
         Ok(self.page(area, None, 1)?.pop())
     }
 
     /// The highest number in `area`.
-    pub(super) fn last_seq(&self, area: Area) -> Result<Option<u64>, StoreError> {
+    pub(crate) fn last_seq(&self, area: Area) -> Result<Option<u64>, Error> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let last = table.last()?.map(|(k, _)| k.value());
@@ -134,7 +137,7 @@ impl Tables {
     }
 
     /// Entry `seq`.
-    pub(super) fn get(&self, area: Area, seq: u64) -> Result<Option<Vec<u8>>, StoreError> {
+    pub(crate) fn get(&self, area: Area, seq: u64) -> Result<Option<Vec<u8>>, Error> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let value = table.get(seq)?.map(|v| v.value().to_vec());
@@ -142,12 +145,12 @@ impl Tables {
     }
 
     /// Up to `limit` entries numbered above `after` (or from the start), in order.
-    pub(super) fn page(
+    pub(crate) fn page(
         &self,
         area: Area,
         after: Option<u64>,
         limit: usize,
-    ) -> Result<Vec<Row>, StoreError> {
+    ) -> Result<Vec<Row>, Error> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(area.table())?;
         let from = match after {
@@ -166,14 +169,14 @@ impl Tables {
     }
 
     /// Number of entries in `area`.
-    pub(super) fn len(&self, area: Area) -> Result<u64, StoreError> {
+    pub(crate) fn len(&self, area: Area) -> Result<u64, Error> {
         let txn = self.db().begin_read()?;
         let len = txn.open_table(area.table())?.len()?;
         Ok(len)
     }
 
     /// The number a legacy corrupt entry was given by an earlier run of the migration.
-    pub(super) fn migrated(&self, legacy_key: &[u8]) -> Result<Option<u64>, StoreError> {
+    pub(crate) fn migrated(&self, legacy_key: &[u8]) -> Result<Option<u64>, Error> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(MIGRATED)?;
         let seq = table.get(legacy_key)?.map(|v| v.value());
@@ -181,7 +184,7 @@ impl Tables {
     }
 
     /// Whether legacy entry `seq` was copied by an earlier run of the migration.
-    pub(super) fn seq_migrated(&self, seq: u64) -> Result<bool, StoreError> {
+    pub(crate) fn seq_migrated(&self, seq: u64) -> Result<bool, Error> {
         let txn = self.db().begin_read()?;
         let table = txn.open_table(MIGRATED_SEQS)?;
         let found = table.get(seq)?.is_some();
@@ -189,12 +192,12 @@ impl Tables {
     }
 
     /// Calls `f` on every entry of `area`, a page at a time.
-    pub(super) fn for_each(
+    pub(crate) fn for_each(
         &self,
         area: Area,
         page: usize,
         mut f: impl FnMut(u64, &[u8]),
-    ) -> Result<(), StoreError> {
+    ) -> Result<(), Error> {
         let mut after = None;
         loop {
             let rows = self.page(area, after, page)?;
@@ -211,7 +214,7 @@ impl Tables {
 
 /// Applies `ops` in one write transaction and commits it durably: when this returns `Ok`,
 /// the commit's `fdatasync` has returned.
-pub(super) fn commit<'a>(
+pub(crate) fn commit<'a>(
     db: &Database,
     ops: impl IntoIterator<Item = &'a Op>,
 ) -> Result<(), redb::Error> {
@@ -256,6 +259,6 @@ pub(super) fn commit<'a>(
 
 /// Whether redb refuses every write until the database is opened again (an I/O error
 /// during an earlier commit).
-pub(super) fn needs_reopen(error: &redb::Error) -> bool {
+pub(crate) fn needs_reopen(error: &redb::Error) -> bool {
     matches!(error, redb::Error::Io(_) | redb::Error::PreviousIo)
 }

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use redb::Database;
 use tokio::sync::oneshot;
 
-use crate::store::StoreError;
-
-use super::ledger::{lock, Ledger};
-use super::tables::{self, Area, Op, Slot, Tables};
+use crate::error::Error;
+use crate::ledger::Ledger;
+use crate::locks::lock;
+use crate::tables::{self, Area, Op, Slot, Tables};
 
 /// Requests one commit takes at most: a commit of a burst stays a few megabytes.
 const MAX_BATCH: usize = 1_024;
@@ -37,19 +37,19 @@ const MAX_BATCH: usize = 1_024;
 /// writes the whole file, and a disk that is still full would only be worked harder. The
 /// unit and model tests reopen at once, so that a seed replays the same way.
 #[cfg(not(test))]
-pub(super) const REOPEN_PAUSE: Duration = Duration::from_secs(1);
+pub(crate) const REOPEN_PAUSE: Duration = Duration::from_secs(1);
 #[cfg(test)]
-pub(super) const REOPEN_PAUSE: Duration = Duration::ZERO;
+pub(crate) const REOPEN_PAUSE: Duration = Duration::ZERO;
 
 /// Opens the spool's database again ([`crate::store::Store::reopen_spool`]).
-pub(super) type Reopen = Box<dyn Fn() -> Result<Arc<Database>, StoreError> + Send>;
+pub(crate) type Reopen = Box<dyn Fn() -> Result<Arc<Database>, Error> + Send>;
 
 /// Undoes what a request reserved in the counts, when its commit fails.
-pub(super) type Undo = Box<dyn FnOnce(&Ledger, Failed) + Send>;
+pub(crate) type Undo = Box<dyn FnOnce(&Ledger, Failed) + Send>;
 
 /// Whether what a failed request wrote may still be read back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Failed {
+pub(crate) enum Failed {
     /// Not at all: nothing was written, or the database is set back durably.
     Settled,
     /// Its commit met an I/O error and the database is not set back yet: its pages may
@@ -58,12 +58,12 @@ pub(super) enum Failed {
 }
 
 /// The answer to a request: `Ok` once its changes are on disk.
-pub(super) type Answer = oneshot::Receiver<Result<(), StoreError>>;
+pub(crate) type Answer = oneshot::Receiver<Result<(), Error>>;
 
 struct Request {
     ops: Vec<Op>,
     undo: Option<Undo>,
-    reply: oneshot::Sender<Result<(), StoreError>>,
+    reply: oneshot::Sender<Result<(), Error>>,
 }
 
 /// The queue in front of the thread, and the next sequence number: numbers are given
@@ -76,7 +76,7 @@ struct Queue {
 
 /// The writer thread's handle. Dropping it lets the thread finish the commits queued and
 /// waits for it, so the database is closed when the spool is.
-pub(super) struct Writer {
+pub(crate) struct Writer {
     queue: Mutex<Queue>,
     thread: Mutex<Option<JoinHandle<()>>>,
     ledger: Arc<Ledger>,
@@ -84,12 +84,12 @@ pub(super) struct Writer {
 
 impl Writer {
     /// Starts the thread; entries pushed from now on are numbered from `next_seq`.
-    pub(super) fn start(
+    pub(crate) fn start(
         tables: Tables,
         reopen: Reopen,
         ledger: Arc<Ledger>,
         next_seq: u64,
-    ) -> Result<Self, StoreError> {
+    ) -> Result<Self, Error> {
         let (sender, receiver) = mpsc::channel::<Request>();
         let thread_ledger = ledger.clone();
         let thread = std::thread::Builder::new()
@@ -104,7 +104,7 @@ impl Writer {
                 }
                 .run(&receiver)
             })
-            .map_err(|e| StoreError::Stopped(format!("cannot start the spool writer: {e}")))?;
+            .map_err(|e| Error::Stopped(format!("cannot start the spool writer: {e}")))?;
         Ok(Self {
             queue: Mutex::new(Queue {
                 next_seq,
@@ -117,11 +117,11 @@ impl Writer {
 
     /// Queues the changes `make` builds for a new sequence number; returns the number and
     /// the answer to wait for. `undo` runs on the writer thread if the commit fails.
-    pub(super) fn submit_numbered(
+    pub(crate) fn submit_numbered(
         &self,
         make: impl FnOnce(u64) -> Vec<Op>,
         undo: Option<Undo>,
-    ) -> Result<(u64, Answer), StoreError> {
+    ) -> Result<(u64, Answer), Error> {
         let mut queue = lock(&self.queue);
         let seq = queue.next_seq;
         let answer = self.send(&queue, make(seq), undo)?;
@@ -130,18 +130,18 @@ impl Writer {
     }
 
     /// Queues `ops` for the next commit.
-    pub(super) fn submit(&self, ops: Vec<Op>) -> Result<Answer, StoreError> {
+    pub(crate) fn submit(&self, ops: Vec<Op>) -> Result<Answer, Error> {
         let queue = lock(&self.queue);
         self.send(&queue, ops, None)
     }
 
     /// Queues `ops` and waits for their commit.
-    pub(super) async fn commit(&self, ops: Vec<Op>) -> Result<(), StoreError> {
+    pub(crate) async fn commit(&self, ops: Vec<Op>) -> Result<(), Error> {
         let answer = self.submit(ops)?;
         answer.await.map_err(|_| self.stopped())?
     }
 
-    fn send(&self, queue: &Queue, ops: Vec<Op>, undo: Option<Undo>) -> Result<Answer, StoreError> {
+    fn send(&self, queue: &Queue, ops: Vec<Op>, undo: Option<Undo>) -> Result<Answer, Error> {
         let (reply, answer) = oneshot::channel();
         let request = Request { ops, undo, reply };
         let sent = queue
@@ -160,10 +160,10 @@ impl Writer {
         }
     }
 
-    fn stopped(&self) -> StoreError {
+    fn stopped(&self) -> Error {
         let reason = "the spool's writer thread has stopped";
         self.ledger.set_broken(reason.into());
-        StoreError::Stopped(reason.into())
+        Error::Stopped(reason.into())
     }
 }
 
@@ -229,10 +229,9 @@ impl Thread {
             *lock(&self.ledger.writing_since) = Some(Instant::now());
             let result = match &self.recovery {
                 // Nothing is tried on a database that refuses writes.
-                Some(recovery) => Err((
-                    StoreError::Disk(recovery.error.clone().into()),
-                    Failed::Settled,
-                )),
+                Some(recovery) => {
+                    Err((Error::Disk(recovery.error.clone().into()), Failed::Settled))
+                }
                 None => self.commit(&batch),
             };
             *lock(&self.ledger.writing_since) = None;
@@ -253,7 +252,7 @@ impl Thread {
 
     /// Commits the batch's changes; after an I/O error, notes what they touched for the
     /// recovery, and says whether they may still be read back.
-    fn commit(&mut self, batch: &[Request]) -> Result<(), (StoreError, Failed)> {
+    fn commit(&mut self, batch: &[Request]) -> Result<(), (Error, Failed)> {
         let db = self.tables.db();
         let ops = || batch.iter().flat_map(|r| r.ops.iter());
         let result = tables::commit(&db, ops());
@@ -302,7 +301,7 @@ impl Thread {
                 }
             }
         }
-        Err((StoreError::from(error), failed))
+        Err((Error::from(error), failed))
     }
 
     /// Starts (or adds to) a recovery: the database is to be opened again, and these
@@ -368,11 +367,11 @@ impl Thread {
     }
 }
 
-/// A [`StoreError`] for each request a failed commit answers.
-fn copy_error(error: &StoreError) -> StoreError {
+/// A [`Error`] for each request a failed commit answers.
+fn copy_error(error: &Error) -> Error {
     match error {
-        StoreError::Corrupt(cause) => StoreError::Corrupt(cause.to_string().into()),
-        StoreError::Disk(cause) => StoreError::Disk(cause.to_string().into()),
-        other => StoreError::Disk(other.to_string().into()),
+        Error::Corrupt(cause) => Error::Corrupt(cause.to_string().into()),
+        Error::Disk(cause) => Error::Disk(cause.to_string().into()),
+        other => Error::Disk(other.to_string().into()),
     }
 }

@@ -7,18 +7,21 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use disk_seam::{Disk, DiskFile};
 
-use super::{StoreError, SPOOL_FILE};
+use crate::error::Error;
+
+/// The spool's database file, inside the store folder.
+pub const SPOOL_FILE: &str = "spool.redb";
 
 /// Closed (true) once the database that uses a storage is replaced: every call of that
 /// storage then fails, so the replaced database can neither write over the new one's
 /// pages nor read them half-written. A read-write lock, so fencing waits for the calls
 /// under way.
-pub(super) type Fence = Arc<RwLock<bool>>;
+pub(crate) type Fence = Arc<RwLock<bool>>;
 
 /// Creates the store folder (and its parents) and syncs the folder's own entry into its
 /// parent: a power cut that takes the folder back takes the spool with it, and a sync of
 /// that entry that failed in an earlier run must not stay failed.
-pub(super) fn make_folder(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
+pub(crate) fn make_folder(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
     if let Some(e) = disk_seam::create_store_folder(disk, dir)? {
         let parent = disk_seam::parent_of(dir);
         tracing::warn!(error = %e, dir = %parent.display(), "store folder's parent not synced");
@@ -29,7 +32,7 @@ pub(super) fn make_folder(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
 /// Takes the lock that keeps a second process off the spool's database (`flock`, as redb's
 /// own file backend and earlier versions take it). `Err(None)` when another process holds
 /// it.
-pub(super) fn lock_spool(file: &Path) -> Result<std::fs::File, Option<std::io::Error>> {
+pub(crate) fn lock_spool(file: &Path) -> Result<std::fs::File, Option<std::io::Error>> {
     let handle = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -48,14 +51,14 @@ pub(super) fn lock_spool(file: &Path) -> Result<std::fs::File, Option<std::io::E
 /// into the folder and every byte of it is written again and synced
 /// ([`rewrite_as_read`]): what the next commits build on is then on the disk, not only in
 /// the page cache.
-pub(super) fn open_spool(
+pub(crate) fn open_spool(
     disk: &dyn Disk,
     dir: &Path,
     cache_bytes: u64,
     lock: Option<Arc<std::fs::File>>,
     fence: Fence,
-) -> Result<redb::Database, StoreError> {
-    let open_err = |reason: String| StoreError::Open {
+) -> Result<redb::Database, Error> {
+    let open_err = |reason: String| Error::Open {
         path: dir.to_owned(),
         reason,
     };
@@ -109,7 +112,7 @@ fn rewrite_as_read(file: &dyn DiskFile) -> std::io::Result<()> {
 /// spool's database goes through [`DiskFile`], in production and in tests alike.
 pub struct SeamFile {
     file: Arc<dyn DiskFile>,
-    /// Closed when the database is opened again ([`super::Store::reopen_spool`]).
+    /// Closed when the database is opened again ([`crate::store::Store::reopen_spool`]).
     fence: Fence,
     /// The `flock` that keeps a second process off the file (real disks only), held as long
     /// as redb holds its storage.

@@ -15,11 +15,12 @@
 //! is kept in the area it was moving to: parked over held over main. The old format kept no
 //! guard-key counts on disk; they are counted from the held area when the spool opens.
 
-use crate::outbox::record;
-use crate::store::{Store, StoreError, Tree};
-
-use super::parked::encode_parked;
-use super::tables::{self, Area, Op, Tables};
+use crate::error::Error;
+use crate::legacy::Tree;
+use crate::parked_record::{encode_parked, now_secs};
+use crate::record;
+use crate::store::Store;
+use crate::tables::{self, Area, Op, Tables};
 
 /// The sled trees of the old spool, by area.
 const LEGACY_TREES: [(&str, Area); 3] = [
@@ -34,18 +35,18 @@ const PAGE: usize = 1_000;
 
 /// What the migration moved.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Migrated {
+pub(crate) struct Migrated {
     /// Entries copied into the spool.
-    pub(super) entries: u64,
+    pub(crate) entries: u64,
     /// Copies dropped because the entry was also in the area it was moving to.
-    pub(super) duplicates: u64,
+    pub(crate) duplicates: u64,
 }
 
 /// An entry of a legacy tree whose key is not a sequence number: its tree, key and value.
 type Stray = (Tree, Vec<u8>, Vec<u8>);
 
 /// Moves the legacy sled spool of `store`, if any, into `tables`.
-pub(super) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, StoreError> {
+pub(crate) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, Error> {
     let mut migrated = Migrated::default();
     if !store.has_legacy() {
         return Ok(migrated);
@@ -53,7 +54,7 @@ pub(super) fn from_legacy(store: &Store, tables: &Tables) -> Result<Migrated, St
     let trees: Vec<(Tree, Area)> = LEGACY_TREES
         .iter()
         .map(|(name, area)| Ok((store.tree(name)?, *area)))
-        .collect::<Result<_, StoreError>>()?;
+        .collect::<Result<_, Error>>()?;
     // Entries whose keys are not sequence numbers are parked under new numbers, after the
     // rest.
     let mut strays: Vec<Stray> = Vec::new();
@@ -89,7 +90,7 @@ fn copy_tree(
     area: Area,
     migrated: &mut Migrated,
     strays: &mut Vec<Stray>,
-) -> Result<(), StoreError> {
+) -> Result<(), Error> {
     let mut after: Option<Vec<u8>> = None;
     loop {
         let page = tree.page(after.as_deref(), PAGE)?;
@@ -132,11 +133,7 @@ fn copy_tree(
 /// Parks `strays` under numbers after every entry's, a page per commit, each number
 /// committed with the entry's legacy key so that a second run reuses it; removes each
 /// page from sled once committed.
-fn park_strays(
-    tables: &Tables,
-    strays: &[Stray],
-    migrated: &mut Migrated,
-) -> Result<(), StoreError> {
+fn park_strays(tables: &Tables, strays: &[Stray], migrated: &mut Migrated) -> Result<(), Error> {
     let mut next = next_seq(tables)?;
     for chunk in strays.chunks(PAGE) {
         let mut ops = Vec::new();
@@ -156,7 +153,7 @@ fn park_strays(
             ops.push(Op::Put {
                 area: Area::Parked,
                 seq,
-                value: encode_parked(reason, crate::clock::now_secs(), value),
+                value: encode_parked(reason, now_secs(), value),
             });
             ops.push(Op::Migrated { legacy_key, seq });
         }
@@ -177,7 +174,7 @@ fn moved_on(
     area: Area,
     key: &[u8],
     seq: u64,
-) -> Result<bool, StoreError> {
+) -> Result<bool, Error> {
     let later: &[Area] = match area {
         Area::Main => &[Area::Held, Area::Parked],
         Area::Held => &[Area::Parked],
@@ -197,7 +194,7 @@ fn moved_on(
 }
 
 /// The number above every entry in the tables.
-fn next_seq(tables: &Tables) -> Result<u64, StoreError> {
+fn next_seq(tables: &Tables) -> Result<u64, Error> {
     let mut next = 0;
     for area in [Area::Main, Area::Held, Area::Parked] {
         if let Some(last) = tables.last_seq(area)? {
@@ -215,6 +212,6 @@ fn tree_tag(tree: &Tree, key: &[u8]) -> Vec<u8> {
     tag
 }
 
-pub(super) fn seq_of(key: &[u8]) -> Option<u64> {
+pub(crate) fn seq_of(key: &[u8]) -> Option<u64> {
     key.try_into().ok().map(u64::from_be_bytes)
 }

@@ -2,31 +2,31 @@
 //! broker stand-in that acknowledges or refuses each publish as the test says.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
-use crate::config;
-use crate::metrics::Metrics;
-use crate::outbox::message::Message;
-use crate::outbox::publish::PublishError;
-
-use crate::store::Store;
 use disk_seam::sim::SimDisk;
 
-use super::drain::Sink;
-use super::Spool;
+use crate::error::Error;
+use crate::options::Options;
+use crate::record::SpooledMessage;
+use crate::report::{Counts, Report, Unreported};
+use crate::sink::{Sink, SinkError};
+use crate::spool::Spool;
+use crate::store::Store;
 
 /// How the stand-in answers a publish.
-pub(super) type Answerer = dyn Fn(&Message<'_>) -> Result<(), PublishError> + Send + Sync;
+pub(crate) type Answerer = dyn Fn(&SpooledMessage<'_>) -> Result<(), SinkError> + Send + Sync;
 
 /// A broker stand-in: answers through `answer`, and records the ids it acknowledged.
 #[derive(Clone)]
-pub(super) struct TestSink {
+pub(crate) struct TestSink {
     answer: Arc<Answerer>,
     acked: Arc<Mutex<Vec<String>>>,
 }
 
 impl TestSink {
-    pub(super) fn new(
-        answer: impl Fn(&Message<'_>) -> Result<(), PublishError> + Send + Sync + 'static,
+    pub(crate) fn new(
+        answer: impl Fn(&SpooledMessage<'_>) -> Result<(), SinkError> + Send + Sync + 'static,
     ) -> Self {
         Self {
             answer: Arc::new(answer),
@@ -35,12 +35,12 @@ impl TestSink {
     }
 
     /// A broker that acknowledges everything.
-    pub(super) fn acking() -> Self {
+    pub(crate) fn acking() -> Self {
         Self::new(|_| Ok(()))
     }
 
     /// The ids acknowledged, in order, duplicates included.
-    pub(super) fn acked(&self) -> Vec<String> {
+    pub(crate) fn acked(&self) -> Vec<String> {
         self.acked
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -58,8 +58,8 @@ impl Sink for TestSink {
     fn publish<'a>(
         &'a self,
         _exchange: &'a str,
-        msg: &'a Message<'a>,
-    ) -> impl std::future::Future<Output = Result<(), PublishError>> + Send + 'a {
+        msg: &'a SpooledMessage<'a>,
+    ) -> impl std::future::Future<Output = Result<(), SinkError>> + Send + 'a {
         let result = (self.answer)(msg);
         if result.is_ok() {
             self.acked
@@ -71,24 +71,44 @@ impl Sink for TestSink {
     }
 }
 
-/// The spool's config in these tests: enabled, 64 MiB.
-pub(super) fn cfg() -> config::SpoolConfig {
-    config::SpoolConfig {
+/// The spool's options in these tests: enabled, 64 MiB.
+pub(crate) fn options() -> Options {
+    Options {
         enabled: true,
         max_bytes: 64 << 20,
-        ..config::SpoolConfig::default()
+        stall_after: Duration::from_secs(30),
     }
 }
 
+/// A report that keeps the last counts.
+#[derive(Default)]
+pub(crate) struct Recorded(Mutex<Option<Counts>>);
+
+impl Recorded {
+    pub(crate) fn counts(&self) -> Counts {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .expect("counts reported")
+    }
+}
+
+impl Report for Recorded {
+    fn counts(&self, counts: Counts) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(counts);
+    }
+    fn drainer_restarted(&self) {}
+}
+
 /// Opens a spool on `disk` as a process starting on it would.
-pub(super) fn open_on(disk: &SimDisk) -> Result<Spool, crate::store::StoreError> {
+pub(crate) fn open_on(disk: &SimDisk) -> Result<Spool, Error> {
     let store = Store::open_on(disk.handle(), std::path::Path::new("/store"), 1 << 20)?;
-    Spool::open(&store, &cfg(), Arc::new(Metrics::new()))
+    Spool::open(&store, &options(), Arc::new(Unreported))
 }
 
 /// A power cut: the spool's process is gone, and the disk keeps what was synced and, as
 /// its seed says, a torn prefix of the rest. Returns the disk and the spool reopened.
-pub(super) fn power_cut(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
+pub(crate) fn power_cut(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
     let next = disk.crash();
     drop(spool);
     let spool = open_on(&next).expect("reopen after the power cut");
@@ -97,7 +117,7 @@ pub(super) fn power_cut(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
 
 /// A process restart that is no power cut: the page cache stays, so the next process
 /// reads what was written, synced or not. Returns the disk and the spool reopened.
-pub(super) fn restart(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
+pub(crate) fn restart(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
     let next = disk.restart();
     drop(spool);
     let spool = open_on(&next).expect("reopen after the restart");
@@ -105,8 +125,8 @@ pub(super) fn restart(disk: &SimDisk, spool: Spool) -> (SimDisk, Spool) {
 }
 
 /// A message with event id `id` and guard key `key`.
-pub(super) fn event(id: &str, key: Option<&str>) -> Message<'static> {
-    Message {
+pub(crate) fn event(id: &str, key: Option<&str>) -> SpooledMessage<'static> {
+    SpooledMessage {
         routing_key: "k".into(),
         message_id: id.to_owned().into(),
         timestamp_secs: 100,

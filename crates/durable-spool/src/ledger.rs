@@ -4,37 +4,37 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
-use crate::metrics::Metrics;
-
-use super::tables::Area;
+use crate::locks::lock;
+use crate::report::{Counts, Report};
+use crate::tables::Area;
 
 /// The counts. Depths and bytes count an entry from the moment its push is submitted (so
 /// an event that arrives meanwhile queues behind it) until the commit that removes it.
-pub(super) struct Ledger {
+pub(crate) struct Ledger {
     /// Entries in main.
-    pub(super) depth: AtomicU64,
+    pub(crate) depth: AtomicU64,
     /// Entries in held.
-    pub(super) held_depth: AtomicU64,
+    pub(crate) held_depth: AtomicU64,
     /// Entries in parked.
-    pub(super) parked_depth: AtomicU64,
+    pub(crate) parked_depth: AtomicU64,
     /// Bytes in main and held: the room `max_bytes` bounds.
-    pub(super) bytes: AtomicU64,
+    pub(crate) bytes: AtomicU64,
     /// Receipt time (Unix seconds) of the oldest entry in main, or -1.
-    pub(super) oldest_secs: AtomicI64,
+    pub(crate) oldest_secs: AtomicI64,
     /// Set when an event was refused for lack of room, cleared when an entry leaves:
     /// `bytes < max_bytes` alone would call a spool ready that refuses every event.
-    pub(super) refused: AtomicBool,
+    pub(crate) refused: AtomicBool,
     /// Set when a commit failed (a full disk, say), cleared when one succeeds.
-    pub(super) store_failing: AtomicBool,
+    pub(crate) store_failing: AtomicBool,
     /// Set while the database refuses writes until the writer has opened it again.
-    pub(super) reopening: AtomicBool,
+    pub(crate) reopening: AtomicBool,
     /// When the writer thread started the commit (or reopen) it is in, if it is in one: a
     /// hung `fdatasync` shows here.
-    pub(super) writing_since: Mutex<Option<std::time::Instant>>,
+    pub(crate) writing_since: Mutex<Option<std::time::Instant>>,
     /// Why the spool can take no writes until the process starts again, once it cannot.
-    pub(super) broken: Mutex<Option<String>>,
+    pub(crate) broken: Mutex<Option<String>>,
     /// Guard keys with entries in held, and how many: a later event of such a key goes
     /// behind them instead of to the broker. A std mutex: held for a map operation only.
     held_keys: Mutex<HashMap<String, u64>>,
@@ -44,12 +44,12 @@ pub(super) struct Ledger {
     /// must not reach the broker before the entry might, so it goes to the spool instead,
     /// which refuses it meanwhile. Cleared once the database is set back.
     keys_in_doubt: Mutex<HashSet<String>>,
-    /// Depths and bytes are mirrored into its gauges.
-    metrics: Arc<Metrics>,
+    /// Depths and bytes are reported to it after each change.
+    report: Arc<dyn Report>,
 }
 
 impl Ledger {
-    pub(super) fn new(metrics: Arc<Metrics>) -> Self {
+    pub(crate) fn new(report: Arc<dyn Report>) -> Self {
         Self {
             depth: AtomicU64::new(0),
             held_depth: AtomicU64::new(0),
@@ -63,12 +63,12 @@ impl Ledger {
             broken: Mutex::new(None),
             held_keys: Mutex::new(HashMap::new()),
             keys_in_doubt: Mutex::new(HashSet::new()),
-            metrics,
+            report,
         }
     }
 
     /// The depth counter of `area`.
-    pub(super) fn depth_of(&self, area: Area) -> &AtomicU64 {
+    pub(crate) fn depth_of(&self, area: Area) -> &AtomicU64 {
         match area {
             Area::Main => &self.depth,
             Area::Held => &self.held_depth,
@@ -77,7 +77,7 @@ impl Ledger {
     }
 
     /// Counts an entry of `size` bytes into `area`.
-    pub(super) fn add(&self, area: Area, size: u64) {
+    pub(crate) fn add(&self, area: Area, size: u64) {
         self.depth_of(area).fetch_add(1, Ordering::SeqCst);
         if area != Area::Parked {
             self.bytes.fetch_add(size, Ordering::SeqCst);
@@ -86,7 +86,7 @@ impl Ledger {
 
     /// Counts an entry of `size` bytes out of `area`; an entry leaving main or held makes
     /// room.
-    pub(super) fn sub(&self, area: Area, size: u64) {
+    pub(crate) fn sub(&self, area: Area, size: u64) {
         let _ = self
             .depth_of(area)
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
@@ -100,17 +100,17 @@ impl Ledger {
         }
     }
 
-    pub(super) fn holds_key(&self, key: &str) -> bool {
+    pub(crate) fn holds_key(&self, key: &str) -> bool {
         lock(&self.held_keys).contains_key(key)
     }
 
-    pub(super) fn hold_key(&self, key: Option<&str>) {
+    pub(crate) fn hold_key(&self, key: Option<&str>) {
         if let Some(key) = key {
             *lock(&self.held_keys).entry(key.to_owned()).or_default() += 1;
         }
     }
 
-    pub(super) fn release_key(&self, key: Option<&str>) {
+    pub(crate) fn release_key(&self, key: Option<&str>) {
         let Some(key) = key else { return };
         let mut keys = lock(&self.held_keys);
         if let Some(n) = keys.get_mut(key) {
@@ -123,47 +123,42 @@ impl Ledger {
 
     /// Whether a push of guard key `key` failed in a way that may still bring it back
     /// (see [`Ledger::keys_in_doubt`]).
-    pub(super) fn key_in_doubt(&self, key: &str) -> bool {
+    pub(crate) fn key_in_doubt(&self, key: &str) -> bool {
         lock(&self.keys_in_doubt).contains(key)
     }
 
     /// Notes that a push of guard key `key` failed and may still come back.
-    pub(super) fn doubt_key(&self, key: Option<&str>) {
+    pub(crate) fn doubt_key(&self, key: Option<&str>) {
         if let Some(key) = key {
             lock(&self.keys_in_doubt).insert(key.to_owned());
         }
     }
 
     /// The database is set back: no failed push can come back any more.
-    pub(super) fn settle_doubts(&self) {
+    pub(crate) fn settle_doubts(&self) {
         lock(&self.keys_in_doubt).clear();
     }
 
     /// Replaces the held guard keys with the counts read from the held area.
-    pub(super) fn set_held_keys(&self, keys: HashMap<String, u64>) {
+    pub(crate) fn set_held_keys(&self, keys: HashMap<String, u64>) {
         *lock(&self.held_keys) = keys;
     }
 
     /// Records that only a restart lets the spool write again; the first reason stays.
-    pub(super) fn set_broken(&self, reason: String) {
+    pub(crate) fn set_broken(&self, reason: String) {
         lock(&self.broken).get_or_insert(reason);
     }
 
-    pub(super) fn publish_gauges(&self) {
-        let m = &self.metrics;
-        m.spool_depth.set(self.depth.load(Ordering::SeqCst) as i64);
-        m.spool_bytes.set(self.bytes.load(Ordering::SeqCst) as i64);
-        m.spool_held
-            .set(self.held_depth.load(Ordering::SeqCst) as i64);
-        m.spool_parked
-            .set(self.parked_depth.load(Ordering::SeqCst) as i64);
+    pub(crate) fn publish_gauges(&self) {
+        self.report.counts(Counts {
+            depth: self.depth.load(Ordering::SeqCst),
+            bytes: self.bytes.load(Ordering::SeqCst),
+            held: self.held_depth.load(Ordering::SeqCst),
+            parked: self.parked_depth.load(Ordering::SeqCst),
+        });
     }
 
-    pub(super) fn metrics(&self) -> &Arc<Metrics> {
-        &self.metrics
+    pub(crate) fn report(&self) -> &Arc<dyn Report> {
+        &self.report
     }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
