@@ -82,7 +82,7 @@ impl Pipeline {
             if let Some(held) = held {
                 self.guards.abandon(held).await;
             }
-            return Err(Failure::before(error.into()));
+            return Err(Failure::before(error));
         }
         let mut msg = message(route, event, &self.settings.routing_key, now_ms);
         msg.order_key = route.guard.order_key(name, event).map(Cow::Owned);
