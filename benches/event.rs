@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hookgate::config::Fields;
 use hookgate::ingress::event::{self, Delivery, Verified};
 use hookgate::ingress::secrets::Secret;
-use hookgate::ingress::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
+use hookgate::providers::{botix_header, Scheme, BOTIX_SIGNATURE};
 use http::{HeaderMap, HeaderValue};
 
 const SECRET: &[u8] = b"bench-secret";

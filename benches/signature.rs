@@ -5,7 +5,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hookgate::config::Encoding;
 use hookgate::ingress::secrets::Secret;
-use hookgate::ingress::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
+use hookgate::providers::{botix_header, Scheme, BOTIX_SIGNATURE};
 use http::{HeaderMap, HeaderValue};
 
 fn body(len: usize) -> Vec<u8> {

@@ -7,7 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use clap::ValueEnum;
 use hookgate::config::{Config, Encoding, Profile, Route};
-use hookgate::ingress::signature as sig;
+use hookgate::providers as sig;
 
 /// The profiles `sign` knows without a config (`custom` needs its route's scheme: --route).
 #[derive(Clone, Copy, ValueEnum)]

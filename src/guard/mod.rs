@@ -388,8 +388,8 @@ mod tests {
     use super::*;
     use crate::ingress::event::{parse, Delivery, RequestId};
     use crate::ingress::secrets::Secret;
-    use crate::ingress::signature;
     use crate::ingress::trace::TraceContext;
+    use crate::providers as signature;
 
     /// The order key of a keyword event from `contact` on `channel`.
     fn keyword_order_key(contact: &str, channel: &str) -> Option<String> {

@@ -9,8 +9,8 @@ use crate::config::profiles::{TWILIO_RECEIVED_EVENT, TWILIO_STATUS_EVENT};
 use crate::config::{Fields, Profile, Route};
 use crate::ingress::fields::{Extracted, Field, FieldPlan, Slot};
 use crate::ingress::secrets::Secret;
-use crate::ingress::signature::{Scheme, SignatureError, WEBHOOK_ID};
 use crate::ingress::trace::TraceContext;
+use crate::providers::{Scheme, SignatureError, WEBHOOK_ID};
 
 /// Delivery attempt id of the botix profile.
 pub const REQUEST_ID: &str = "x-botix-request-id";

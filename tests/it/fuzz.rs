@@ -14,7 +14,7 @@ use hookgate::guard::decide::normalise_keyword_text;
 use hookgate::ingress::event::parse_timestamp;
 use hookgate::ingress::fields::{Field, FieldPlan};
 use hookgate::ingress::secrets::Secret;
-use hookgate::ingress::signature::{
+use hookgate::providers::{
     botix_header, hmac_parts, Scheme, BOTIX_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE,
     WEBHOOK_TIMESTAMP,
 };

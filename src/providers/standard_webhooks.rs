@@ -5,9 +5,8 @@ use base64::Engine;
 use http::HeaderMap;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::{decode, header_str, hmac_parts, matched, SignatureError, SignedWindow};
+use super::{decode, header_str, hmac_parts, matched, Secret, SignatureError, SignedWindow};
 use crate::config::Encoding;
-use crate::ingress::secrets::Secret;
 
 /// Headers of the Standard Webhooks profile.
 pub const WEBHOOK_ID: &str = "webhook-id";
@@ -95,7 +94,7 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
-    use crate::ingress::signature::*;
+    use crate::providers::*;
 
     /// The vector of the Standard Webhooks specification's own repository
     /// (tests/data/providers/standard_webhooks.json names the files).

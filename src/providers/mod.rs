@@ -1,7 +1,8 @@
-//! Signature schemes and their constant-time check; pure functions over headers and bytes.
-//! One file per way of signing: an HMAC of the body in one header (`body_hmac`: botix and
-//! the custom profile), Standard Webhooks, Twilio and Telnyx. What they share is here: the
-//! tolerance of a signed time, the HMAC-SHA256 and the comparison under every secret.
+//! The senders hookgate takes deliveries from: their signature schemes and the constant-time
+//! check, pure functions over headers and bytes. One file per way of signing: an HMAC of
+//! the body in one header (`body_hmac`: botix and the custom profile), Standard Webhooks,
+//! Twilio and Telnyx. What they share is here: the route's secrets, the tolerance of a
+//! signed time, the HMAC-SHA256 and the comparison under every secret.
 
 mod body_hmac;
 mod standard_webhooks;
@@ -23,9 +24,30 @@ pub use telnyx::{telnyx_signature, TELNYX_SIGNATURE, TELNYX_TIMESTAMP};
 pub use twilio::{twilio_signature, TWILIO_BODY_SHA256, TWILIO_SIGNATURE};
 
 use crate::config::{Encoding, Profile, Route};
-use crate::ingress::secrets::Secret;
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// A secret key. `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(Vec<u8>);
+
+impl Secret {
+    /// Wraps key bytes.
+    pub fn new(bytes: &[u8]) -> Self {
+        Self(bytes.to_vec())
+    }
+
+    /// The key bytes, for the MAC only.
+    pub fn expose(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
 
 /// Why a signature was refused. Only logged at debug level; the sender always sees one
 /// answer (`invalid_signature`), so it cannot learn which part was wrong.

@@ -10,8 +10,7 @@ use sha1::Sha1;
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
-use super::{header_str, matched, SignatureError};
-use crate::ingress::secrets::Secret;
+use super::{header_str, matched, Secret, SignatureError};
 
 type HmacSha1 = Hmac<Sha1>;
 
@@ -113,8 +112,8 @@ mod tests {
     use sha2::Digest;
 
     use super::*;
-    use crate::ingress::signature::testkit::*;
-    use crate::ingress::signature::*;
+    use crate::providers::testkit::*;
+    use crate::providers::*;
 
     /// A form body of the vector's parameters, in the order given (Twilio sorts them).
     fn form_body(params: &serde_json::Value) -> String {

@@ -3,9 +3,8 @@
 
 use http::{HeaderMap, HeaderName};
 
-use super::{decode, header_str, hmac_parts, match_any, SignatureError};
+use super::{decode, header_str, hmac_parts, match_any, Secret, SignatureError};
 use crate::config::Encoding;
-use crate::ingress::secrets::Secret;
 
 /// Header of the botix profile.
 pub const BOTIX_SIGNATURE: &str = "x-botix-signature";
@@ -39,8 +38,8 @@ mod tests {
     use base64::Engine;
 
     use super::*;
-    use crate::ingress::signature::testkit::*;
-    use crate::ingress::signature::*;
+    use crate::providers::testkit::*;
+    use crate::providers::*;
 
     #[derive(serde::Deserialize)]
     struct Vectors {

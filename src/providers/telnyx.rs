@@ -3,8 +3,7 @@
 use base64::Engine;
 use http::HeaderMap;
 
-use super::{header_str, SignatureError, SignedWindow};
-use crate::ingress::secrets::Secret;
+use super::{header_str, Secret, SignatureError, SignedWindow};
 
 /// Header of the Telnyx profile: base64 ed25519 signature of `timestamp|body`.
 pub const TELNYX_SIGNATURE: &str = "telnyx-signature-ed25519";
@@ -86,8 +85,8 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
-    use crate::ingress::signature::testkit::*;
-    use crate::ingress::signature::*;
+    use crate::providers::testkit::*;
+    use crate::providers::*;
 
     #[test]
     fn telnyx_vectors_of_an_independent_ed25519_implementation() {
