@@ -11,7 +11,7 @@ use hookgate::config::Config;
 mod cli;
 
 use cli::logging::{init_logging, LogFormat};
-use cli::sign::{sign, SignError, SignProfile, SignRequest};
+use cli::sign::{sign, SignError, SignRequest};
 use cli::spool::{spool_command, SpoolCommand};
 
 // An accepted event allocates and frees often: mimalloc spends less per call than glibc's
@@ -70,8 +70,8 @@ enum Command {
         #[arg(long)]
         secret_env: String,
         /// The sender profile; ignored with --route.
-        #[arg(long, value_enum, default_value_t = SignProfile::Botix)]
-        profile: SignProfile,
+        #[arg(long, value_enum, default_value_t = hookgate::config::Profile::Botix)]
+        profile: hookgate::config::Profile,
         /// Sign for this route of the config: its profile, public_url and custom scheme.
         #[arg(long)]
         route: Option<String>,

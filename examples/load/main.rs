@@ -1218,11 +1218,11 @@ async fn connect_publish(cli: &Cli, log: Option<group_log::GroupLog>) -> Result<
     Ok(Publish {
         publisher,
         exchange: cli.exchange.clone(),
-        scheme: hookgate::providers::Scheme::BodyHmac {
+        scheme: hookgate::providers::Scheme::new(hookgate::providers::BodyHmac {
             header: http::HeaderName::from_static(hookgate::providers::BOTIX_SIGNATURE),
             prefix: Some("sha256=".into()),
             encoding: hookgate::config::Encoding::Hex,
-        },
+        }),
         secrets: vec![hookgate::ingress::secrets::Secret::new(
             cli.secret.as_bytes(),
         )],

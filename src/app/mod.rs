@@ -16,7 +16,6 @@ use crate::ingress::secrets::{RouteSecrets, SecretError};
 use crate::liveness::Liveness;
 use crate::outbox::publish::{BrokerNodes, NodeUrlError};
 use crate::pipeline::CompiledRoute;
-use crate::providers::Scheme;
 use crate::reconcile::key::KeySource;
 use crate::state::BackendChoice;
 use crate::store::{Store, StoreError};
@@ -112,7 +111,7 @@ pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
         Lookups::Resolve => resolve(config).map(|r| r.config),
         Lookups::Offline => {
             for route in &config.routes {
-                Scheme::for_route(route).map_err(|reason| AppError::Route {
+                route.scheme().map_err(|reason| AppError::Route {
                     route: route.name.clone(),
                     reason,
                 })?;
@@ -209,7 +208,7 @@ fn compile_route(route: &Route) -> Result<CompiledRoute, AppError> {
         route: route.name.clone(),
         reason,
     };
-    let scheme = Scheme::for_route(route).map_err(route_error)?;
+    let scheme = route.scheme().map_err(route_error)?;
     let secrets = RouteSecrets::new(route.secrets.clone()).map_err(|source| AppError::Secret {
         route: route.name.clone(),
         source,

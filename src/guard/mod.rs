@@ -413,7 +413,7 @@ mod tests {
             body: body.into(),
             query: None,
         };
-        let scheme = signature::Scheme::for_route(route).expect("scheme");
+        let scheme = route.scheme().expect("scheme");
         let verified = delivery
             .verify(&scheme, &[Secret::new(b"x")], 0)
             .expect("signed");
