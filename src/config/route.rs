@@ -145,7 +145,7 @@ pub struct Route {
     pub name: String,
     /// Exact request path, e.g. `/webhooks/botix`.
     pub path: String,
-    /// The sender: `botix` (default), `standard-webhooks`, `twilio`, `telnyx` or `custom`.
+    /// The sender (`providers::Profile`); `botix` when absent.
     #[serde(default)]
     pub profile: Profile,
     /// The scheme of a `custom` profile.
