@@ -9,7 +9,7 @@ use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use hookgate::config::Fields;
 use hookgate::ingress::event::{self, Delivery, Verified};
 use hookgate::ingress::secrets::Secret;
-use hookgate::ingress::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
+use hookgate::providers::{botix_header, BodyHmac, Scheme, BOTIX_REQUEST_ID, BOTIX_SIGNATURE};
 use http::{HeaderMap, HeaderValue};
 
 const SECRET: &[u8] = b"bench-secret";
@@ -22,7 +22,7 @@ fn verified(scheme: &Scheme, body: &'static str) -> Verified {
     let sig = botix_header(SECRET, body.as_bytes());
     headers.insert(BOTIX_SIGNATURE, HeaderValue::from_str(&sig).expect("sig"));
     headers.insert(
-        event::REQUEST_ID,
+        BOTIX_REQUEST_ID,
         HeaderValue::from_static("req_01JD8Z6Q3R7W"),
     );
     headers.insert(event::DELIVERY_ATTEMPT, HeaderValue::from_static("1"));
@@ -36,11 +36,11 @@ fn verified(scheme: &Scheme, body: &'static str) -> Verified {
 }
 
 fn bench(c: &mut Criterion) {
-    let scheme = Scheme::BodyHmac {
+    let scheme = Scheme::new(BodyHmac {
         header: http::HeaderName::from_static(BOTIX_SIGNATURE),
         prefix: Some("sha256=".into()),
         encoding: hookgate::config::Encoding::Hex,
-    };
+    });
     let fields = event::EventFields::new(&Fields::default());
     let mut group = c.benchmark_group("event/parse");
     for (name, body) in [("status", STATUS), ("inbound", INBOUND)] {

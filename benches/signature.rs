@@ -5,7 +5,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use hookgate::config::Encoding;
 use hookgate::ingress::secrets::Secret;
-use hookgate::ingress::signature::{botix_header, Scheme, BOTIX_SIGNATURE};
+use hookgate::providers::{botix_header, BodyHmac, Scheme, BOTIX_SIGNATURE};
 use http::{HeaderMap, HeaderValue};
 
 fn body(len: usize) -> Vec<u8> {
@@ -16,11 +16,11 @@ fn body(len: usize) -> Vec<u8> {
 }
 
 fn bench(c: &mut Criterion) {
-    let scheme = Scheme::BodyHmac {
+    let scheme = Scheme::new(BodyHmac {
         header: http::HeaderName::from_static(BOTIX_SIGNATURE),
         prefix: Some("sha256=".into()),
         encoding: Encoding::Hex,
-    };
+    });
     let secret = b"bench-secret-0123456789";
     let mut group = c.benchmark_group("signature/verify");
     for (name, len) in [("1KiB", 1024), ("64KiB", 64 * 1024)] {

@@ -99,7 +99,7 @@ impl Gateway {
             .post(format!("http://{}/webhooks/botix", self.addr))
             .header(
                 "x-botix-signature",
-                hookgate::ingress::signature::botix_header(SECRET.as_bytes(), body.as_bytes()),
+                hookgate::providers::botix_header(SECRET.as_bytes(), body.as_bytes()),
             )
             .header("x-botix-request-id", format!("req_{id}"))
             .body(body)

@@ -28,6 +28,7 @@ pub mod metrics;
 pub mod outbox;
 pub mod pipeline;
 pub mod process;
+pub mod providers;
 pub mod ratelimit;
 pub mod reconcile;
 pub mod shutdown;

@@ -329,7 +329,7 @@ fn build_pool(cli: &Cli, n: usize) -> Vec<Delivery> {
 }
 
 fn sign(secret: &[u8], event: &str, body: String, request_id: &str) -> Delivery {
-    let signature = hookgate::ingress::signature::botix_header(secret, body.as_bytes());
+    let signature = hookgate::providers::botix_header(secret, body.as_bytes());
     Delivery {
         body: Bytes::from(body),
         signature: header_value(&signature),
@@ -1048,7 +1048,7 @@ fn report(
 struct Publish {
     publisher: hookgate::outbox::publish::Publisher,
     exchange: String,
-    scheme: hookgate::ingress::signature::Scheme,
+    scheme: hookgate::providers::Scheme,
     secrets: Vec<hookgate::ingress::secrets::Secret>,
     /// The durable baseline's log; `None` for the publish baseline.
     log: Option<group_log::GroupLog>,
@@ -1218,11 +1218,11 @@ async fn connect_publish(cli: &Cli, log: Option<group_log::GroupLog>) -> Result<
     Ok(Publish {
         publisher,
         exchange: cli.exchange.clone(),
-        scheme: hookgate::ingress::signature::Scheme::BodyHmac {
-            header: http::HeaderName::from_static(hookgate::ingress::signature::BOTIX_SIGNATURE),
+        scheme: hookgate::providers::Scheme::new(hookgate::providers::BodyHmac {
+            header: http::HeaderName::from_static(hookgate::providers::BOTIX_SIGNATURE),
             prefix: Some("sha256=".into()),
             encoding: hookgate::config::Encoding::Hex,
-        },
+        }),
         secrets: vec![hookgate::ingress::secrets::Secret::new(
             cli.secret.as_bytes(),
         )],

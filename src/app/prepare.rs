@@ -9,7 +9,6 @@ use crate::guard::RouteGuard;
 use crate::http::token::AdminToken;
 use crate::ingress::event::EventFields;
 use crate::ingress::secrets::RouteSecrets;
-use crate::ingress::signature::Scheme;
 use crate::outbox::publish::BrokerNodes;
 use crate::pipeline::CompiledRoute;
 use crate::reconcile::key::KeySource;
@@ -48,7 +47,7 @@ pub fn check(config: Config, lookups: Lookups) -> Result<Config, AppError> {
         Lookups::Resolve => resolve(config).map(|r| r.config),
         Lookups::Offline => {
             for route in &config.routes {
-                Scheme::for_route(route).map_err(|reason| AppError::Route {
+                route.scheme().map_err(|reason| AppError::Route {
                     route: route.name.clone(),
                     reason,
                 })?;
@@ -146,7 +145,7 @@ fn compile_route(route: &Route) -> Result<CompiledRoute, AppError> {
         route: route.name.clone(),
         reason,
     };
-    let scheme = Scheme::for_route(route).map_err(route_error)?;
+    let scheme = route.scheme().map_err(route_error)?;
     let secrets = RouteSecrets::new(route.secrets.clone()).map_err(|source| AppError::Secret {
         route: route.name.clone(),
         source,

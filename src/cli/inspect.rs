@@ -3,7 +3,8 @@
 //! admin API (with the admin token), or reads a stopped gateway's store read-only
 //! (`--store PATH`, or the config's `store.path` when no gateway answers).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
@@ -13,6 +14,21 @@ use hookgate::inspect::{render, Inspector, Query, Report};
 use hookgate::state::offline::OfflineState;
 
 use crate::cli::admin;
+use crate::cli::exit::{finish, load_config, EXIT_USAGE};
+
+/// Runs `hookgate inspect`: a question the config refuses (its route, an id of the wrong
+/// shape) is a usage error; a gateway or store that cannot answer is a failure.
+pub fn command(config_path: &Path, args: &InspectArgs) -> ExitCode {
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let checked = match check(&config, args) {
+        Ok(checked) => checked,
+        Err(e) => return finish(Err(e), EXIT_USAGE),
+    };
+    finish(run(&config, args, &checked), 1)
+}
 
 /// `hookgate inspect`'s arguments.
 #[derive(Args)]
@@ -85,7 +101,7 @@ pub struct Checked {
 
 /// Checks the question: its route, and ids of the shape of that route's sender. An error
 /// here is a usage error.
-pub fn check(config: &Config, args: &InspectArgs) -> anyhow::Result<Checked> {
+fn check(config: &Config, args: &InspectArgs) -> anyhow::Result<Checked> {
     let (kind, id, to, route) = match &args.what {
         InspectCommand::Event { id, route } => ("event", id, None, route),
         InspectCommand::Request { id, route } => ("request", id, None, route),
@@ -113,7 +129,7 @@ pub fn check(config: &Config, args: &InspectArgs) -> anyhow::Result<Checked> {
 }
 
 /// Asks, and prints the report.
-pub fn run(config: &Config, args: &InspectArgs, checked: &Checked) -> anyhow::Result<()> {
+fn run(config: &Config, args: &InspectArgs, checked: &Checked) -> anyhow::Result<()> {
     let report = match &args.store {
         Some(path) => offline(config, path, checked)?,
         None => online_or_offline(config, checked)?,

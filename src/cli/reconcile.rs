@@ -2,6 +2,8 @@
 //! through the running gateway's admin listener, since the reconcilers run inside it.
 //! `hookgate reconcile replay` is in [`crate::cli::replay`].
 
+use std::path::Path;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -12,6 +14,7 @@ use hookgate::http::token::AdminToken;
 use hookgate::reconcile::RouteStatus;
 
 use crate::cli::admin;
+use crate::cli::exit::{finish, EXIT_USAGE};
 
 /// How often `run` asks whether its walk ended.
 const POLL: Duration = Duration::from_millis(500);
@@ -39,8 +42,26 @@ pub enum ReconcileCommand {
     Replay(crate::cli::replay::ReplayArgs),
 }
 
+/// Runs `hookgate reconcile` through the admin listener the config at `config_path` names.
+pub fn command(config_path: &Path, command: &ReconcileCommand) -> ExitCode {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    // A replay the config already refuses (its route, its window) is a usage error.
+    if let ReconcileCommand::Replay(args) = command {
+        if let Err(e) = crate::cli::replay::check(&config, args) {
+            return finish(Err(e), EXIT_USAGE);
+        }
+    }
+    finish(run(&config, command), 1)
+}
+
 /// Runs a `reconcile` subcommand against the gateway of `config`.
-pub fn run(config: &Config, command: &ReconcileCommand) -> anyhow::Result<()> {
+fn run(config: &Config, command: &ReconcileCommand) -> anyhow::Result<()> {
     let addr = admin::address(config);
     match command {
         ReconcileCommand::Status => {

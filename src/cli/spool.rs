@@ -1,11 +1,15 @@
 //! `hookgate spool`: the spool's status and its parked entries, through the running
 //! gateway's admin endpoint, or from the store itself when no gateway runs.
 
+use std::path::Path;
+use std::process::ExitCode;
+
 use anyhow::Context;
 use clap::Subcommand;
 use hookgate::config::Config;
 
 use crate::cli;
+use crate::cli::exit::{finish, load_config, EXIT_USAGE};
 
 #[derive(Subcommand)]
 pub enum SpoolCommand {
@@ -34,6 +38,19 @@ pub enum SpoolCommand {
         #[arg(long)]
         yes: bool,
     },
+}
+
+/// Runs `hookgate spool` on the store the config at `config_path` names.
+pub fn command(config_path: &Path, command: &SpoolCommand) -> ExitCode {
+    if let SpoolCommand::Delete { yes: false, .. } = command {
+        eprintln!("error: deleting parked entries loses their events for good; add --yes to do it");
+        return ExitCode::from(EXIT_USAGE);
+    }
+    let config = match load_config(config_path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    finish(spool_command(&config, command), 1)
 }
 
 /// Where `hookgate spool` finds the spool: the running gateway (which holds the store's

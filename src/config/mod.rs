@@ -10,20 +10,21 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 mod amqp;
-pub mod profiles;
 pub mod reconcile;
 pub mod redis;
 mod route;
 mod schema;
 mod secret;
+mod sender_defaults;
 mod units;
 mod validate;
 
 pub use self::redis::Redis;
+pub use crate::providers::{CustomSignature, Encoding, Profile};
 pub use amqp::split_urls;
 pub use route::{
-    CustomSignature, Encoding, Fields, GuardConfig, KeywordGuard, Profile, RateLimit, Route,
-    StatusGuard,
+    Fields, GuardConfig, KeywordGuard, RateLimit, Route, StatusGuard, DEFAULT_HELP, DEFAULT_RANKS,
+    DEFAULT_START, DEFAULT_STOP,
 };
 pub use schema::{
     AdminConfig, Amqp, AmqpQueue, Backend, Config, Dedup, Limits, Listen, Log, QueueKind,
@@ -89,9 +90,9 @@ impl Config {
         options.strict_booleans = true;
         let mut tree: serde_json::Value = serde_saphyr::from_str_with_options(text, options)
             .map_err(|e| parse_error(e.to_string()))?;
-        // What a route leaves out, its profile fills in (Twilio's and Telnyx's fields and
-        // guard rules); the generic defaults below apply only where no profile has one.
-        profiles::fill_route_defaults(&mut tree).map_err(parse_error)?;
+        // What a route leaves out, its sender fills in (Twilio's and Telnyx's fields and
+        // guard rules); the generic defaults below apply only where no sender has one.
+        sender_defaults::fill_route_defaults(&mut tree).map_err(parse_error)?;
         let deprecations = rename_deprecated(&mut tree);
         amqp::check_written(&tree).map_err(parse_error)?;
         let written = units::duration::Written::from_tree(&tree);

@@ -9,47 +9,27 @@ use serde::{Deserialize, Serialize};
 
 use super::schema::default_clock_skew;
 use super::units::{duration, opt_duration, positive};
-use super::{profiles, reconcile, SecretSource};
+use super::{reconcile, SecretSource};
+use crate::providers::{CustomSignature, Profile, RouteKeys, Scheme};
 
-/// Signature scheme of a route.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Profile {
-    /// `X-Botix-Signature: sha256=<hex>` (or bare hex) over the raw body.
-    #[default]
-    Botix,
-    /// Standard Webhooks: `webhook-signature: v1,<base64>` over `id.timestamp.body`.
-    StandardWebhooks,
-    /// Twilio: `X-Twilio-Signature`, HMAC-SHA1 over `public_url` and the form parameters.
-    Twilio,
-    /// Telnyx: `telnyx-signature-ed25519` over `timestamp|body`, checked with a public key.
-    Telnyx,
-    /// Spelled out in `signature`.
-    Custom,
-}
-
-/// How a custom signature is encoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Encoding {
-    /// Lowercase or uppercase hex.
-    Hex,
-    /// Standard base64 with padding.
-    Base64,
-}
-
-/// The scheme of a `custom` profile: HMAC-SHA256 over the raw body.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct CustomSignature {
-    /// Header carrying the signature.
-    pub header: String,
-    /// Optional prefix before the encoded MAC, e.g. `sha256=`.
-    #[serde(default)]
-    pub prefix: Option<String>,
-    /// `hex` or `base64`.
-    pub encoding: Encoding,
-}
+/// The status ranks of a status guard whose route configures none and whose sender brings
+/// none (contract §4).
+pub const DEFAULT_RANKS: [(&str, u32); 8] = [
+    ("queued", 0),
+    ("accepted", 0),
+    ("sending", 1),
+    ("sent", 2),
+    ("delivered", 3),
+    ("undelivered", 3),
+    ("failed", 3),
+    ("read", 4),
+];
+/// The opt-out keywords of a keyword guard that lists none.
+pub const DEFAULT_STOP: [&str; 6] = ["STOP", "STOPALL", "UNSUBSCRIBE", "CANCEL", "END", "QUIT"];
+/// The opt-in keywords of a keyword guard that lists none.
+pub const DEFAULT_START: [&str; 3] = ["START", "UNSTOP", "YES"];
+/// The help keywords of a keyword guard that lists none.
+pub const DEFAULT_HELP: [&str; 2] = ["HELP", "INFO"];
 
 /// A token bucket per route.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -165,7 +145,7 @@ pub struct Route {
     pub name: String,
     /// Exact request path, e.g. `/webhooks/botix`.
     pub path: String,
-    /// `botix` (default), `standard-webhooks`, `twilio`, `telnyx` or `custom`.
+    /// The sender (`providers::Profile`); `botix` when absent.
     #[serde(default)]
     pub profile: Profile,
     /// The scheme of a `custom` profile.
@@ -195,6 +175,22 @@ pub struct Route {
     pub reconcile: Option<reconcile::Reconcile>,
 }
 
+impl Route {
+    /// The keys of the route its sender reads.
+    pub fn sender_keys(&self) -> RouteKeys<'_> {
+        RouteKeys {
+            signature: self.signature.as_ref(),
+            public_url: self.public_url.as_deref(),
+            timestamp_tolerance: self.timestamp_tolerance,
+        }
+    }
+
+    /// The route's signature check, as its sender builds it.
+    pub fn scheme(&self) -> Result<Scheme, String> {
+        self.profile.sender().scheme(&self.sender_keys())
+    }
+}
+
 // The keys of `Route`, `StatusGuard` and `KeywordGuard` that have defaults are given them per
 // key: a section-wide `#[serde(default)]` would fill the required keys too.
 fn default_message_id_ptr() -> String {
@@ -204,7 +200,7 @@ fn default_status_ptr() -> String {
     "/data/status".into()
 }
 fn default_ranks() -> BTreeMap<String, u32> {
-    profiles::DEFAULT_RANKS
+    DEFAULT_RANKS
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v))
         .collect()
@@ -225,13 +221,13 @@ fn words(list: &[&str]) -> Vec<String> {
     list.iter().map(|s| (*s).to_owned()).collect()
 }
 fn default_stop_words() -> Vec<String> {
-    words(&profiles::DEFAULT_STOP)
+    words(&DEFAULT_STOP)
 }
 fn default_start_words() -> Vec<String> {
-    words(&profiles::DEFAULT_START)
+    words(&DEFAULT_START)
 }
 fn default_help_words() -> Vec<String> {
-    words(&profiles::DEFAULT_HELP)
+    words(&DEFAULT_HELP)
 }
 fn default_help_window() -> Duration {
     Duration::from_secs(60)

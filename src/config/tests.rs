@@ -284,7 +284,7 @@ fn twilio_needs_a_public_url_and_only_twilio_takes_one() {
         .as_ref()
         .expect("Twilio's keyword rules");
     assert_eq!(keywords.text, "/Body");
-    assert_eq!(keywords.stop, profiles::DEFAULT_STOP.to_vec());
+    assert_eq!(keywords.stop, DEFAULT_STOP.to_vec());
     let elsewhere = MINIMAL.replace(
         "    secrets:",
         "    public_url: https://h.example/t\n    secrets:",
@@ -514,7 +514,7 @@ fn yaml_1_1_booleans_in_keyword_lists_stay_words() {
     let c = Config::parse(&text).expect("parses");
     let kw = c.routes[0].guard.keywords.as_ref().expect("keywords");
     assert_eq!(kw.start, vec!["YES", "ON", "Si"]);
-    assert_eq!(kw.stop, profiles::DEFAULT_STOP.to_vec());
+    assert_eq!(kw.stop, DEFAULT_STOP.to_vec());
 }
 
 #[test]

@@ -5,8 +5,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{
-    fits_short_string, profiles, Backend, Config, ConfigError, Profile, Route, SecretSource,
-    SPOOL_FLUSH_WAIT,
+    fits_short_string, Backend, Config, ConfigError, Route, SecretSource, SPOOL_FLUSH_WAIT,
 };
 
 /// Longest `store.commit_interval`: every durable answer may wait this long for its commit.
@@ -174,7 +173,10 @@ fn check_route(at: &str, route: &Route, dedup_ttl: Duration) -> Result<(), Confi
         ));
     }
     check_secrets(at, route)?;
-    check_profile_keys(at, route)?;
+    // The keys one sender owns (`signature`, `public_url`): its sender says.
+    if let Err(reason) = route.profile.sender().check_keys(&route.sender_keys()) {
+        return invalid(format!("{at}.{reason}"));
+    }
     if let Some(fields) = &route.fields {
         for (name, ptr) in [
             ("fields.event_id", &fields.event_id),
@@ -187,7 +189,7 @@ fn check_route(at: &str, route: &Route, dedup_ttl: Duration) -> Result<(), Confi
     }
     check_guard_pointers(at, route)?;
     if let Some(rc) = &route.reconcile {
-        if route.profile != Profile::Botix {
+        if !route.profile.sender().lists_messages() {
             return invalid(format!(
                 "{at}.reconcile: only with profile botix (the list API it reads)"
             ));
@@ -212,29 +214,6 @@ fn check_secrets(at: &str, route: &Route) -> Result<(), ConfigError> {
         }
     }
     Ok(())
-}
-
-/// The keys that belong to one profile: `signature` to `custom`, `public_url` to `twilio`,
-/// each required there.
-fn check_profile_keys(at: &str, route: &Route) -> Result<(), ConfigError> {
-    match (route.profile, &route.signature) {
-        (Profile::Custom, None) => {
-            return invalid(format!("{at}.signature: required with profile custom"))
-        }
-        (profile, Some(_)) if profile != Profile::Custom => {
-            return invalid(format!("{at}.signature: only allowed with profile custom"))
-        }
-        _ => {}
-    }
-    match (route.profile, &route.public_url) {
-        (Profile::Twilio, None) => invalid(format!(
-            "{at}.public_url: required with profile twilio (the URL Twilio signs)"
-        )),
-        (Profile::Twilio, Some(url)) => profiles::check_public_url(url)
-            .or_else(|reason| invalid(format!("{at}.public_url: {reason}"))),
-        (_, Some(_)) => invalid(format!("{at}.public_url: only allowed with profile twilio")),
-        (_, None) => Ok(()),
-    }
 }
 
 fn check_guard_pointers(at: &str, route: &Route) -> Result<(), ConfigError> {

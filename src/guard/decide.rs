@@ -6,7 +6,7 @@
 //! atomicity concerns (one decision per key at a time, state advances only with a
 //! confirmed publish) in the module that owns the store.
 
-use crate::config::profiles::{DEFAULT_HELP, DEFAULT_RANKS, DEFAULT_START, DEFAULT_STOP};
+use crate::config::{DEFAULT_HELP, DEFAULT_RANKS, DEFAULT_START, DEFAULT_STOP};
 use crate::metrics::label_values;
 
 use std::borrow::Cow;

@@ -88,8 +88,8 @@ mod tests {
     use super::*;
     use crate::ingress::event::{parse, Delivery, RequestId};
     use crate::ingress::secrets::Secret;
-    use crate::ingress::signature;
     use crate::ingress::trace::TraceContext;
+    use crate::providers as signature;
 
     /// The order key of a keyword event from `contact` on `channel`.
     fn keyword_order_key(contact: &str, channel: &str) -> Option<String> {
@@ -113,7 +113,7 @@ mod tests {
             body: body.into(),
             query: None,
         };
-        let scheme = signature::Scheme::for_route(route).expect("scheme");
+        let scheme = route.scheme().expect("scheme");
         let verified = delivery
             .verify(&scheme, &[Secret::new(b"x")], 0)
             .expect("signed");

@@ -5,15 +5,12 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use http::HeaderMap;
 
-use crate::config::profiles::{TWILIO_RECEIVED_EVENT, TWILIO_STATUS_EVENT};
 use crate::config::{Fields, Profile, Route};
 use crate::ingress::fields::{Extracted, Field, FieldPlan, Slot};
 use crate::ingress::secrets::Secret;
-use crate::ingress::signature::{Scheme, SignatureError, WEBHOOK_ID};
 use crate::ingress::trace::TraceContext;
+use crate::providers::{NamedEvent, OwnEvents, Scheme, SignatureError};
 
-/// Delivery attempt id of the botix profile.
-pub const REQUEST_ID: &str = "x-botix-request-id";
 /// Event type header of the botix profile.
 pub const BOTIX_EVENT: &str = "x-botix-event";
 /// Sender's attempt counter.
@@ -25,9 +22,7 @@ pub const EVENT_TYPE: &str = "x-event-type";
 /// The type of an inbound message's event (botix), the one deduplicated by message id on
 /// a route that reconciles.
 pub const INBOUND_EVENT: &str = "message.received";
-/// Twilio's id of one webhook delivery, the same on its retries.
-pub const TWILIO_IDEMPOTENCY_TOKEN: &str = "i-twilio-idempotency-token";
-/// The content type of a Twilio form delivery that came without one.
+/// The content type of a form delivery that came without one.
 const FORM_CONTENT_TYPE: &str = "application/x-www-form-urlencoded";
 
 /// AMQP caps routing keys at 255 bytes; longer event types cannot be routed.
@@ -108,7 +103,8 @@ pub struct Event {
     pub body: Bytes,
     /// The values of the route's pointers, for the guard.
     pub fields: Extracted,
-    /// The body's content type when it is not JSON (a Twilio form), published with it.
+    /// The body's content type when the sender names its events itself (a Twilio form),
+    /// published with it.
     pub content_type: Option<String>,
     /// The W3C trace context it is published with: the sender's, or a new one.
     pub trace: TraceContext,
@@ -133,19 +129,19 @@ pub struct EventFields {
     /// Whether `X-Event-Id`, `X-Botix-Event` and `X-Event-Type` stand in for a missing id or
     /// type (config `fields.unsigned_header_fallbacks`).
     header_fallbacks: bool,
-    /// Set for the Twilio profile, whose events are read differently.
-    twilio: Option<TwilioFields>,
+    /// Set for a sender that names its events itself (Twilio), not by `fields`.
+    own: Option<OwnFields>,
     /// Set for a route that reconciles: where an inbound event's message id is, the key
     /// that makes the webhook's event and reconciliation's of one message the same.
     message_id: Option<Slot>,
 }
 
-/// Where a Twilio delivery's id and kind are: form fields (or top-level JSON members).
-#[derive(Debug, Clone, Copy)]
-struct TwilioFields {
-    message_sid: Slot,
-    sms_sid: Slot,
-    message_status: Slot,
+/// How a sender that names its events itself does it, and where its fields are read.
+#[derive(Debug, Clone)]
+struct OwnFields {
+    events: OwnEvents,
+    /// The slots of `events.pointers`, in their order.
+    slots: Vec<Slot>,
 }
 
 impl EventFields {
@@ -158,20 +154,17 @@ impl EventFields {
             timestamp: plan.add(&fields.timestamp),
             header_fallbacks: fields.unsigned_header_fallbacks,
             plan,
-            twilio: None,
+            own: None,
             message_id: None,
         }
     }
 
-    /// What a route reads: its `fields`, or for the Twilio profile, Twilio's own fields.
+    /// What a route reads: its `fields`, or the fields its sender names its events by.
     pub fn for_route(route: &Route) -> Self {
         let mut fields = Self::new(route.fields.as_ref().unwrap_or(&Fields::default()));
-        if route.profile == Profile::Twilio {
-            fields.twilio = Some(TwilioFields {
-                message_sid: fields.plan.add("/MessageSid"),
-                sms_sid: fields.plan.add("/SmsSid"),
-                message_status: fields.plan.add("/MessageStatus"),
-            });
+        if let Some(events) = route.profile.sender().own_events() {
+            let slots = events.pointers.iter().map(|p| fields.plan.add(p)).collect();
+            fields.own = Some(OwnFields { events, slots });
         }
         if route.reconcile.is_some() {
             let default_fields = Fields::default();
@@ -196,8 +189,8 @@ impl EventFields {
     }
 }
 
-/// The id of one delivery attempt, read once per request: the sender's (botix
-/// `X-Botix-Request-Id`, Standard Webhooks `webhook-id`) or a generated UUID.
+/// The id of one delivery attempt, read once per request: the sender's (the header its
+/// profile names, `X-Botix-Request-Id` for botix) or a generated UUID.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestId {
     /// The id echoed in `X-Request-Id` and sent as `x-request-id`.
@@ -209,12 +202,8 @@ pub struct RequestId {
 impl RequestId {
     /// The delivery's request id header for `profile`, or a generated id.
     pub fn of(headers: &HeaderMap, profile: Profile) -> Self {
-        let name = match profile {
-            Profile::StandardWebhooks => WEBHOOK_ID,
-            Profile::Twilio => TWILIO_IDEMPOTENCY_TOKEN,
-            // Telnyx sends no id of the delivery apart from the event's own.
-            Profile::Telnyx => return Self::generated(),
-            Profile::Botix | Profile::Custom => REQUEST_ID,
+        let Some(name) = profile.sender().request_id_header() else {
+            return Self::generated();
         };
         // A sender's id that looks like reconciliation's or a replay's would make its
         // message say `x-source: reconcile` or `replay`; it is replaced like a missing one.
@@ -274,8 +263,8 @@ pub fn parse(
     request_id: RequestId,
     trace: TraceContext,
 ) -> Result<Event, ParseError> {
-    if let Some(twilio) = fields.twilio {
-        return parse_twilio(verified, fields, twilio, request_id, trace);
+    if let Some(own) = &fields.own {
+        return parse_own(verified, fields, own, request_id, trace);
     }
     let Verified(delivery) = verified;
     let found = fields
@@ -325,13 +314,13 @@ pub fn parse(
     })
 }
 
-/// Reads a Twilio delivery: form fields, or top-level members of a JSON body. A status
-/// callback has no event id of its own, so its id is the message and the status it
-/// reports (`SM…:delivered`); an inbound message's id is its message SID.
-fn parse_twilio(
+/// Reads the delivery of a sender that names its events itself (Twilio): its body is a form,
+/// or JSON when its content type says so, and the sender makes the event's id and type of
+/// the fields it names; without an id, the sender's request id stands in.
+fn parse_own(
     verified: Verified,
     fields: &EventFields,
-    twilio: TwilioFields,
+    own: &OwnFields,
     request_id: RequestId,
     trace: TraceContext,
 ) -> Result<Event, ParseError> {
@@ -348,28 +337,24 @@ fn parse_twilio(
     } else {
         fields.plan.extract_form(&delivery.body)
     };
-    let text = |slot| {
-        found
-            .get(slot)
-            .and_then(Field::text)
-            .map(Cow::into_owned)
-            .filter(|s| !s.is_empty())
-    };
-    let status = text(twilio.message_status);
-    let sid = text(twilio.message_sid).or_else(|| text(twilio.sms_sid));
-    let id = match (sid, &status) {
-        (Some(sid), Some(status)) => format!("{sid}:{status}"),
-        (Some(sid), None) => sid,
-        (None, _) if request_id.from_sender => request_id.value.clone(),
-        (None, _) => return Err(ParseError::NoEventId),
-    };
+    let values: Vec<Option<Cow<'_, str>>> = own
+        .slots
+        .iter()
+        .map(|slot| {
+            found
+                .get(*slot)
+                .and_then(Field::text)
+                .filter(|s| !s.is_empty())
+        })
+        .collect();
+    let values: Vec<Option<&str>> = values.iter().map(Option::as_deref).collect();
+    let NamedEvent { id, event_type } = (own.events.name)(&values);
+    let id = id
+        .or_else(|| request_id.from_sender.then(|| request_id.value.clone()))
+        .ok_or(ParseError::NoEventId)?;
     if id.len() > MAX_ID_BYTES {
         return Err(ParseError::IdTooLong);
     }
-    let event_type = match status {
-        Some(_) => TWILIO_STATUS_EVENT,
-        None => TWILIO_RECEIVED_EVENT,
-    };
     // A content type is an AMQP short string; one that cannot be one is replaced.
     let content_type = content_type
         .filter(|t| t.len() <= 255 && t.is_ascii())
@@ -430,6 +415,7 @@ fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::providers::{BOTIX_REQUEST_ID as REQUEST_ID, TWILIO_IDEMPOTENCY_TOKEN};
     use http::HeaderValue;
 
     fn verified(body: &str, headers: &[(&'static str, &str)]) -> Verified {

@@ -4,5 +4,4 @@
 pub mod event;
 pub mod fields;
 pub mod secrets;
-pub mod signature;
 pub mod trace;

@@ -4,28 +4,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use crate::config::SecretSource;
-
-/// A secret key. `Debug` never prints it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(Vec<u8>);
-
-impl Secret {
-    /// Wraps key bytes.
-    pub fn new(bytes: &[u8]) -> Self {
-        Self(bytes.to_vec())
-    }
-
-    /// The key bytes, for the MAC only.
-    pub fn expose(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
+pub use crate::providers::Secret;
 
 /// A secret that cannot be read; the message names the variable or file, never a value.
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,7 @@
 //! route of the given profile; [`InspectError`]: why a question cannot be answered.
 
 use crate::config::Profile;
+use crate::providers::IdKind;
 use crate::store_error::StoreError;
 
 /// What is asked about.
@@ -71,7 +72,7 @@ pub enum InspectError {
 const MAX_ID_BYTES: usize = 512;
 
 /// Whether `query`'s ids can be ids of a route of `profile`: not empty, not too long, no
-/// control characters, and a botix request id is a UUID or `req_<ulid>`.
+/// control characters, and the shape its sender gives ids of that kind.
 pub(super) fn check_shape(profile: Profile, query: &Query) -> Result<(), InspectError> {
     let ids: Vec<&str> = match query {
         Query::Event(id) | Query::Request(id) | Query::Message(id) => vec![id],
@@ -90,36 +91,16 @@ pub(super) fn check_shape(profile: Profile, query: &Query) -> Result<(), Inspect
             return Err(InspectError::Shape("the id holds control characters"));
         }
     }
-    match (profile, query) {
-        (Profile::Botix, Query::Request(id)) if !is_botix_request_id(id) => {
-            Err(InspectError::Shape(
-                "not a botix request id: X-Botix-Request-Id is a UUID or req_<ulid>",
-            ))
-        }
-        (Profile::Botix, Query::Event(id) | Query::Message(id)) if is_botix_request_id(id) => {
-            Err(InspectError::Shape(
-                "this is a request id (a UUID or req_<ulid>, as X-Request-Id shows): ask with `inspect request`",
-            ))
-        }
-        (Profile::Telnyx, Query::Request(_)) => Err(InspectError::Shape(
-            "telnyx sends no request id: ask with `inspect event`",
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// A botix request id: a UUID, or `req_` and a ULID (26 Crockford base32 characters).
-fn is_botix_request_id(id: &str) -> bool {
-    const CROCKFORD: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-    if uuid::Uuid::parse_str(id).is_ok() && id.len() == 36 {
-        return true;
-    }
-    id.strip_prefix("req_").is_some_and(|ulid| {
-        ulid.len() == 26
-            && ulid
-                .chars()
-                .all(|c| CROCKFORD.contains(c.to_ascii_uppercase()))
-    })
+    let (kind, id) = match query {
+        Query::Event(id) => (IdKind::Event, id),
+        Query::Request(id) => (IdKind::Request, id),
+        Query::Message(id) => (IdKind::Message, id),
+        Query::Contact { .. } => return Ok(()),
+    };
+    profile
+        .sender()
+        .check_id(kind, id)
+        .map_err(InspectError::Shape)
 }
 
 #[cfg(test)]

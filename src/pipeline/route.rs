@@ -7,8 +7,8 @@ use crate::config::{Backend, Config, Route, SPOOL_FLUSH_WAIT};
 use crate::guard::RouteGuard;
 use crate::ingress::event::EventFields;
 use crate::ingress::secrets::RouteSecrets;
-use crate::ingress::signature::Scheme;
 use crate::metrics::{Metrics, RouteCounters};
+use crate::providers::Scheme;
 use crate::ratelimit::TokenBucket;
 
 use super::outcome::drop_reasons;

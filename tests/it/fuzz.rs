@@ -14,9 +14,9 @@ use hookgate::guard::decide::normalise_keyword_text;
 use hookgate::ingress::event::parse_timestamp;
 use hookgate::ingress::fields::{Field, FieldPlan};
 use hookgate::ingress::secrets::Secret;
-use hookgate::ingress::signature::{
-    botix_header, hmac_parts, Scheme, BOTIX_SIGNATURE, WEBHOOK_ID, WEBHOOK_SIGNATURE,
-    WEBHOOK_TIMESTAMP,
+use hookgate::providers::{
+    botix_header, hmac_parts, BodyHmac, Scheme, StandardWebhooksScheme, BOTIX_SIGNATURE,
+    WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP,
 };
 use http::{HeaderMap, HeaderName, HeaderValue};
 use proptest::prelude::*;
@@ -31,24 +31,24 @@ const KEY: &[u8] = b"fuzz-secret-0123456789abcdef";
 /// encodings, with and without a prefix.
 fn schemes() -> Vec<Scheme> {
     vec![
-        Scheme::BodyHmac {
+        Scheme::new(BodyHmac {
             header: HeaderName::from_static(BOTIX_SIGNATURE),
             prefix: Some("sha256=".into()),
             encoding: Encoding::Hex,
-        },
-        Scheme::StandardWebhooks {
+        }),
+        Scheme::new(StandardWebhooksScheme {
             tolerance_secs: 300,
-        },
-        Scheme::BodyHmac {
+        }),
+        Scheme::new(BodyHmac {
             header: HeaderName::from_static("x-sig"),
             prefix: None,
             encoding: Encoding::Base64,
-        },
-        Scheme::BodyHmac {
+        }),
+        Scheme::new(BodyHmac {
             header: HeaderName::from_static("x-sig"),
             prefix: Some("v1=".into()),
             encoding: Encoding::Hex,
-        },
+        }),
     ]
 }
 

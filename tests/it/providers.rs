@@ -88,7 +88,7 @@ fn twilio_status(sid: &str, status: &str, token: &str) -> (String, Vec<(&'static
          &MessagingServiceSid=MG0123&MessageSid={sid}&AccountSid=AC0123&From=%2B14155550111\
          &ApiVersion=2010-04-01"
     );
-    let signature = hookgate::ingress::signature::twilio_signature(
+    let signature = hookgate::providers::twilio_signature(
         TWILIO_TOKEN.as_bytes(),
         TWILIO_PUBLIC_URL,
         body.as_bytes(),
@@ -199,7 +199,7 @@ async fn a_reordered_twilio_status_chain_goes_through_the_guard() {
     // An inbound message is the sentinel: everything before it has been published.
     let sentinel = format!("SM{}", uuid::Uuid::new_v4().simple());
     let inbound = format!("MessageSid={sentinel}&Body=hello&From=%2B14155550111&To=%2B14155550100");
-    let signature = hookgate::ingress::signature::twilio_signature(
+    let signature = hookgate::providers::twilio_signature(
         TWILIO_TOKEN.as_bytes(),
         TWILIO_PUBLIC_URL,
         inbound.as_bytes(),
@@ -244,7 +244,7 @@ fn telnyx_delivery(
     }
     let body = body.to_string();
     let now = time::OffsetDateTime::now_utc().unix_timestamp();
-    let (signature, public) = hookgate::ingress::signature::telnyx_signature(
+    let (signature, public) = hookgate::providers::telnyx_signature(
         v["seed"].as_str().expect("seed").as_bytes(),
         now,
         body.as_bytes(),
@@ -313,7 +313,7 @@ async fn telnyx_deliveries_verify_publish_and_are_guarded() {
         .await;
     assert_eq!(answer, serde_json::json!({"error": "invalid_signature"}));
     let mut other = headers.clone();
-    other[0].1 = hookgate::ingress::signature::telnyx_signature(
+    other[0].1 = hookgate::providers::telnyx_signature(
         b"AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=",
         other[1].1.parse().expect("ts"),
         body.as_bytes(),
@@ -374,7 +374,7 @@ async fn hookgate_sign_makes_a_delivery_every_profile_accepts() {
     let seed: [u8; 32] = rand::random();
     let seed = b64(&seed);
     let (_, telnyx_public) =
-        hookgate::ingress::signature::telnyx_signature(seed.as_bytes(), 0, b"").expect("key");
+        hookgate::providers::telnyx_signature(seed.as_bytes(), 0, b"").expect("key");
     let whsec = format!("whsec_{}", b64(&rand::random::<[u8; 24]>()));
     let json = |id: &str| format!(r#"{{"id":"{id}","event":"contact.created"}}"#);
     let telnyx_body = |id: &str| {

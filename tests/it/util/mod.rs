@@ -153,7 +153,7 @@ pub fn unique(prefix: &str) -> String {
 
 /// The botix signature header for `body` under `secret`.
 pub fn sign(secret: &str, body: &[u8]) -> String {
-    hookgate::ingress::signature::botix_header(secret.as_bytes(), body)
+    hookgate::providers::botix_header(secret.as_bytes(), body)
 }
 
 /// An RFC 3339 time `offset_secs` from now.

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use hookgate::config::profiles::DEFAULT_RANKS as RANKS;
+use hookgate::config::DEFAULT_RANKS as RANKS;
 use rand::seq::{IndexedRandom, SliceRandom};
 
 use super::*;

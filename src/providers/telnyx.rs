@@ -1,18 +1,124 @@
-//! Telnyx: an ed25519 signature of `timestamp|body`; the route's secrets are public keys.
+//! Telnyx: an ed25519 signature of `timestamp|body`, checked with the route's secrets as
+//! public keys; no id of the delivery apart from the event's own; events read at
+//! `/data/...`, with guard rules for its message statuses and inbound keywords.
 
 use base64::Engine;
 use http::HeaderMap;
+use serde_json::{json, Value};
 
-use super::{header_str, SignatureError, SignedWindow};
-use crate::ingress::secrets::Secret;
+use super::mac::{header_str, SignedWindow};
+use super::scheme::{Scheme, Secret, SignatureError, Verify};
+use super::sender::{ranks, IdKind, RouteKeys, Sender, SignRequest, Signed};
 
 /// Header of the Telnyx profile: base64 ed25519 signature of `timestamp|body`.
 pub const TELNYX_SIGNATURE: &str = "telnyx-signature-ed25519";
 /// Seconds since the epoch, signed together with the body.
 pub const TELNYX_TIMESTAMP: &str = "telnyx-timestamp";
 
+/// Telnyx's per-recipient message statuses (`data.payload.to[0].status`), in order.
+pub const TELNYX_RANKS: [(&str, u32); 8] = [
+    ("queued", 0),
+    ("sending", 1),
+    ("sent", 2),
+    ("delivered", 3),
+    ("delivery_unconfirmed", 3),
+    ("delivery_failed", 3),
+    ("sending_failed", 3),
+    ("expired", 3),
+];
+
+/// The Telnyx sender.
+pub struct Telnyx;
+
+impl Sender for Telnyx {
+    fn scheme(&self, keys: &RouteKeys<'_>) -> Result<Scheme, String> {
+        Ok(Scheme::new(TelnyxScheme {
+            tolerance_secs: keys.tolerance_secs(),
+        }))
+    }
+
+    /// The signed headers, and the public key a route must hold as a note.
+    fn sign(&self, request: &SignRequest<'_>) -> Result<Signed, String> {
+        let ts = request.timestamp;
+        let (signature, public) = telnyx_signature(request.secret, ts, request.body)
+            .ok_or("the key is not the base64 of a 32-byte ed25519 private key (seed)")?;
+        Ok(Signed {
+            headers: format!("telnyx-timestamp: {ts}\ntelnyx-signature-ed25519: {signature}"),
+            note: Some(format!("public key (the route's secret): {public}")),
+        })
+    }
+
+    /// Telnyx sends no id of the delivery apart from the event's own.
+    fn request_id_header(&self) -> Option<&'static str> {
+        None
+    }
+
+    fn fields(&self) -> Result<Value, &'static str> {
+        Ok(json!({
+            "event_id": "/data/id",
+            "event_type": "/data/event_type",
+            "timestamp": "/data/occurred_at",
+        }))
+    }
+
+    fn guard(&self) -> Option<Value> {
+        Some(json!({
+            "status": {
+                "events": ["message.sent", "message.finalized"],
+                "message_id": "/data/payload/id",
+                "status": "/data/payload/to/0/status",
+                "ranks": ranks(&TELNYX_RANKS),
+            },
+            "keywords": {
+                "events": ["message.received"],
+                "text": "/data/payload/text",
+                "contact": "/data/payload/from/phone_number",
+                "channel": "/data/payload/to/0/phone_number",
+            },
+        }))
+    }
+
+    fn check_id(&self, kind: IdKind, _id: &str) -> Result<(), &'static str> {
+        match kind {
+            IdKind::Request => Err("telnyx sends no request id: ask with `inspect event`"),
+            IdKind::Event | IdKind::Message => Ok(()),
+        }
+    }
+}
+
+/// The check of a Telnyx route: signed times within `tolerance_secs` of now.
+#[derive(Debug, Clone)]
+pub struct TelnyxScheme {
+    /// The accepted age of `telnyx-timestamp`, either way.
+    pub tolerance_secs: i64,
+}
+
+impl Verify for TelnyxScheme {
+    fn verify(
+        &self,
+        headers: &HeaderMap,
+        _query: Option<&str>,
+        body: &[u8],
+        secrets: &[Secret],
+        now_secs: i64,
+    ) -> Result<(), SignatureError> {
+        verify(
+            headers,
+            body,
+            secrets,
+            SignedWindow::new(now_secs, self.tolerance_secs),
+        )
+    }
+
+    fn unusable(&self, secret: &[u8]) -> Option<&'static str> {
+        telnyx_key(secret)
+            .is_none()
+            .then_some("is not the base64 of a 32-byte ed25519 public key")
+    }
+}
+
 /// Checks the signature against every configured public key.
-pub(super) fn verify(
+fn verify(
     headers: &HeaderMap,
     body: &[u8],
     secrets: &[Secret],
@@ -71,7 +177,7 @@ pub fn telnyx_signature(
 }
 
 /// A Telnyx public key from its base64 text.
-pub(super) fn telnyx_key(secret: &[u8]) -> Option<ed25519_dalek::VerifyingKey> {
+fn telnyx_key(secret: &[u8]) -> Option<ed25519_dalek::VerifyingKey> {
     let text = std::str::from_utf8(secret).ok()?.trim();
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(text)
@@ -86,16 +192,15 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
-    use crate::ingress::signature::testkit::*;
-    use crate::ingress::signature::*;
+    use crate::providers::vectors::{headers, provider_vectors, text};
 
     #[test]
     fn telnyx_vectors_of_an_independent_ed25519_implementation() {
         let v = provider_vectors("telnyx.json");
         let key = [Secret::new(text(&v["public_key"]).as_bytes())];
-        let scheme = Scheme::Telnyx {
+        let scheme = Scheme::new(TelnyxScheme {
             tolerance_secs: 300,
-        };
+        });
         assert_eq!(scheme.check_secrets(&key), Ok(()));
         for d in v["deliveries"].as_array().expect("deliveries") {
             let name = text(&d["name"]);
@@ -141,9 +246,9 @@ mod tests {
 
     #[test]
     fn telnyx_keys_and_headers_that_cannot_be_used() {
-        let scheme = Scheme::Telnyx {
+        let scheme = Scheme::new(TelnyxScheme {
             tolerance_secs: 300,
-        };
+        });
         for bad in ["", "not base64", "AAAA", "whsec_abc"] {
             assert!(
                 scheme
@@ -175,9 +280,9 @@ mod tests {
 
     #[test]
     fn extreme_telnyx_timestamps_are_stale_not_an_overflow() {
-        let scheme = Scheme::Telnyx {
+        let scheme = Scheme::new(TelnyxScheme {
             tolerance_secs: 300,
-        };
+        });
         let v = provider_vectors("telnyx.json");
         let key = [Secret::new(text(&v["public_key"]).as_bytes())];
         for (ts, now) in [

@@ -1,32 +1,55 @@
-//! An HMAC-SHA256 of the raw body in one header, after an optional prefix: the botix
-//! profile, and the custom profile's scheme.
+//! botix: `X-Botix-Signature: sha256=<hex>` (or bare hex) over the raw body, the delivery's
+//! id in `X-Botix-Request-Id` (a UUID or `req_<ulid>`), and the list API reconciliation
+//! reads. Its events are read with the route's `fields`; it brings no guard of its own.
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
 
-use super::{decode, header_str, hmac_parts, match_any, SignatureError};
-use crate::config::Encoding;
-use crate::ingress::secrets::Secret;
+use super::body_hmac::BodyHmac;
+use super::mac::{hmac_parts, Encoding};
+use super::scheme::Scheme;
+use super::sender::{IdKind, RouteKeys, Sender, SignRequest, Signed};
 
-/// Header of the botix profile.
+/// Header of the botix profile: `sha256=<hex>` of the body.
 pub const BOTIX_SIGNATURE: &str = "x-botix-signature";
+/// The id of one delivery attempt, the same on its retries.
+pub const BOTIX_REQUEST_ID: &str = "x-botix-request-id";
 
-/// Checks the MAC in `header` against every secret.
-pub(super) fn verify(
-    headers: &HeaderMap,
-    header: &HeaderName,
-    prefix: Option<&str>,
-    encoding: Encoding,
-    body: &[u8],
-    secrets: &[Secret],
-) -> Result<(), SignatureError> {
-    let value = header_str(headers, header.as_str())?;
-    // The prefix is optional on the wire: botix senders send either form.
-    let encoded = match prefix {
-        Some(p) => value.strip_prefix(p).unwrap_or(value),
-        None => value,
-    };
-    let mac = decode(encoded.trim(), encoding)?;
-    match_any(secrets, &mac, |key| hmac_parts(key, &[body]))
+/// The botix sender.
+pub struct Botix;
+
+impl Sender for Botix {
+    fn scheme(&self, _keys: &RouteKeys<'_>) -> Result<Scheme, String> {
+        Ok(Scheme::new(BodyHmac {
+            header: HeaderName::from_static(BOTIX_SIGNATURE),
+            prefix: Some("sha256=".into()),
+            encoding: Encoding::Hex,
+        }))
+    }
+
+    /// The signature value alone, as `X-Botix-Signature` carries it.
+    fn sign(&self, request: &SignRequest<'_>) -> Result<Signed, String> {
+        Ok(Signed::headers(botix_header(request.secret, request.body)))
+    }
+
+    fn request_id_header(&self) -> Option<&'static str> {
+        Some(BOTIX_REQUEST_ID)
+    }
+
+    fn check_id(&self, kind: IdKind, id: &str) -> Result<(), &'static str> {
+        match kind {
+            IdKind::Request if !is_botix_request_id(id) => {
+                Err("not a botix request id: X-Botix-Request-Id is a UUID or req_<ulid>")
+            }
+            IdKind::Event | IdKind::Message if is_botix_request_id(id) => Err(
+                "this is a request id (a UUID or req_<ulid>, as X-Request-Id shows): ask with `inspect request`",
+            ),
+            _ => Ok(()),
+        }
+    }
+
+    fn lists_messages(&self) -> bool {
+        true
+    }
 }
 
 /// The botix header value for a body: `sha256=<lowercase hex>`.
@@ -34,13 +57,29 @@ pub fn botix_header(secret: &[u8], body: &[u8]) -> String {
     format!("sha256={}", hex::encode(hmac_parts(secret, &[body])))
 }
 
+/// A botix request id: a UUID, or `req_` and a ULID (26 Crockford base32 characters).
+fn is_botix_request_id(id: &str) -> bool {
+    const CROCKFORD: &str = "0123456789ABCDEFGHJKMNPQRSTVWXYZ";
+    if uuid::Uuid::parse_str(id).is_ok() && id.len() == 36 {
+        return true;
+    }
+    id.strip_prefix("req_").is_some_and(|ulid| {
+        ulid.len() == 26
+            && ulid
+                .chars()
+                .all(|c| CROCKFORD.contains(c.to_ascii_uppercase()))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use base64::Engine;
 
     use super::*;
-    use crate::ingress::signature::testkit::*;
-    use crate::ingress::signature::*;
+    use crate::providers::mac::hmac_parts;
+    use crate::providers::scheme::{Secret, SignatureError};
+    use crate::providers::vectors::headers;
+    use http::HeaderMap;
 
     #[derive(serde::Deserialize)]
     struct Vectors {
@@ -65,11 +104,7 @@ mod tests {
     }
 
     fn botix() -> Scheme {
-        Scheme::BodyHmac {
-            header: http::HeaderName::from_static(BOTIX_SIGNATURE),
-            prefix: Some("sha256=".into()),
-            encoding: Encoding::Hex,
-        }
+        Botix.scheme(&RouteKeys::default()).expect("scheme")
     }
 
     #[test]
@@ -163,20 +198,20 @@ mod tests {
     }
 
     #[test]
-    fn custom_base64_scheme_with_its_own_header() {
-        let scheme = Scheme::BodyHmac {
-            header: http::HeaderName::from_static("x-sig"),
-            prefix: None,
-            encoding: Encoding::Base64,
-        };
-        let body = b"payload";
-        let mac = base64::engine::general_purpose::STANDARD.encode(hmac_parts(b"s3", &[body]));
-        let h = headers("x-sig", &mac);
-        assert_eq!(scheme.verify(&h, body, &[Secret::new(b"s3")], 0), Ok(()));
-        assert_eq!(
-            scheme.verify(&h, b"payload2", &[Secret::new(b"s3")], 0),
-            Err(SignatureError::Mismatch)
-        );
+    fn botix_request_ids_are_uuids_or_req_and_a_ulid() {
+        let ulid = "req_01JD8Z6Q3R7WXYZABCDEFGHJKM";
+        for id in ["3f2504e0-4f89-41d3-9a0c-0305e82c3301", ulid] {
+            assert_eq!(Botix.check_id(IdKind::Request, id), Ok(()), "{id}");
+            assert!(Botix.check_id(IdKind::Event, id).is_err(), "{id}");
+        }
+        for id in [
+            "evt_1",
+            "req_01JD8Z6Q3R7W",
+            "req_01JD8Z6Q3R7WXYZABCDEFGHJKI",
+        ] {
+            assert!(Botix.check_id(IdKind::Request, id).is_err(), "{id}");
+            assert_eq!(Botix.check_id(IdKind::Message, id), Ok(()), "{id}");
+        }
     }
 
     #[test]

@@ -1,13 +1,14 @@
 //! Standard Webhooks: `v1,<base64>` HMAC-SHA256 signatures over `id.timestamp.body`, with
-//! `whsec_` secrets.
+//! `whsec_` secrets; the delivery's id is `webhook-id`, its events are read with the route's
+//! `fields`.
 
 use base64::Engine;
 use http::HeaderMap;
 use subtle::{Choice, ConstantTimeEq};
 
-use super::{decode, header_str, hmac_parts, matched, SignatureError, SignedWindow};
-use crate::config::Encoding;
-use crate::ingress::secrets::Secret;
+use super::mac::{decode, header_str, hmac_parts, matched, Encoding, SignedWindow};
+use super::scheme::{Scheme, Secret, SignatureError, Verify};
+use super::sender::{RouteKeys, Sender, SignRequest, Signed};
 
 /// Headers of the Standard Webhooks profile.
 pub const WEBHOOK_ID: &str = "webhook-id";
@@ -18,9 +19,69 @@ pub const WEBHOOK_SIGNATURE: &str = "webhook-signature";
 /// Standard Webhooks secrets are this prefix and the base64 of the key.
 pub const WEBHOOK_SECRET_PREFIX: &str = "whsec_";
 
+/// The Standard Webhooks sender.
+pub struct StandardWebhooks;
+
+impl Sender for StandardWebhooks {
+    fn scheme(&self, keys: &RouteKeys<'_>) -> Result<Scheme, String> {
+        Ok(Scheme::new(StandardWebhooksScheme {
+            tolerance_secs: keys.tolerance_secs(),
+        }))
+    }
+
+    fn sign(&self, request: &SignRequest<'_>) -> Result<Signed, String> {
+        let id = request
+            .id
+            .map_or_else(|| format!("msg_{}", request.fresh), str::to_owned);
+        let ts = request.timestamp;
+        let signature = standard_webhooks_signature(request.secret, &id, ts, request.body)
+            .ok_or("the secret is not whsec_ followed by base64")?;
+        Ok(Signed::headers(format!(
+            "webhook-id: {id}\nwebhook-timestamp: {ts}\nwebhook-signature: {signature}"
+        )))
+    }
+
+    fn request_id_header(&self) -> Option<&'static str> {
+        Some(WEBHOOK_ID)
+    }
+}
+
+/// The check of a Standard Webhooks route: signed times within `tolerance_secs` of now.
+#[derive(Debug, Clone)]
+pub struct StandardWebhooksScheme {
+    /// The accepted age of `webhook-timestamp`, either way.
+    pub tolerance_secs: i64,
+}
+
+impl Verify for StandardWebhooksScheme {
+    fn verify(
+        &self,
+        headers: &HeaderMap,
+        _query: Option<&str>,
+        body: &[u8],
+        secrets: &[Secret],
+        now_secs: i64,
+    ) -> Result<(), SignatureError> {
+        verify(
+            headers,
+            body,
+            secrets,
+            SignedWindow::new(now_secs, self.tolerance_secs),
+        )
+    }
+
+    fn unusable(&self, secret: &[u8]) -> Option<&'static str> {
+        secret
+            .starts_with(WEBHOOK_SECRET_PREFIX.as_bytes())
+            .then(|| standard_webhooks_key(secret))
+            .is_some_and(|keys| keys.is_empty())
+            .then_some("starts with whsec_ but the rest is not base64 of a key")
+    }
+}
+
 /// Checks every `v1` signature of the request against every key of every secret, without
 /// stopping at a match.
-pub(super) fn verify(
+fn verify(
     headers: &HeaderMap,
     body: &[u8],
     secrets: &[Secret],
@@ -70,7 +131,7 @@ pub fn standard_webhooks_signature(
 /// base64 of the key, of any length (senders make 24 or 32 random bytes); a secret that
 /// does not parse as such has no key. The reference libraries also take the base64 without
 /// the prefix, so a secret without it is tried both decoded and as its raw bytes.
-pub(super) fn standard_webhooks_key(secret: &[u8]) -> Vec<Vec<u8>> {
+fn standard_webhooks_key(secret: &[u8]) -> Vec<Vec<u8>> {
     let text = std::str::from_utf8(secret).ok();
     if let Some(b64) = text.and_then(|s| s.strip_prefix(WEBHOOK_SECRET_PREFIX)) {
         return secret_base64(b64).into_iter().collect();
@@ -95,7 +156,6 @@ mod tests {
     use http::HeaderValue;
 
     use super::*;
-    use crate::ingress::signature::*;
 
     /// The vector of the Standard Webhooks specification's own repository
     /// (tests/data/providers/standard_webhooks.json names the files).
@@ -134,9 +194,9 @@ mod tests {
     #[test]
     fn standard_webhooks_specification_vector_with_its_24_byte_secret() {
         let v = spec_vector();
-        let scheme = Scheme::StandardWebhooks {
+        let scheme = Scheme::new(StandardWebhooksScheme {
             tolerance_secs: v.tolerance_secs,
-        };
+        });
         let ts: i64 = v.timestamp.parse().expect("timestamp");
         let body = v.payload.as_bytes();
         let verify = |signature: &str, secret: &str, now: i64| {
@@ -178,9 +238,9 @@ mod tests {
 
     #[test]
     fn standard_webhooks_secrets_in_every_form_senders_use() {
-        let scheme = Scheme::StandardWebhooks {
+        let scheme = Scheme::new(StandardWebhooksScheme {
             tolerance_secs: 300,
-        };
+        });
         let engine = base64::engine::general_purpose::STANDARD;
         for len in [16, 24, 32, 64] {
             let key: Vec<u8> = (0..len as u8).map(|b| b.wrapping_mul(37)).collect();
@@ -235,9 +295,9 @@ mod tests {
             WEBHOOK_SIGNATURE,
             HeaderValue::from_str(&sig).expect("value"),
         );
-        let scheme = Scheme::StandardWebhooks {
+        let scheme = Scheme::new(StandardWebhooksScheme {
             tolerance_secs: 300,
-        };
+        });
         let secrets = [Secret::new(secret.as_bytes())];
         assert_eq!(scheme.verify(&h, body, &secrets, 1100), Ok(()));
         assert_eq!(
@@ -252,9 +312,9 @@ mod tests {
 
     #[test]
     fn extreme_standard_webhooks_timestamps_are_stale_not_an_overflow() {
-        let scheme = Scheme::StandardWebhooks {
+        let scheme = Scheme::new(StandardWebhooksScheme {
             tolerance_secs: 300,
-        };
+        });
         let secrets = [Secret::new(b"whsec_AAAA")];
         for (ts, now) in [
             (i64::MIN, 1_800_000_000),
