@@ -1,7 +1,16 @@
 //! The broker nodes of the `amqp` section: one node (`url`, or `url_env`) or the nodes of a
 //! cluster (`urls`, or `urls_env`), which the publisher tries in order.
 
-use super::{redact_url, Amqp};
+use super::redact::redact_url;
+use super::schema::Amqp;
+
+/// The longest AMQP short string, in bytes: the limit of exchange names, routing keys and
+/// `message_id`. Config checks the exchange against it; the outbox checks routing keys.
+pub const AMQP_SHORT_STRING_MAX: usize = 255;
+/// Whether `text` fits an AMQP short string.
+pub fn fits_short_string(text: &str) -> bool {
+    text.len() <= AMQP_SHORT_STRING_MAX
+}
 
 /// The keys that name one node and the keys that name several.
 const ONE_NODE: [&str; 2] = ["url", "url_env"];

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::config_error::ConfigError;
 use super::units::duration;
-use super::{ConfigError, SPOOL_FLUSH_WAIT};
+use durable_spool::FLUSH_TIMEOUT as SPOOL_FLUSH_WAIT;
 
 /// A Redis call slower than this counts as a failure (the request answers 503). Part of
 /// every lease bound below: a request may spend it on each call it makes while holding one.

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::default_clock_skew;
+use super::reconcile;
+use super::secret::SecretSource;
 use super::units::{duration, opt_duration, positive};
-use super::{reconcile, SecretSource};
 use crate::providers::{CustomSignature, Profile, RouteKeys, Scheme};
 
 /// The status ranks of a status guard whose route configures none and whose sender brings
@@ -231,4 +231,10 @@ fn default_help_words() -> Vec<String> {
 }
 fn default_help_window() -> Duration {
     Duration::from_secs(60)
+}
+
+/// How far an event's timestamp may be from the clock, for the config and for a route that
+/// sets no skew of its own.
+pub(super) fn default_clock_skew() -> Duration {
+    Duration::from_secs(300)
 }

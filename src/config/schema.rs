@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::redis::Redis;
+use super::route::{default_clock_skew, RateLimit, Route};
 use super::units::{duration, positive, size};
-use super::{RateLimit, Redis, Route};
 
 /// The whole configuration file (contract §7).
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -381,9 +382,6 @@ impl Default for Log {
 
 // The defaults of `Config`'s keys are given per key: a section-wide `#[serde(default)]` would
 // fill the required keys too. Every other section takes its defaults from its `Default`.
-pub(super) fn default_clock_skew() -> Duration {
-    Duration::from_secs(300)
-}
 fn default_shutdown_grace() -> Duration {
     Duration::from_secs(25)
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::REDACTED;
+use super::redact::REDACTED;
 
 /// Where one secret comes from. The file writes it as a mapping with exactly one of the
 /// keys `secret_env`, `secret_file` and `secret`.

@@ -4,9 +4,13 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
-use super::{
-    fits_short_string, Backend, Config, ConfigError, Route, SecretSource, SPOOL_FLUSH_WAIT,
-};
+use durable_spool::FLUSH_TIMEOUT as SPOOL_FLUSH_WAIT;
+
+use super::amqp::fits_short_string;
+use super::config_error::ConfigError;
+use super::route::Route;
+use super::schema::{Backend, Config};
+use super::secret::SecretSource;
 
 /// Longest `store.commit_interval`: every durable answer may wait this long for its commit.
 const MAX_COMMIT_INTERVAL: Duration = Duration::from_millis(100);

@@ -13,7 +13,7 @@ use crate::outbox::message::Message;
 use crate::outbox::publish::{PublishError, Publisher};
 use crate::store_error::{StoreError, RETRY_AFTER_FAULT_SECS, RETRY_AFTER_TRANSIENT_SECS};
 
-pub use durable_spool::{ParkedEntry, Spool, SpoolError, SpoolStatus};
+pub use durable_spool::{ParkedEntry, Spool, SpoolError, SpoolStatus, FLUSH_TIMEOUT};
 
 /// `Retry-After` of a delivery refused because the spool is full: the broker has been away
 /// a while and will not be back in seconds.

@@ -3,11 +3,12 @@
 use std::time::Duration;
 
 use crate::clock::Clock;
-use crate::config::{Backend, Config, Route, SPOOL_FLUSH_WAIT};
+use crate::config::{Backend, Config, Route};
 use crate::guard::RouteGuard;
 use crate::ingress::event::EventFields;
 use crate::ingress::secrets::RouteSecrets;
 use crate::metrics::{Metrics, RouteCounters};
+use crate::outbox::spooling::FLUSH_TIMEOUT as SPOOL_FLUSH_WAIT;
 use crate::providers::Scheme;
 use crate::ratelimit::TokenBucket;
 

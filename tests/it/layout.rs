@@ -79,7 +79,8 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
 }
 
 /// The paths that start with the path segment `first` (`first::a::b`) in `code`, each as the
-/// segments after it; `first` must begin a path, not end one (`x::first::a` is not one).
+/// segments after it; `first` must begin a path, not end one (`x::first::a` is not one). A
+/// group (`first::a::{b, c::d}`) gives one path per item.
 fn paths_after(code: &str, first: &str) -> Vec<Vec<String>> {
     let is_path_char = |c: char| c.is_alphanumeric() || c == '_' || c == ':';
     let needle = format!("{first}::");
@@ -98,42 +99,93 @@ fn paths_after(code: &str, first: &str) -> Vec<Vec<String>> {
         }
         let rest = &code[from..];
         let end = rest.find(|c: char| !is_path_char(c)).unwrap_or(rest.len());
-        let segments = rest[..end]
+        let segments: Vec<String> = rest[..end]
             .split("::")
             .filter(|s| !s.is_empty())
             .map(str::to_owned)
             .collect();
-        paths.push(segments);
+        let group = rest[end..]
+            .strip_prefix('{')
+            .and_then(|g| g.split_once('}'))
+            .map(|(items, _)| items);
+        let Some(items) = group else {
+            paths.push(segments);
+            continue;
+        };
+        for item in items.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let item: Vec<String> = item
+                .split("::")
+                .map(|s| s.split_whitespace().next().unwrap_or(s))
+                .filter(|s| !s.is_empty() && *s != "self" && *s != "*")
+                .map(str::to_owned)
+                .collect();
+            paths.push([segments.clone(), item].concat());
+        }
     }
     paths
 }
 
+/// `code` cut at its inline modules (`mod name { … }`): each piece with the names of the
+/// inline modules it is in, so a `super::` inside one is read from there.
+fn inline_scopes(code: &str) -> Vec<(Vec<String>, String)> {
+    let mut pieces: Vec<(Vec<String>, String)> = Vec::new();
+    let mut open: Vec<(String, i64)> = Vec::new();
+    let mut depth = 0i64;
+    for line in code.lines() {
+        let trimmed = line.trim_start();
+        let declared = ["pub(crate) ", "pub(super) ", "pub "]
+            .iter()
+            .find_map(|p| trimmed.strip_prefix(p))
+            .unwrap_or(trimmed);
+        let inline = declared
+            .strip_prefix("mod ")
+            .and_then(|rest| rest.strip_suffix('{'))
+            .map(str::trim);
+        if let Some(name) = inline {
+            open.push((name.to_owned(), depth));
+        }
+        let scope: Vec<String> = open.iter().map(|(name, _)| name.clone()).collect();
+        match pieces.last_mut() {
+            Some((last, text)) if *last == scope => {
+                text.push_str(line);
+                text.push('\n');
+            }
+            _ => pieces.push((scope, format!("{line}\n"))),
+        }
+        depth += line.matches('{').count() as i64 - line.matches('}').count() as i64;
+        while open.last().is_some_and(|(_, at)| depth <= *at) {
+            open.pop();
+        }
+    }
+    pieces
+}
+
 /// The paths `code` of `module` names, as full module paths of its crate: `crate::…`,
-/// `super::…` and `self::…`, and the paths that begin with one of its `children`.
+/// `super::…` and `self::…` (read from the inline module they are in), and the paths that
+/// begin with one of its `children`.
 fn named_paths(code: &str, module: &str, children: &[String]) -> Vec<Vec<String>> {
     let own: Vec<String> = module.split("::").map(str::to_owned).collect();
     let mut found = crate_paths(code);
-    for segments in paths_after(code, "super") {
-        let mut base = own[..own.len() - 1].to_vec();
-        let mut rest = segments.as_slice();
-        while let Some(("super", tail)) = rest.split_first().map(|(h, t)| (h.as_str(), t)) {
-            base.pop();
-            rest = tail;
+    for (inline, piece) in inline_scopes(code) {
+        let here = [own.clone(), inline.clone()].concat();
+        for segments in paths_after(&piece, "super") {
+            let mut base = here[..here.len() - 1].to_vec();
+            let mut rest = segments.as_slice();
+            while let Some(("super", tail)) = rest.split_first().map(|(h, t)| (h.as_str(), t)) {
+                base.pop();
+                rest = tail;
+            }
+            found.push([base, rest.to_vec()].concat());
         }
-        found.push([base, rest.to_vec()].concat());
-    }
-    for prefix in ["self"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(children.iter().cloned())
-    {
-        for segments in paths_after(code, &prefix) {
-            let head = if prefix == "self" {
-                vec![]
-            } else {
-                vec![prefix.clone()]
-            };
-            found.push([own.clone(), head, segments].concat());
+        for segments in paths_after(&piece, "self") {
+            found.push([here.clone(), segments].concat());
+        }
+        if inline.is_empty() {
+            for child in children {
+                for segments in paths_after(&piece, child) {
+                    found.push([own.clone(), vec![child.clone()], segments].concat());
+                }
+            }
         }
     }
     found
@@ -298,7 +350,7 @@ fn the_cycle_finder_finds_cycles() {
     assert_eq!(cycles(&graph), ["a -> b -> c -> a"]);
     assert_eq!(
         crate_paths("use crate::state::marks::{Claim};\nlet x = crate::clock::now();"),
-        [vec!["state", "marks"], vec!["clock", "now"]]
+        [vec!["state", "marks", "Claim"], vec!["clock", "now"]]
     );
 }
 
@@ -396,7 +448,7 @@ fn the_store_crates_have_the_importers_architecture_names() {
         ("disk_seam", &["state"]),
         (
             "durable_spool",
-            &["state", "outbox", "app", "cli", "store_error"],
+            &["state", "outbox", "app", "cli", "store_error", "config"],
         ),
     ];
     let test_only = test_only_files(Path::new("src"));
@@ -438,6 +490,12 @@ fn the_path_reader_resolves_paths_relative_to_their_module() {
         paths_after("x::super::y", "super"),
         Vec::<Vec<String>>::new()
     );
+    let grouped = "use super::{a, b::C};\nmod inner {\n    use super::d;\n}\nuse super::e;";
+    let joined: Vec<String> = named_paths(grouped, "m::f", &[])
+        .iter()
+        .map(|s| s.join("::"))
+        .collect();
+    assert_eq!(joined, ["m::a", "m::b::C", "m::f::d", "m::e"]);
     let test_block =
         "fn a() {}\n#[cfg(test)]\nmod model;\nfn b() {}\n#[cfg(test)]\nmod tests {\n}\n";
     assert!(code_of(test_block).contains("fn b()"));

@@ -57,6 +57,7 @@ pub use read_hold::ReadHold;
 pub use record::{RecordError, SpooledMessage};
 pub use report::{Counts, Hung, Report, Unreported};
 pub use sink::{Sink, SinkError};
+pub use spool::FLUSH_TIMEOUT;
 pub use spool::{Spool, SpoolStatus};
 pub use spool_file::{SeamFile, SPOOL_FILE};
 pub use store::{Store, DEFAULT_CACHE_BYTES};

@@ -22,7 +22,7 @@ use crate::writer::{self, Writer};
 /// The longest a request waits for its spool entry's commit. A disk that takes longer is
 /// treated as failing: the sender gets a 503 rather than waiting on a stuck store (the
 /// entry may still reach the disk and be published; consumers dedup on message_id).
-pub(crate) const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
+pub const FLUSH_TIMEOUT: Duration = Duration::from_secs(5);
 /// Entries read at once by a count at open.
 const PAGE: usize = 1_000;
 
