@@ -32,6 +32,7 @@ pub mod providers;
 pub mod ratelimit;
 pub mod reconcile;
 pub mod shutdown;
+pub mod source;
 pub mod state;
 pub mod store_error;
 pub mod tls;

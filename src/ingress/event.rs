@@ -1,5 +1,6 @@
 //! A delivery as received, the proof that it was verified, and the event read from it.
 
+use crate::source::Source;
 use std::borrow::Cow;
 
 use bytes::Bytes;
@@ -207,11 +208,7 @@ impl RequestId {
         };
         // A sender's id that looks like reconciliation's or a replay's would make its
         // message say `x-source: reconcile` or `replay`; it is replaced like a missing one.
-        let usable = |v: &String| {
-            v.len() <= MAX_ID_BYTES
-                && !v.starts_with(crate::outbox::message::RECONCILE_REQUEST_PREFIX)
-                && !v.starts_with(crate::outbox::message::REPLAY_REQUEST_PREFIX)
-        };
+        let usable = |v: &String| v.len() <= MAX_ID_BYTES && Source::of(v) == Source::Webhook;
         match header_text(headers, name).filter(usable) {
             Some(value) => Self {
                 value,

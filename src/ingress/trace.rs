@@ -4,7 +4,11 @@
 
 use http::HeaderMap;
 
-pub use crate::outbox::message::{TRACEPARENT, TRACESTATE};
+/// Header of the W3C trace position, `00-<trace id>-<parent id>-<flags>`, on the request
+/// and on the message alike.
+pub const TRACEPARENT: &str = "traceparent";
+/// Header of the vendors' W3C trace state, carried along with a valid `traceparent`.
+pub const TRACESTATE: &str = "tracestate";
 
 /// Longest `tracestate` carried; the W3C format asks that at least 512 characters be
 /// propagated, and a longer one may be dropped whole.

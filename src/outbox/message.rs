@@ -6,33 +6,16 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 
-/// Header naming the path that brought the event: [`SOURCE_WEBHOOK`], [`SOURCE_RECONCILE`]
-/// or [`SOURCE_REPLAY`].
+use crate::source::Source;
+
+/// Header naming the path that brought the event ([`Source`]).
 pub const SOURCE_HEADER: &str = "x-source";
-/// `x-source` of an event a delivery brought.
-pub const SOURCE_WEBHOOK: &str = "webhook";
-/// `x-source` of an event reconciliation found.
-pub const SOURCE_RECONCILE: &str = "reconcile";
-/// Starts the request id of every event reconciliation makes, and no sender's (the
-/// ingress replaces such an id). The source is read from it, so it survives the spool,
-/// whose record holds the request id, without a change of the record's layout.
-pub const RECONCILE_REQUEST_PREFIX: &str = "reconcile:";
-/// `x-source` of an event an operator's replay published again.
-pub const SOURCE_REPLAY: &str = "replay";
-/// Starts the request id of every event a replay publishes, and no sender's; read like
-/// [`RECONCILE_REQUEST_PREFIX`], so `x-source: replay` survives the spool too.
-pub const REPLAY_REQUEST_PREFIX: &str = "replay:";
 /// Header carrying the full event id when it is too long for `message_id`.
 pub const EVENT_ID_HEADER: &str = "x-event-id";
 /// Header carrying the per-publish id: unique for each publish of this process (a retry, a
 /// drain and an audit copy each get their own), so a message the broker returns is paired
 /// with the publish it came from. Not `message_id`, which repeats across those.
 pub const PUBLISH_ID_HEADER: &str = "x-publish-id";
-/// Header of the W3C trace position, `00-<trace id>-<parent id>-<flags>`, on the request
-/// and on the message alike.
-pub const TRACEPARENT: &str = "traceparent";
-/// Header of the vendors' W3C trace state, carried along with a valid `traceparent`.
-pub const TRACESTATE: &str = "tracestate";
 /// Bytes of an oversize id kept readable at the start of its fitted `message_id`.
 const FITTED_PREFIX_BYTES: usize = 128;
 /// Between the kept prefix and the digest of a fitted `message_id`.
@@ -78,13 +61,7 @@ pub struct Message<'a> {
 impl Message<'_> {
     /// `x-source`: which path brought the event.
     pub fn source(&self) -> &'static str {
-        if self.request_id.starts_with(RECONCILE_REQUEST_PREFIX) {
-            SOURCE_RECONCILE
-        } else if self.request_id.starts_with(REPLAY_REQUEST_PREFIX) {
-            SOURCE_REPLAY
-        } else {
-            SOURCE_WEBHOOK
-        }
+        Source::of(&self.request_id).as_str()
     }
 }
 
@@ -120,32 +97,5 @@ pub(crate) fn sample(message_id: &str, routing_key: &str) -> Message<'static> {
         content_type: None,
         traceparent: None,
         tracestate: None,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn with_request_id(request_id: &str) -> Message<'static> {
-        Message {
-            request_id: request_id.to_owned().into(),
-            ..sample("evt_1", "k")
-        }
-    }
-
-    #[test]
-    fn the_source_is_read_from_the_request_ids_prefix() {
-        assert_eq!(with_request_id("req_1").source(), SOURCE_WEBHOOK);
-        assert_eq!(
-            with_request_id("reconcile:botix:1").source(),
-            SOURCE_RECONCILE
-        );
-        assert_eq!(with_request_id("replay:botix:1").source(), SOURCE_REPLAY);
-        assert_eq!(
-            with_request_id("reconcile:replay:1").source(),
-            SOURCE_RECONCILE,
-            "a walk of a route named replay is a walk"
-        );
     }
 }

@@ -8,7 +8,8 @@ use crate::pipeline::dedup_keys::DedupKeys;
 use crate::pipeline::deliver::Failure;
 use crate::pipeline::outcome::{Outcome, RETRY_AFTER_BUSY};
 use crate::pipeline::route::RouteRuntime;
-use crate::state::decision::{Decided, EventRecord, Source};
+use crate::source::Source;
+use crate::state::decision::{Decided, EventRecord};
 use crate::state::keys::StoreKey;
 use crate::state::Claimed;
 use crate::store_error::StoreError;
@@ -95,7 +96,7 @@ impl Pipeline {
                     .request_id_from_sender
                     .then_some(event.request_id.as_str());
                 let counted = self
-                    .count_delivery(keys, source_of(event), request, now_ms)
+                    .count_delivery(keys, Source::of(&event.request_id), request, now_ms)
                     .await;
                 if let (false, Some(expires_ms)) = (by_request, counted) {
                     self.keep_request(keys, now_ms, expires_ms).await;
@@ -195,7 +196,7 @@ impl Pipeline {
         received_ms: i64,
         decided: Decided,
     ) -> Result<(), StoreError> {
-        let source = source_of(event);
+        let source = Source::of(&event.request_id);
         // Only a webhook's request id is on a ticket; reconciliation's and a replay's are
         // made here and say nothing the source does not.
         let request = (source == Source::Webhook).then_some(event.request_id.as_str());
@@ -232,18 +233,5 @@ fn accepted_as(how: Delivered) -> Decided {
         Delivered::Published => Decided::Published,
         Delivered::Spooled => Decided::Spooled,
         Delivered::Held => Decided::Held,
-    }
-}
-
-/// The path that brought `event`, read from its request id as its message's `x-source`
-/// is.
-fn source_of(event: &Event) -> Source {
-    use crate::outbox::message::{RECONCILE_REQUEST_PREFIX, REPLAY_REQUEST_PREFIX};
-    if event.request_id.starts_with(RECONCILE_REQUEST_PREFIX) {
-        Source::Reconcile
-    } else if event.request_id.starts_with(REPLAY_REQUEST_PREFIX) {
-        Source::Replay
-    } else {
-        Source::Webhook
     }
 }

@@ -5,7 +5,7 @@ use crate::ingress::event::{Event, ParseError};
 use crate::pipeline::dedup_keys::DedupKeys;
 use crate::pipeline::outcome::Outcome;
 use crate::pipeline::route::RouteRuntime;
-use crate::state::decision::Source;
+use crate::source::Source;
 
 use super::Pipeline;
 

@@ -167,7 +167,7 @@ impl Reconcilers {
             dry_run: request.dry_run,
             request_id: format!(
                 "{}{route}:{now_ms}:{id}",
-                crate::outbox::message::REPLAY_REQUEST_PREFIX
+                crate::source::REPLAY_REQUEST_PREFIX
             ),
         };
         if let Ok(mut asked) = control.replay_asked.lock() {

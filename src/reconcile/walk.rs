@@ -12,7 +12,6 @@ use tokio_util::sync::CancellationToken;
 use crate::clock::Clock;
 use crate::config::reconcile::Reconcile;
 use crate::ingress::event;
-use crate::outbox::message::RECONCILE_REQUEST_PREFIX;
 use crate::pipeline::{rfc3339, Outcome, Pipeline, RouteRuntime};
 use crate::reconcile::api::{Client, ListAnswer, Page, RateLimit, RetryAfter};
 use crate::reconcile::items::{self, Layout};
@@ -20,6 +19,7 @@ use crate::reconcile::key::ApiKey;
 use crate::reconcile::metrics::RouteMetrics;
 use crate::reconcile::pacing::{self, BeforeRequest, Retry};
 use crate::reconcile::position::{Position, Positions, Walk};
+use crate::source::RECONCILE_REQUEST_PREFIX;
 use crate::store_error::StoreError;
 
 /// Times one walk starts again from its `since` on 422 before it gives up.

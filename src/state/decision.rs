@@ -15,6 +15,8 @@
 //! inbound message id (byte), the id (varint length, bytes). A record of another version
 //! or kind reads as none: the mark still counts, and inspect says it holds no record.
 
+use crate::source::Source;
+
 /// The format's version byte.
 const VERSION: u8 = 1;
 const KIND_EVENT: u8 = 1;
@@ -47,35 +49,12 @@ pub enum Decided {
     Dropped(&'static str),
 }
 
-/// Which path brought an event (its `x-source`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    /// A sender's delivery.
-    Webhook,
-    /// Reconciliation with the sender's list API.
-    Reconcile,
-    /// An operator's replay.
-    Replay,
-}
-
-impl Source {
-    const ALL: [Source; 3] = [Source::Webhook, Source::Reconcile, Source::Replay];
-
-    /// The `x-source` value.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Source::Webhook => "webhook",
-            Source::Reconcile => "reconcile",
-            Source::Replay => "replay",
-        }
-    }
-
-    fn code(self) -> u8 {
-        match self {
-            Source::Webhook => 0,
-            Source::Reconcile => 1,
-            Source::Replay => 2,
-        }
+/// The code a source is stored as, one byte of a decision record.
+fn source_code(source: Source) -> u8 {
+    match source {
+        Source::Webhook => 0,
+        Source::Reconcile => 1,
+        Source::Replay => 2,
     }
 }
 
@@ -123,7 +102,7 @@ impl EventRecord {
         if !self.sources.contains(&source) {
             self.sources.push(source);
             // A set, kept in the order the record reads it back in.
-            self.sources.sort_by_key(|s| s.code());
+            self.sources.sort_by_key(|s| source_code(*s));
         }
         if let Some(request) = request {
             if self.first_request.as_deref() != Some(request) {
@@ -147,8 +126,8 @@ impl EventRecord {
         let seen = self
             .sources
             .iter()
-            .fold(0u8, |mask, s| mask | (1 << s.code()));
-        out.push(self.first_source.code() | (seen << 2));
+            .fold(0u8, |mask, s| mask | (1 << source_code(*s)));
+        out.push(source_code(self.first_source) | (seen << 2));
         put_varint(&mut out, u64::from(self.deliveries));
         put_request_id(&mut out, self.first_request.as_deref());
         put_request_id(&mut out, self.last_request.as_deref());
@@ -174,7 +153,7 @@ impl EventRecord {
         let first_source = *Source::ALL.get(usize::from(sources_byte & 3))?;
         let sources = Source::ALL
             .into_iter()
-            .filter(|s| (sources_byte >> 2) & (1 << s.code()) != 0)
+            .filter(|s| (sources_byte >> 2) & (1 << source_code(*s)) != 0)
             .collect();
         let deliveries = u32::try_from(r.varint()?).ok()?;
         let first_request = r.request_id()?;

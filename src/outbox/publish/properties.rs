@@ -5,9 +5,9 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 
 use super::publish_error::PublishError;
+use crate::ingress::trace::{TRACEPARENT, TRACESTATE};
 use crate::outbox::message::{
-    fitted_message_id, Message, EVENT_ID_HEADER, PUBLISH_ID_HEADER, SOURCE_HEADER, TRACEPARENT,
-    TRACESTATE,
+    fitted_message_id, Message, EVENT_ID_HEADER, PUBLISH_ID_HEADER, SOURCE_HEADER,
 };
 
 /// A short string, or `None` when `text` is longer than AMQP allows (255 bytes).
