@@ -6,8 +6,8 @@
 //!
 //! ## Where to start reading
 //!
-//! [`prepare`] (`check` and `prepare`: the start-up before the ports); [`gateway`]
-//! (`serve`: the parts started, served, drained); [`loops`] (the background loops: broker
+//! [`prepare`] (`check` and `prepare`: the start-up before the ports); `gateway`
+//! (`serve`: the parts started, served, drained); `loops` (the background loops: broker
 //! pings, secret and certificate reloads, the sweep of expired marks); [`AppError`] says
 //! which exit code a failure means.
 

@@ -1,6 +1,17 @@
-//! The commands of the `hookgate` binary, a file each with its arguments and its body:
-//! `run`, `check-config`, `sign`, `spool`, `reconcile` (with its `replay`) and `inspect`;
-//! the admin requests they make to a running gateway, how they exit, and logging.
+//! # The `hookgate` commands
+//!
+//! A file per command, with its clap arguments beside its body: `run`, `check-config`,
+//! `sign`, `spool`, `reconcile` (with its `replay`) and `inspect`; the admin requests they
+//! make to a running gateway (`admin`), how they exit (`exit`), and logging.
+//!
+//! ## What it promises
+//!
+//! A bad argument or config exits 64 with a message naming it; a command that reads the
+//! store asks a running gateway first and opens the store itself only when none answers.
+//!
+//! ## Where to start reading
+//!
+//! `main.rs` parses and dispatches; `run.rs` starts the gateway.
 
 pub mod admin;
 pub mod check_config;

@@ -1,10 +1,21 @@
-//! The YAML configuration: reading a file, its redacted print, and where each part lives.
+//! # The configuration
 //!
-//! The schema of the file's sections is in `schema`, one route's in `route`, secret sources
-//! in `secret`, durations and sizes in `units`, and the rules across fields in `validate`.
-//! Parsing is strict: every struct denies unknown keys, and the error names the key path
-//! (`limits.max_body_byts`). Reading secrets from the environment or files happens in
-//! [`crate::ingress::secrets`], not here, so a config can be checked without them.
+//! One YAML file: its schema, its defaults, the rules across its fields, and its redacted
+//! print.
+//!
+//! ## What it promises
+//!
+//! Parsing is strict: every struct denies unknown keys, and an error names the key path
+//! (`limits.max_body_byts`). A config that loads is valid as a whole ([`Config::validate`]
+//! runs at every load). No secret is read here (that is [`crate::ingress::secrets`]), so a
+//! config can be checked where its secrets do not exist.
+//!
+//! ## Where to start reading
+//!
+//! `load.rs` (a file read, parsed and validated), then `schema.rs` (the sections and their
+//! defaults), `route.rs` (one route), `validate.rs` (the rules across fields); durations
+//! and sizes are read in `units.rs`, secret sources in `secret.rs`, a sender's defaults are
+//! filled in by `sender_defaults.rs`.
 
 mod amqp;
 mod config_error;

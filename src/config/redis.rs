@@ -80,7 +80,7 @@ impl Redis {
     /// - From the claims to the publish: the event's claim after the request id's, the
     ///   wait for the guard-key lock (its last attempt included), the guard state's read,
     ///   and with `wait_replicas` the renewal of the leases with its `WAIT`
-    ///   ([`Redis::hold_to_renewal`]).
+    ///   (`Redis::hold_to_renewal`).
     /// - From the publish on ([`Redis::hold_from_publish`]): the publish (the caller waits for
     ///   its confirm no longer than `confirm_timeout`, however the broker's channels fare),
     ///   the spool's fsync when it fails, the guard commit and the done marks, each with its

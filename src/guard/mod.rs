@@ -14,7 +14,7 @@
 //! ## Where to start reading
 //!
 //! [`decide`] holds the rules as pure functions of (stored state, event): read it first.
-//! [`rules`] compiles a route's `guard` section; [`checks`] runs a decision against the
+//! `rules` compiles a route's `guard` section; `checks` runs a decision against the
 //! stored state under the key's lock; [`stored`] is the state's stored form and expiry.
 
 mod checks;

@@ -63,7 +63,7 @@ pub(super) struct BuildLabels {
     pub(super) version: String,
 }
 
-/// The values of one label, as an enum declared with [`label_values!`].
+/// The values of one label, as an enum declared with `label_values!`.
 pub trait LabelValue: Copy + 'static {
     /// Every value, in declaration order.
     const VALUES: &'static [Self];

@@ -22,7 +22,7 @@ const FITTED_PREFIX_BYTES: usize = 128;
 const FITTED_MARK: &str = "~sha256:";
 
 /// One message as contract §5 describes it; also the unit stored in the spool, as a record of
-/// its own layout ([`super::record`]), so this type's shape is free to change. Its texts
+/// its own layout (`durable_spool::record`), so this type's shape is free to change. Its texts
 /// borrow from the event and the route where they can (a message read back from the spool
 /// owns them), so building one on the request path copies only what it has to.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,5 +1,20 @@
-//! What leaves: the AMQP message, its publication with a confirm, and the durable spool
-//! (the `durable-spool` crate) in front of the broker.
+//! # What leaves
+//!
+//! An accepted event leaves the request path here, and only here: published to RabbitMQ
+//! with a confirm, or put in the durable spool (`crates/durable-spool`) while the broker
+//! cannot take it.
+//!
+//! ## What it promises
+//!
+//! [`Outbox::deliver`] returns `Ok` only once the broker confirmed the message without
+//! returning it, or its spool entry's commit returned (`fdatasync`). While the spool holds
+//! anything, new events go behind it, so the broker sees each guard key's events in
+//! arrival order.
+//!
+//! ## Where to start reading
+//!
+//! [`Outbox`] below; the AMQP message ([`message`]); the broker side ([`publish`]); the
+//! spool's options, counters and publishing sink ([`spooling`]).
 
 pub mod message;
 pub mod publish;

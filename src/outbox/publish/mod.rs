@@ -13,11 +13,11 @@
 //!
 //! ## Where to start reading
 //!
-//! [`Publisher`] (`publisher.rs`) is what callers hold; it queues a [`job`] for the current
-//! connection ([`live`]). The connection task ([`connection`]) connects, opens the channels
-//! and watches the connection; per channel one owner task ([`owner`]) alone publishes, in
+//! [`Publisher`] (`publisher.rs`) is what callers hold; it queues a `job` for the current
+//! connection (`live`). The connection task (`connection`) connects, opens the channels
+//! and watches the connection; per channel one owner task (`owner`) alone publishes, in
 //! batches, and answers each publish once the broker has decided all of its batch. What
-//! they share is the [`link`]; the message's AMQP properties are built in [`properties`].
+//! they share is the `link`; the message's AMQP properties are built in `properties`.
 
 mod connection;
 mod job;

@@ -17,7 +17,7 @@ use crate::store_error::StoreError;
 impl RedisState {
     /// With `WAIT` configured: renews the request's leases (its claims, under `token`, and
     /// the guard-key lock it holds, under its own token) for `lease`, all only while each
-    /// is still held, with a `WAIT` in the same pipeline ([`RENEW`]); in a cluster one per
+    /// is still held, with a `WAIT` in the same pipeline (`RENEW`); in a cluster one per
     /// lease. A lease lost meanwhile is [`StoreError::LeaseLost`]; fewer acknowledgements
     /// than asked, a failure (503). Nothing is published under a lease that a failover
     /// could lose.
@@ -60,7 +60,7 @@ impl RedisState {
 
     /// With `WAIT` configured: a duplicate's 200 rests on a done mark that a concurrent
     /// request, or an attempt whose own `WAIT` failed, may have written moments ago. The
-    /// marks of `keys` are read again and touched ([`TOUCH_DONE`]) with a `WAIT` in the same
+    /// marks of `keys` are read again and touched (`TOUCH_DONE`) with a `WAIT` in the same
     /// pipeline, on each node that holds one; a mark no longer there, or one the replicas
     /// did not acknowledge, is a failure (503).
     pub async fn replicated(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
