@@ -25,7 +25,7 @@ use disk_seam::Disk;
 mod spool_file;
 
 pub use spool_file::SeamFile;
-use spool_file::{lock_spool, make_folder, open_spool, Fence};
+use spool_file::{lock_spool, make_folder, open_spool, probe_room, Fence};
 
 /// The page cache of the spool's database when the config does not say (`store.cache`).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
@@ -330,11 +330,17 @@ impl Store {
         self.spool.clone()
     }
 
+    /// Whether the disk has room for the spool's next commit ([`spool_file::probe_room`]).
+    pub fn probe_room(&self) -> Result<(), StoreError> {
+        Ok(probe_room(&*self.spool_file.disk, &self.dir)?)
+    }
+
     /// Opens the spool's database again, as a process starting would (the file made
     /// durable as it reads first), after a commit met an I/O error: redb refuses every
     /// write from then on. The database open until now is fenced off its file first: any
-    /// call it still makes fails.
+    /// call it still makes fails. Not before the disk has room ([`spool_file::probe_room`]).
     pub fn reopen_spool(&self) -> Result<Arc<redb::Database>, StoreError> {
+        self.probe_room()?;
         let file = &self.spool_file;
         let mut current = lock_mutex(&file.fence);
         *current.write().unwrap_or_else(PoisonError::into_inner) = true;
