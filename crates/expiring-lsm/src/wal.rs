@@ -76,6 +76,8 @@ struct Active {
 struct Sealed {
     number: u64,
     last_seq: Option<u64>,
+    /// The open found damage in it: it is left for the operator, never deleted.
+    damaged: bool,
 }
 
 /// The journal's segment files.
@@ -214,10 +216,10 @@ impl Wal {
     /// Writes each sealed segment again as it reads and syncs it
     /// ([`disk_seam::rewrite_as_read`]): what the open replayed from them is then on the
     /// disk, pages a failed sync left in the page cache included. Needs no room, since a
-    /// segment's blocks exist. False, writing nothing, if the open read a segment whose
-    /// damage an operator accepted: that one is never written.
+    /// segment's blocks exist. False, writing nothing, if the open read a damaged segment
+    /// (its damage accepted by an operator or not): that one is never written.
     pub fn rewrite_sealed(&self) -> Result<bool, Error> {
-        if self.read_accepted {
+        if self.read_accepted || self.sealed.iter().any(|s| s.damaged) {
             return Ok(false);
         }
         for sealed in &self.sealed {
@@ -233,18 +235,25 @@ impl Wal {
         self.active.file.is_some() || self.spare.is_some()
     }
 
-    /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them).
+    /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them),
+    /// but for those the open found damaged: what is left of them is the evidence an
+    /// operator examines (the batches the damage hid may reach past `seq`).
     pub fn forget_below(&mut self, seq: u64) -> Result<(), Error> {
         let mut removed = false;
-        while let Some(oldest) = self.sealed.front() {
+        let mut at = 0;
+        while let Some(oldest) = self.sealed.get(at) {
             if oldest.last_seq.is_some_and(|last| last >= seq) {
                 break;
+            }
+            if oldest.damaged {
+                at += 1;
+                continue;
             }
             match self.disk.remove(&segment_path(&self.dir, oldest.number)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}
             }
-            self.sealed.pop_front();
+            self.sealed.remove(at);
             removed = true;
         }
         if removed {
@@ -322,6 +331,7 @@ impl Wal {
         self.sealed.push_back(Sealed {
             number: done.number,
             last_seq: done.last_seq,
+            damaged: false,
         });
         Ok(())
     }
@@ -549,6 +559,7 @@ impl Reading {
         self.sealed.push_back(Sealed {
             number,
             last_seq: read.last,
+            damaged,
         });
         Ok(())
     }
@@ -942,6 +953,30 @@ mod tests {
             segment_path(dir.path(), first).exists(),
             "the damaged segment is kept for the operator"
         );
+    }
+
+    #[test]
+    fn a_damaged_segment_an_open_keeps_is_never_deleted_by_forget_below() {
+        // The first segment's first frame is damaged; runs hold every batch it held, so the
+        // open goes on, and keeps the file for the operator.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(3, b"c")]);
+        drop(wal);
+        damage(dir.path(), first, 0);
+        let (mut wal, _) =
+            Wal::open(disk_seam::real(), dir.path(), 1 << 16, 3, |_, _| {}).expect("open");
+        wal.forget_below(u64::MAX).expect("forget");
+        assert!(
+            segment_path(dir.path(), first).exists(),
+            "the damaged segment is kept for the operator"
+        );
+        assert_eq!(wal.segments(), 2, "the damaged one and the active one");
+        drop(wal);
+        Wal::open(disk_seam::real(), dir.path(), 1 << 16, 3, |_, _| {}).expect("opens again");
     }
 
     /// Zeroes the frame of `nth_frame` in segment `number` (frames of one byte-long batch
