@@ -339,6 +339,12 @@ impl Journal {
         self.shared.runs.snapshot().len()
     }
 
+    /// Runs a merge found damaged: merges leave them, and a read of a damaged page fails.
+    /// Cheap to read (a metric).
+    pub fn damaged_runs(&self) -> usize {
+        self.shared.runs.damaged()
+    }
+
     /// Forgets hot values that expired by `now_ms` and asks the merge thread to delete
     /// expired runs. Returns how many hot values went.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, Error> {

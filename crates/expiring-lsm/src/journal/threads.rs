@@ -238,6 +238,11 @@ fn merge_loop(shared: &Shared) {
         match shared.merge_due() {
             Ok(()) => retry.reset(),
             Err(_) if shared.stopping() => return,
+            Err(error @ Error::Damaged { .. }) => {
+                // Said once: merges leave that run from now on, and the others go on.
+                tracing::error!(%error, "state run damaged; merges leave it from now on");
+                shared.ask(|a| a.merge = true);
+            }
             Err(error) => {
                 let pause = retry.next_pause();
                 tracing::error!(%error, retry_in = ?pause, "state runs not merged; retrying");
