@@ -75,8 +75,10 @@ struct Active {
 /// A segment that is no longer written.
 struct Sealed {
     number: u64,
+    /// The highest sequence number it may hold: of a damaged one, that of the last whole
+    /// frame after the damage, if one is.
     last_seq: Option<u64>,
-    /// The open found damage in it: it is left for the operator, never deleted.
+    /// The open found damage in it: it is never written again.
     damaged: bool,
 }
 
@@ -235,25 +237,20 @@ impl Wal {
         self.active.file.is_some() || self.spare.is_some()
     }
 
-    /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them),
-    /// but for those the open found damaged: what is left of them is the evidence an
-    /// operator examines (the batches the damage hid may reach past `seq`).
+    /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them). A
+    /// damaged one counts the frames after its damage: it is kept until a run holds every
+    /// batch it may have held.
     pub fn forget_below(&mut self, seq: u64) -> Result<(), Error> {
         let mut removed = false;
-        let mut at = 0;
-        while let Some(oldest) = self.sealed.get(at) {
+        while let Some(oldest) = self.sealed.front() {
             if oldest.last_seq.is_some_and(|last| last >= seq) {
                 break;
-            }
-            if oldest.damaged {
-                at += 1;
-                continue;
             }
             match self.disk.remove(&segment_path(&self.dir, oldest.number)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
                 _ => {}
             }
-            self.sealed.remove(at);
+            self.sealed.pop_front();
             removed = true;
         }
         if removed {
@@ -558,7 +555,7 @@ impl Reading {
         }
         self.sealed.push_back(Sealed {
             number,
-            last_seq: read.last,
+            last_seq: read.last.max(read.later),
             damaged,
         });
         Ok(())
@@ -956,27 +953,25 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_segment_an_open_keeps_is_never_deleted_by_forget_below() {
-        // The first segment's first frame is damaged; runs hold every batch it held, so the
-        // open goes on, and keeps the file for the operator.
+    fn a_damaged_segment_is_kept_until_a_run_holds_every_batch_it_may_have_held() {
+        // Batch 2's frame in the first segment is damaged, batch 3 after it is whole; the
+        // next segment holds both again (a retry), so the open goes on.
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut wal, _) = reopen(dir.path(), 1 << 16);
         let first = wal.active.number;
-        commit(&mut wal, &[(1, b"a"), (2, b"b")]);
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
         wal.rotate().expect("rotate");
-        commit(&mut wal, &[(3, b"c")]);
+        commit(&mut wal, &[(2, b"b"), (3, b"c")]);
         drop(wal);
-        damage(dir.path(), first, 0);
-        let (mut wal, _) =
-            Wal::open(disk_seam::real(), dir.path(), 1 << 16, 3, |_, _| {}).expect("open");
-        wal.forget_below(u64::MAX).expect("forget");
+        damage(dir.path(), first, 1);
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        wal.forget_below(2).expect("forget");
         assert!(
             segment_path(dir.path(), first).exists(),
-            "the damaged segment is kept for the operator"
+            "the damage hid batches no run holds"
         );
-        assert_eq!(wal.segments(), 2, "the damaged one and the active one");
-        drop(wal);
-        Wal::open(disk_seam::real(), dir.path(), 1 << 16, 3, |_, _| {}).expect("opens again");
+        wal.forget_below(4).expect("forget");
+        assert!(!segment_path(dir.path(), first).exists());
     }
 
     /// Zeroes the frame of `nth_frame` in segment `number` (frames of one byte-long batch
