@@ -341,6 +341,9 @@ impl Admin {
         if let Some(n) = self.health.state.entries() {
             metrics.state_entries.set(n as i64);
         }
+        if let Some(n) = self.health.state.damaged_runs() {
+            metrics.state_runs_damaged.set(n as i64);
+        }
         metrics
             .spool_drainer_stalled
             .set(i64::from(self.health.spool.is_stalled()));

@@ -70,6 +70,8 @@ pub struct Metrics {
     pub store_sync_duration: Histogram,
     /// Dedup marks and guard states of the local backend (set when scraped).
     pub state_entries: Gauge,
+    /// State runs a merge found damaged and leaves (local backend, set when scraped).
+    pub state_runs_damaged: Gauge,
     /// Webhook connections closed by hookgate, by [`CloseReason`].
     pub connections_closed: ReasonCounters<CloseReason>,
     /// Webhook connections open now.
@@ -139,6 +141,7 @@ impl Metrics {
             store_errors: Counter::default(),
             store_sync_duration: latency_histogram(),
             state_entries: Gauge::default(),
+            state_runs_damaged: Gauge::default(),
             connections_closed: ReasonCounters::new(),
             connections_open: Gauge::default(),
             connections_max: Gauge::default(),
@@ -258,6 +261,11 @@ impl Metrics {
             "state_entries",
             "Dedup marks and guard states of the local backend, in memory and in runs on disk",
             self.state_entries.clone(),
+        );
+        registry.register(
+            "state_runs_damaged",
+            "State runs a merge found damaged and leaves: restore the store from a backup",
+            self.state_runs_damaged.clone(),
         );
     }
 

@@ -118,6 +118,14 @@ impl StateStore {
         }
     }
 
+    /// State runs a merge found damaged (local only).
+    pub fn damaged_runs(&self) -> Option<usize> {
+        match self {
+            StateStore::Local(s) => Some(s.journal.damaged_runs()),
+            StateStore::Redis { .. } => None,
+        }
+    }
+
     /// The local backend's journal (benchmarks and tests look inside it).
     pub fn journal(&self) -> Option<&Arc<Journal>> {
         match self {

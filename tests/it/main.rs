@@ -10,6 +10,7 @@ mod dedup;
 mod docs;
 mod durability;
 mod fencing;
+mod full_disk;
 mod fuzz;
 mod guard;
 mod hardening;

@@ -8,7 +8,8 @@
 //! that only tests change.
 //!
 //! The methods mirror the system calls they stand for (`pread`, `pwrite`, `ftruncate`,
-//! `fdatasync`, `fsync`, `rename`, `unlink`, `mkdir`, `readdir`, and `fsync` of a directory),
+//! `fdatasync`, `fsync`, `lseek` with `SEEK_DATA` and `SEEK_HOLE`, `rename`, `unlink`,
+//! `mkdir`, `readdir`, and `fsync` of a directory),
 //! with the same durability contract: data written is durable once its file is synced; a
 //! directory entry (a file created, renamed or removed, a directory made) is durable once
 //! its directory is synced.
@@ -17,6 +18,7 @@ pub mod sim;
 
 use std::fs::OpenOptions;
 use std::io;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -59,6 +61,11 @@ pub trait DiskFile: Send + Sync {
     fn sync_data(&self) -> io::Result<()>;
     /// Makes the file's data and metadata durable (`fsync`).
     fn sync_all(&self) -> io::Result<()>;
+    /// The byte ranges that hold data, in order, within the file's length (`SEEK_DATA`,
+    /// `SEEK_HOLE`). The rest are holes: they read as zeros and hold no block of the disk,
+    /// so writing into one needs room. In blocks of the file system: a range may hold
+    /// zeros.
+    fn data_ranges(&self) -> io::Result<Vec<Range<u64>>>;
 
     /// Fills `buf` from `offset`; an error of kind `UnexpectedEof` if the file ends first.
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
@@ -134,6 +141,51 @@ pub fn create_dir_all(disk: &dyn Disk, dir: &Path) -> io::Result<()> {
         other => other?,
     }
     disk.sync_dir(parent.unwrap_or(Path::new(".")))
+}
+
+/// Bytes [`rewrite_as_read`] moves at once.
+const REWRITE_CHUNK: usize = 1 << 20;
+
+/// Writes the data of `file` again, as it reads now, and syncs it: what a process reads
+/// is then what a power cut keeps. After a failed `fdatasync` Linux may keep the failed
+/// pages in the page cache, marked clean, so a process restarted without a power cut reads
+/// what a power cut would take away; a write makes them dirty again. The holes read as
+/// zeros from no block and are not written (that would need room, which a full disk does
+/// not have), unless they read otherwise. The cost is one pass over the file.
+pub fn rewrite_as_read(file: &dyn DiskFile) -> io::Result<()> {
+    let len = file.len()?;
+    let mut buf = vec![0; REWRITE_CHUNK];
+    let mut at = 0;
+    for data in file
+        .data_ranges()?
+        .into_iter()
+        .chain(std::iter::once(len..len))
+    {
+        rewrite_span(file, &mut buf, at..data.start, true)?;
+        rewrite_span(file, &mut buf, data.clone(), false)?;
+        at = data.end;
+    }
+    file.sync_data()
+}
+
+/// Writes the bytes of `span` again as they read, in chunks of `buf`'s size; in a `hole`,
+/// only the chunks that do not read as zeros.
+fn rewrite_span(
+    file: &dyn DiskFile,
+    buf: &mut [u8],
+    span: Range<u64>,
+    hole: bool,
+) -> io::Result<()> {
+    let mut at = span.start;
+    while at < span.end {
+        let n = usize::try_from(span.end - at).map_or(buf.len(), |left| left.min(buf.len()));
+        file.read_exact_at(&mut buf[..n], at)?;
+        if !hole || buf[..n].iter().any(|&b| b != 0) {
+            file.write_all_at(&buf[..n], at)?;
+        }
+        at += n as u64;
+    }
+    Ok(())
 }
 
 /// Reads a file from an offset on, for `std::io::Read` users (a buffered reader).
@@ -276,6 +328,32 @@ impl DiskFile for RealFile {
         self.0.sync_all()
     }
 
+    fn data_ranges(&self) -> io::Result<Vec<Range<u64>>> {
+        use rustix::fs::{seek, SeekFrom};
+        let len = self.len()?;
+        let mut ranges = Vec::new();
+        let mut at = 0;
+        while at < len {
+            let start = match seek(&self.0, SeekFrom::Data(at)) {
+                Ok(start) => start,
+                // No data at or after `at`.
+                Err(rustix::io::Errno::NXIO) => break,
+                // A file system that cannot tell: all of the file is data to it.
+                Err(rustix::io::Errno::INVAL) if at == 0 => {
+                    return Ok(std::iter::once(0..len).collect());
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let end = seek(&self.0, SeekFrom::Hole(start))?.min(len);
+            if end <= start {
+                break;
+            }
+            ranges.push(start..end);
+            at = end;
+        }
+        Ok(ranges)
+    }
+
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         FileExt::read_exact_at(&self.0, buf, offset)
     }
@@ -308,6 +386,8 @@ pub fn parent_of(path: &Path) -> PathBuf {
 }
 
 #[cfg(test)]
+// A file's data ranges are compared as lists, often of one range.
+#[allow(clippy::single_range_in_vec_init)]
 mod tests {
     use super::*;
 
@@ -330,6 +410,7 @@ mod tests {
         disk.rename(&path, &nested.join("g")).expect("rename");
         disk.sync_dir(&nested).expect("sync dir");
         assert_eq!(disk.list(&nested).expect("list"), ["g"]);
+        assert_eq!(file.data_ranges().expect("data"), [0..5]);
         let rw = disk.open_rw(&nested.join("g")).expect("open rw");
         assert_eq!(rw.len().expect("len"), 5, "not truncated");
         disk.remove(&nested.join("g")).expect("remove");
@@ -339,5 +420,24 @@ mod tests {
         assert_eq!(&buf, b"hello");
         assert!(disk.list(&nested).expect("list").is_empty());
         assert!(disk.open(&nested.join("g")).is_err());
+    }
+
+    #[test]
+    fn a_real_sparse_file_shows_its_holes_and_its_data() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = real().create(&dir.path().join("sparse")).expect("create");
+        assert_eq!(file.data_ranges().expect("empty"), []);
+        let mib = 1 << 20;
+        file.set_len(4 * mib).expect("extend");
+        assert_eq!(file.data_ranges().expect("a hole"), []);
+        file.write_all_at(b"x", mib + 10).expect("write");
+        file.sync_data().expect("sync");
+        let data = file.data_ranges().expect("data");
+        assert_eq!(data.len(), 1, "{data:?}");
+        assert!(data[0].contains(&(mib + 10)), "{data:?}");
+        assert!(
+            data[0].start >= mib - 64 * 1024 && data[0].end <= mib + 64 * 1024,
+            "no more than the blocks written: {data:?}"
+        );
     }
 }

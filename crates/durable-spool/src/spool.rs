@@ -84,17 +84,16 @@ impl Spool {
         // Removes the sled files if the state journal has nothing left in them either.
         store.retire_legacy_if_empty()?;
         let store = store.clone();
-        Self::open_tables(
-            tables,
-            Box::new(move || store.reopen_spool()),
-            options,
-            report,
-        )
+        // On a full disk it takes writes once there is room (see `writer`).
+        let no_room = store.probe_room().err().map(|e| e.to_string());
+        let reopen = Box::new(move || store.reopen_spool());
+        Self::open_tables(tables, reopen, no_room, options, report)
     }
 
     fn open_tables(
         tables: Tables,
         reopen: writer::Reopen,
+        no_room: Option<String>,
         options: &Options,
         report: Arc<dyn Report>,
     ) -> Result<Self, Error> {
@@ -118,7 +117,7 @@ impl Spool {
                 next_seq = next_seq.max(last.saturating_add(1));
             }
         }
-        let writer = Writer::start(tables.clone(), reopen, ledger.clone(), next_seq)?;
+        let writer = Writer::start(tables.clone(), reopen, ledger.clone(), next_seq, no_room)?;
         let spool = Self {
             tables,
             writer,

@@ -48,9 +48,9 @@ pub(crate) fn lock_spool(file: &Path) -> Result<std::fs::File, Option<std::io::E
 }
 
 /// Opens the spool's database in `dir` on `disk`. Before redb reads it, its name is synced
-/// into the folder and every byte of it is written again and synced
-/// ([`rewrite_as_read`]): what the next commits build on is then on the disk, not only in
-/// the page cache.
+/// into the folder and its data is written again and synced
+/// ([`disk_seam::rewrite_as_read`]): what the next commits build on is then on the disk,
+/// not only in the page cache.
 pub(crate) fn open_spool(
     disk: &dyn Disk,
     dir: &Path,
@@ -68,7 +68,12 @@ pub(crate) fn open_spool(
     // The name of a file created by an earlier run whose sync of the folder failed must
     // survive a power cut with the commits in it.
     disk.sync_dir(dir).map_err(|e| open_err(e.to_string()))?;
-    rewrite_as_read(&*file).map_err(|e| open_err(format!("{SPOOL_FILE} not made durable: {e}")))?;
+    // After a failed `fdatasync` the kernel may keep the failed pages in the page cache,
+    // marked clean: a process restarted without a power cut reads them, redb opens on them
+    // and later commits point into them, yet a power cut takes them away and with them
+    // every root (redb then cannot open the file at all).
+    disk_seam::rewrite_as_read(&*file)
+        .map_err(|e| open_err(format!("{SPOOL_FILE} not made durable: {e}")))?;
     let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
     redb::Database::builder()
         .set_cache_size(cache)
@@ -85,27 +90,23 @@ pub(crate) fn open_spool(
         })
 }
 
-/// Bytes [`rewrite_as_read`] moves at once.
-const REWRITE_CHUNK: usize = 1 << 20;
+/// The file [`probe_room`] writes, inside the store folder.
+const PROBE_FILE: &str = "spool.room-probe";
+/// Bytes [`probe_room`] writes: a block of the file system.
+const PROBE_BYTES: usize = 4096;
 
-/// Writes every byte of `file` again, as it reads now, and syncs it. After a failed
-/// `fdatasync` the kernel may keep the failed pages in the page cache, marked clean: a
-/// process restarted without a power cut reads them, redb opens on them and later
-/// commits point into them, yet a power cut takes them away and with them every root
-/// (redb then cannot open the file at all). A write makes such pages dirty again, so the
-/// sync puts on the disk exactly what redb is about to read. The cost is one pass over the
-/// file at each open.
-fn rewrite_as_read(file: &dyn DiskFile) -> std::io::Result<()> {
-    let len = file.len()?;
-    let mut buf = vec![0; REWRITE_CHUNK];
-    let mut at = 0;
-    while at < len {
-        let n = usize::try_from(len - at).map_or(REWRITE_CHUNK, |left| left.min(REWRITE_CHUNK));
-        file.read_exact_at(&mut buf[..n], at)?;
-        file.write_all_at(&buf[..n], at)?;
-        at += n as u64;
-    }
-    file.sync_data()
+/// Writes and syncs a block in a file of its own, then removes it: whether the disk has
+/// room, asked before the database is opened again after an error. Opened again on a full
+/// disk, the database would take the small commit that sets back what the failed one
+/// touched and count as taking writes, while every event it is given is refused.
+pub(crate) fn probe_room(disk: &dyn Disk, dir: &Path) -> std::io::Result<()> {
+    let path = dir.join(PROBE_FILE);
+    let file = disk.create(&path)?;
+    let written = file
+        .write_all_at(&[0xa5; PROBE_BYTES], 0)
+        .and_then(|()| file.sync_data());
+    let removed = disk.remove(&path);
+    written.and(removed)
 }
 
 /// redb's storage in a file of the disk seam: every read, write, resize and sync of the

@@ -24,7 +24,7 @@ use disk_seam::Disk;
 use crate::error::Error;
 use crate::legacy::{Legacy, Tree};
 use crate::locks::{lock, wait_for_lock};
-use crate::spool_file::{lock_spool, make_folder, open_spool, Fence, SPOOL_FILE};
+use crate::spool_file::{lock_spool, make_folder, open_spool, probe_room, Fence, SPOOL_FILE};
 
 /// The page cache of the spool's database when the config does not say (`store.cache`).
 pub const DEFAULT_CACHE_BYTES: u64 = 32 * 1024 * 1024;
@@ -132,11 +132,17 @@ impl Store {
         self.spool.clone()
     }
 
+    /// Whether the disk has room for the spool's next commit ([`probe_room`]).
+    pub fn probe_room(&self) -> Result<(), Error> {
+        Ok(probe_room(&*self.spool_file.disk, &self.dir)?)
+    }
+
     /// Opens the spool's database again, as a process starting would (the file made
     /// durable as it reads first), after a commit met an I/O error: redb refuses every
     /// write from then on. The database open until now is fenced off its file first: any
-    /// call it still makes fails.
+    /// call it still makes fails. Not before the disk has room ([`probe_room`]).
     pub fn reopen_spool(&self) -> Result<Arc<redb::Database>, Error> {
+        self.probe_room()?;
         let file = &self.spool_file;
         let mut current = lock(&file.fence);
         *current.write().unwrap_or_else(PoisonError::into_inner) = true;

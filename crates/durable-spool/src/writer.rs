@@ -83,13 +83,20 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the thread; entries pushed from now on are numbered from `next_seq`.
+    /// Starts the thread; entries pushed from now on are numbered from `next_seq`. With
+    /// `no_room` (why), writes are refused until the database is opened again, once the
+    /// disk has room.
     pub(crate) fn start(
         tables: Tables,
         reopen: Reopen,
         ledger: Arc<Ledger>,
         next_seq: u64,
+        no_room: Option<String>,
     ) -> Result<Self, Error> {
+        ledger
+            .store_failing
+            .store(no_room.is_some(), Ordering::SeqCst);
+        ledger.reopening.store(no_room.is_some(), Ordering::SeqCst);
         let (sender, receiver) = mpsc::channel::<Request>();
         let thread_ledger = ledger.clone();
         let thread = std::thread::Builder::new()
@@ -99,8 +106,12 @@ impl Writer {
                     tables,
                     reopen,
                     ledger: thread_ledger,
-                    failing: false,
-                    recovery: None,
+                    failing: no_room.is_some(),
+                    recovery: no_room.map(|error| Recovery {
+                        before: HashMap::new(),
+                        tried: None,
+                        error,
+                    }),
                 }
                 .run(&receiver)
             })

@@ -15,10 +15,10 @@
 //! when it writes), so dropping an expired record never brings an older value back.
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
 
 use crate::run::{Record, Run, RunInfo, RunRecords, RunWriter};
 use crate::Digest;
@@ -37,6 +37,9 @@ pub struct Runs {
     list: RwLock<Arc<Vec<Arc<Run>>>>,
     /// The next flush's number: above every run's span, also those deleted since.
     next_flush: AtomicU64,
+    /// Runs a merge found damaged: merges leave them (each would fail at the damage
+    /// again), reads of their damaged pages still fail.
+    damaged: Mutex<HashSet<PathBuf>>,
 }
 
 impl Runs {
@@ -78,6 +81,7 @@ impl Runs {
             dir: dir.to_owned(),
             list: RwLock::new(Arc::new(kept)),
             next_flush: AtomicU64::new(next_flush),
+            damaged: Mutex::default(),
         })
     }
 
@@ -171,9 +175,15 @@ impl Runs {
         Ok(records)
     }
 
+    /// Runs a merge found damaged and leaves from now on.
+    pub fn damaged(&self) -> usize {
+        lock(&self.damaged).len()
+    }
+
     /// Does one merge or rewrite if one is due; returns whether it did. `ttl_ms` sets when
     /// the new run is due for a rewrite. A merge of many records gives up (leaving its
-    /// sources as they were) once `stop` says so: a shutdown does not wait for it.
+    /// sources as they were) once `stop` says so: a shutdown does not wait for it. A source
+    /// found damaged fails the merge once and is left by every merge after it.
     pub fn merge_one(
         &self,
         now_ms: i64,
@@ -181,13 +191,22 @@ impl Runs {
         stop: &dyn Fn() -> bool,
     ) -> Result<bool, Error> {
         let runs = self.snapshot();
-        let group = due_group(&runs, now_ms);
+        let damaged = lock(&self.damaged).clone();
+        let group = due_group(&runs, now_ms, &|run| damaged.contains(run.path()));
         let Some((from, to)) = group else {
             return Ok(false);
         };
         let sources = &runs[from..to];
         let info = merged_info(sources, now_ms, ttl_ms)?;
-        let merged = self.write_merged(sources, info, now_ms, stop)?;
+        let merged = match self.write_merged(sources, info, now_ms, stop) {
+            Err(Error::Damaged { file, offset, what }) => {
+                if sources.iter().any(|s| s.path() == file) {
+                    lock(&self.damaged).insert(file.clone());
+                }
+                return Err(Error::Damaged { file, offset, what });
+            }
+            other => other?,
+        };
         self.replace(sources, merged);
         for source in sources {
             self.disk.remove(source.path())?;
@@ -263,20 +282,28 @@ impl Runs {
     }
 }
 
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The first group of runs due for work, as a range of `runs`: a run past its rewrite time
-/// whose records have not all expired, or [`FANOUT`] neighbours of one level.
-fn due_group(runs: &[Arc<Run>], now_ms: i64) -> Option<(usize, usize)> {
-    if let Some(i) = runs
-        .iter()
-        .position(|r| r.info().rewrite_after_ms <= now_ms && r.info().max_expires_ms > now_ms)
-    {
+/// whose records have not all expired, or [`FANOUT`] neighbours of one level; none of them
+/// `set_aside`.
+fn due_group(
+    runs: &[Arc<Run>],
+    now_ms: i64,
+    set_aside: &dyn Fn(&Run) -> bool,
+) -> Option<(usize, usize)> {
+    if let Some(i) = runs.iter().position(|r| {
+        r.info().rewrite_after_ms <= now_ms && r.info().max_expires_ms > now_ms && !set_aside(r)
+    }) {
         return Some((i, i + 1));
     }
     (0..runs.len().saturating_sub(FANOUT - 1)).find_map(|i| {
         let level = runs[i].info().level;
         runs[i..i + FANOUT]
             .iter()
-            .all(|r| r.info().level == level)
+            .all(|r| r.info().level == level && !set_aside(r))
             .then_some((i, i + FANOUT))
     })
 }
@@ -419,6 +446,42 @@ mod tests {
         let runs = Runs::open(disk_seam::real(), dir.path()).expect("reopen");
         assert_eq!(runs.snapshot().len(), 1);
         assert_eq!(value(&runs, "shared").as_deref(), Some("v3"));
+    }
+
+    #[test]
+    fn a_damaged_run_a_merge_meets_is_set_aside_once_and_the_others_merge_on() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
+        for round in 0..=FANOUT {
+            let records = sorted(vec![
+                record(&format!("a{round}"), 1_000, "x"),
+                record(&format!("b{round}"), 1_000, "y"),
+            ]);
+            flush(&runs, &records, round as u64 + 1, 5_000);
+        }
+        // A bit flips in the oldest run's page.
+        let oldest = runs.snapshot()[0].path().to_owned();
+        let mut bytes = std::fs::read(&oldest).expect("read");
+        bytes[100] ^= 0x04;
+        std::fs::write(&oldest, &bytes).expect("write");
+
+        let first = runs.merge_one(100, 5_000, &|| false);
+        assert!(
+            matches!(first, Err(Error::Damaged { ref file, .. }) if *file == oldest),
+            "{first:?}"
+        );
+        assert_eq!(runs.damaged(), 1);
+        assert!(
+            runs.merge_one(100, 5_000, &|| false)
+                .expect("no retry of the damaged run"),
+            "the four after it merge"
+        );
+        assert!(!runs.merge_one(100, 5_000, &|| false).expect("nothing due"));
+        let after = runs.snapshot();
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[0].path(), oldest, "kept, in its place");
+        assert_eq!(value(&runs, "a4").as_deref(), Some("x"));
+        assert!(runs.get(&Digest::of(b"a0")).is_err(), "never answered from");
     }
 
     #[test]

@@ -58,7 +58,9 @@ pub struct Frame<'a> {
 /// The segment being written.
 struct Active {
     number: u64,
-    file: Arc<dyn DiskFile>,
+    /// `None` until the segment is made: an open on a full disk leaves it to the first
+    /// commit.
+    file: Option<Arc<dyn DiskFile>>,
     /// Where the next frame goes.
     offset: u64,
     /// The last sequence number written to it, if any.
@@ -73,7 +75,11 @@ struct Active {
 /// A segment that is no longer written.
 struct Sealed {
     number: u64,
+    /// The highest sequence number it may hold: of a damaged one, that of the last whole
+    /// frame after the damage, if one is.
     last_seq: Option<u64>,
+    /// The open found damage in it: it is never written again.
+    damaged: bool,
 }
 
 /// The journal's segment files.
@@ -86,6 +92,8 @@ pub struct Wal {
     sealed: VecDeque<Sealed>,
     /// A prepared segment for the next rotation.
     spare: Option<Spare>,
+    /// Whether the open read a segment whose damage an operator accepted.
+    read_accepted: bool,
 }
 
 /// A zero-filled segment file under a temporary name, ready to be the next segment.
@@ -99,7 +107,8 @@ impl Wal {
     /// `replay` in order, with its sequence number, and starts a new segment. Returns the
     /// journal and the highest sequence number read. Batches below `needed_from` are held
     /// elsewhere (by runs); losing any other batch to damage is an error naming the
-    /// segment and the byte where its reading stopped.
+    /// segment and the byte where its reading stopped. A new segment the disk has no room
+    /// for is left to the first commit ([`Wal::can_write`] tells).
     pub fn open(
         disk: Arc<dyn Disk>,
         dir: &Path,
@@ -127,7 +136,14 @@ impl Wal {
         reading.settle()?;
         // Past every number in the folder, a damaged one kept by the operator included.
         let next_number = numbers.last().map_or(0, |(n, _)| n + 1);
-        let file = create_segment(&*disk, dir, next_number, segment_bytes)?;
+        let file = match create_segment(&*disk, dir, next_number, segment_bytes) {
+            Ok(file) => Some(file),
+            Err(Error::Disk(error)) => {
+                tracing::warn!(%error, "state journal segment not made; the first commit makes it");
+                None
+            }
+            Err(other) => return Err(other),
+        };
         let active = Active::new(next_number, file);
         let wal = Self {
             disk,
@@ -136,6 +152,7 @@ impl Wal {
             active,
             sealed: reading.sealed,
             spare: None,
+            read_accepted: numbers.iter().any(|(_, accepted)| *accepted),
         };
         Ok((wal, reading.highest))
     }
@@ -167,28 +184,62 @@ impl Wal {
                 self.active.broken = false;
             }
         }
+        let mut file = self.active_file()?;
         for frame in frames.iter_mut() {
             seal(frame);
             let len = frame.bytes.len() as u64;
             if self.active.offset + len > self.segment_bytes && self.active.last_seq.is_some() {
                 // What is written so far is synced before the next segment is used.
-                self.active.file.sync_data()?;
+                file.sync_data()?;
                 self.rotate()?;
+                file = self.active_file()?;
             }
             // Counted before the write: a segment a failed write may have reached is kept
             // until a run holds this batch.
             self.active.last_seq = Some(frame.seq);
-            self.active
-                .file
-                .write_all_at(frame.bytes, self.active.offset)?;
+            file.write_all_at(frame.bytes, self.active.offset)?;
             self.active.offset += len;
         }
-        self.active.file.sync_data()?;
+        file.sync_data()?;
         self.active.acked = true;
         Ok(())
     }
 
-    /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them).
+    /// The active segment's file, made now if the open could not make it.
+    fn active_file(&mut self) -> Result<Arc<dyn DiskFile>, Error> {
+        if let Some(file) = &self.active.file {
+            return Ok(file.clone());
+        }
+        let file = self.next_segment(self.active.number)?;
+        self.active.file = Some(file.clone());
+        Ok(file)
+    }
+
+    /// Writes each sealed segment again as it reads and syncs it
+    /// ([`disk_seam::rewrite_as_read`]): what the open replayed from them is then on the
+    /// disk, pages a failed sync left in the page cache included. Needs no room, since a
+    /// segment's blocks exist. False, writing nothing, if the open read a damaged segment
+    /// (its damage accepted by an operator or not): that one is never written.
+    pub fn rewrite_sealed(&self) -> Result<bool, Error> {
+        if self.read_accepted || self.sealed.iter().any(|s| s.damaged) {
+            return Ok(false);
+        }
+        for sealed in &self.sealed {
+            let file = self.disk.open_rw(&segment_path(&self.dir, sealed.number))?;
+            disk_seam::rewrite_as_read(&*file)?;
+        }
+        Ok(true)
+    }
+
+    /// Whether a commit has a segment to write to, or a spare to make one of, without
+    /// filling a new one.
+    pub fn can_write(&self) -> bool {
+        self.active.file.is_some() || self.spare.is_some()
+    }
+
+    /// Deletes the sealed segments whose batches all lie below `seq` (a run holds them). A
+    /// damaged one counts the frames after its damage: it is kept until a run holds every
+    /// batch it may have held.
     pub fn forget_below(&mut self, seq: u64) -> Result<(), Error> {
         let mut removed = false;
         while let Some(oldest) = self.sealed.front() {
@@ -265,12 +316,25 @@ impl Wal {
 
     /// Segment files on disk, the one being written included.
     pub fn segments(&self) -> usize {
-        self.sealed.len() + 1
+        self.sealed.len() + usize::from(self.active.file.is_some())
     }
 
-    /// Seals the active segment and starts the next, from the spare if one is ready.
+    /// Seals the active segment and starts the next.
     fn rotate(&mut self) -> Result<(), Error> {
         let number = self.active.number + 1;
+        let file = self.next_segment(number)?;
+        let next = Active::new(number, Some(file));
+        let done = std::mem::replace(&mut self.active, next);
+        self.sealed.push_back(Sealed {
+            number: done.number,
+            last_seq: done.last_seq,
+            damaged: false,
+        });
+        Ok(())
+    }
+
+    /// Makes segment `number`, from the spare if one is ready.
+    fn next_segment(&mut self, number: u64) -> Result<Arc<dyn DiskFile>, Error> {
         let spare = match self.spare.take() {
             Some(spare) => spare,
             None => Wal::prepare_spare(
@@ -280,19 +344,12 @@ impl Wal {
                 &segment_name(number),
             )?,
         };
-        let file = install(&*self.disk, spare, &self.dir, number)?;
-        let next = Active::new(number, file);
-        let done = std::mem::replace(&mut self.active, next);
-        self.sealed.push_back(Sealed {
-            number: done.number,
-            last_seq: done.last_seq,
-        });
-        Ok(())
+        install(&*self.disk, spare, &self.dir, number)
     }
 }
 
 impl Active {
-    fn new(number: u64, file: Arc<dyn DiskFile>) -> Self {
+    fn new(number: u64, file: Option<Arc<dyn DiskFile>>) -> Self {
         Self {
             number,
             file,
@@ -498,7 +555,8 @@ impl Reading {
         }
         self.sealed.push_back(Sealed {
             number,
-            last_seq: read.last,
+            last_seq: read.last.max(read.later),
+            damaged,
         });
         Ok(())
     }
@@ -892,6 +950,28 @@ mod tests {
             segment_path(dir.path(), first).exists(),
             "the damaged segment is kept for the operator"
         );
+    }
+
+    #[test]
+    fn a_damaged_segment_is_kept_until_a_run_holds_every_batch_it_may_have_held() {
+        // Batch 2's frame in the first segment is damaged, batch 3 after it is whole; the
+        // next segment holds both again (a retry), so the open goes on.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b"), (3, b"c")]);
+        wal.rotate().expect("rotate");
+        commit(&mut wal, &[(2, b"b"), (3, b"c")]);
+        drop(wal);
+        damage(dir.path(), first, 1);
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        wal.forget_below(2).expect("forget");
+        assert!(
+            segment_path(dir.path(), first).exists(),
+            "the damage hid batches no run holds"
+        );
+        wal.forget_below(4).expect("forget");
+        assert!(!segment_path(dir.path(), first).exists());
     }
 
     /// Zeroes the frame of `nth_frame` in segment `number` (frames of one byte-long batch

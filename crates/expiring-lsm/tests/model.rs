@@ -278,6 +278,11 @@ impl World {
             };
             let legacy = Arc::new(NoLegacy);
             match Journal::open(legacy, Path::new(STORE_DIR), self.now(), settings) {
+                // An open goes on without what a disk that takes no writes refused it, but
+                // one the power went during is a process that died with it.
+                Ok(_) if self.disk.power_is_cut() => {
+                    last = "the power went during the open".into();
+                }
                 Ok(journal) => {
                     self.journal = Some(journal);
                     return Ok(());

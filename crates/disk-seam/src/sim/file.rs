@@ -2,9 +2,10 @@
 //! and syncs that decide what a power cut keeps.
 
 use std::io;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::state::{apply, land, Pending, State};
+use super::state::{apply, Pending, State};
 use super::{lock, OpKind};
 use crate::DiskFile;
 
@@ -57,7 +58,7 @@ impl SimFile {
                 // What the cache holds from writes since the last sync; pages a failed sync
                 // dropped are not written again. A damaged write lands as its damage says.
                 for change in std::mem::take(&mut file.pending) {
-                    land(&mut file.durable, &change);
+                    file.land(&change);
                 }
                 Ok(())
             }
@@ -99,6 +100,7 @@ impl DiskFile for SimFile {
             lands,
         };
         apply(&mut file.data, &change);
+        file.blocks.follow(&change);
         file.covered(&change);
         file.pending.push(change);
         Ok(buf.len())
@@ -118,9 +120,16 @@ impl DiskFile for SimFile {
         let file = state.inode(inode)?;
         let change = Pending::SetLen(len);
         apply(&mut file.data, &change);
+        file.blocks.follow(&change);
         file.covered(&change);
         file.pending.push(change);
         Ok(())
+    }
+
+    fn data_ranges(&self) -> io::Result<Vec<Range<u64>>> {
+        let mut state = self.look()?;
+        let file = state.inode(self.inode)?;
+        Ok(file.blocks.ranges(file.data.len() as u64))
     }
 
     fn sync_data(&self) -> io::Result<()> {

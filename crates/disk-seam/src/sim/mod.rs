@@ -20,6 +20,10 @@
 //! - unsynced writes reordered ([`SimDisk::reorder_at_next_power_cut`]): the next power cut
 //!   keeps any subset of each file's unsynced writes, a later one without an earlier.
 //!
+//! A file holds data in blocks of 4 KiB that writes take, and holes elsewhere, as `SEEK_DATA`
+//! and `SEEK_HOLE` report them ([`DiskFile::data_ranges`]); what a power cut keeps of them
+//! follows what it keeps of the writes.
+//!
 //! A failed sync of a file keeps the data readable but drops it from what a power cut
 //! keeps, as Linux does after a failed writeback. A failed write, rename or removal
 //! changes nothing. A process restart ([`SimDisk::restart`]) is not a power cut: the page
@@ -30,6 +34,7 @@
 //! integration tests (another crate, which sees no `cfg(test)` item) use the same one: it
 //! is plain `std`, and the binary, which never names it, does not carry it.
 
+mod blocks;
 mod file;
 mod rng;
 mod state;
@@ -392,8 +397,10 @@ impl SimDisk {
         };
         if truncate {
             let file = state.inode(inode)?;
+            let change = Pending::SetLen(0);
             file.data.clear();
-            file.pending.push(Pending::SetLen(0));
+            file.blocks.follow(&change);
+            file.pending.push(change);
         }
         Ok(Arc::new(SimFile {
             state: self.state.clone(),
@@ -418,7 +425,9 @@ fn flip_in(state: &mut State, path: PathBuf, id: u64, within: Range<u64>) -> Opt
     for _ in 0..FLIP_TRIES {
         let at = (within.start + state.rng.below(end - within.start)) as usize;
         let file = state.inodes.get_mut(&id)?;
-        if file.data.get(at) != file.durable.get(at) {
+        // A hole has no block a bit could flip in.
+        let in_hole = !file.durable_blocks.holds(at as u64);
+        if in_hole || file.data.get(at) != file.durable.get(at) {
             continue;
         }
         file.durable[at] ^= mask;

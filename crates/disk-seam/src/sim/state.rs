@@ -8,6 +8,7 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 
+use super::blocks::Blocks;
 use super::{parent, root, Fault, OpKind, Rng};
 
 /// Operations kept for [`super::SimDisk::recent`].
@@ -61,6 +62,10 @@ pub(super) struct Inode {
     /// Bits flipped in synced data (offset, mask) that no write has covered since: what
     /// [`super::SimDisk::repair_flips`] can undo.
     pub(super) flipped: Vec<(u64, u8)>,
+    /// The blocks of `data` that hold data; the rest are holes.
+    pub(super) blocks: Blocks,
+    /// The blocks of `durable` that hold data.
+    pub(super) durable_blocks: Blocks,
 }
 
 pub(super) struct State {
@@ -100,7 +105,7 @@ pub(super) fn apply(data: &mut Vec<u8>, change: &Pending) {
 }
 
 /// Applies a change to what the platter holds: a damaged write lands torn or elsewhere.
-pub(super) fn land(durable: &mut Vec<u8>, change: &Pending) {
+fn land(durable: &mut Vec<u8>, change: &Pending) {
     match change {
         Pending::Write {
             offset,
@@ -124,32 +129,39 @@ fn write_bytes(data: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
 }
 
 impl Inode {
+    /// Puts a change on the platter, as it lands.
+    pub(super) fn land(&mut self, change: &Pending) {
+        land(&mut self.durable, change);
+        self.durable_blocks.land(change);
+    }
+
     /// Keeps what a power cut keeps of the file: its synced data and a random prefix of
     /// the changes since, the next write possibly torn; with `reorder`, any subset of the
     /// changes since, in their order (the device wrote them back out of order).
     fn power_cut(&mut self, rng: &mut Rng, reorder: bool) {
-        let mut data = std::mem::take(&mut self.durable);
+        let pending = std::mem::take(&mut self.pending);
         if reorder {
-            for change in &self.pending {
+            for change in &pending {
                 if rng.below(2) == 0 {
-                    land(&mut data, change);
+                    self.land(change);
                 }
             }
         } else {
-            let kept = rng.below(self.pending.len() as u64 + 1) as usize;
-            for change in &self.pending[..kept] {
-                land(&mut data, change);
+            let kept = rng.below(pending.len() as u64 + 1) as usize;
+            for change in &pending[..kept] {
+                self.land(change);
             }
-            if let Some(Pending::Write { offset, bytes, .. }) = self.pending.get(kept) {
+            if let Some(Pending::Write { offset, bytes, .. }) = pending.get(kept) {
                 // The next write torn: some of its bytes reached the platter.
                 let torn = rng.below(bytes.len() as u64) as usize;
-                write_bytes(&mut data, *offset, &bytes[..torn]);
+                write_bytes(&mut self.durable, *offset, &bytes[..torn]);
+                self.durable_blocks.take(*offset, torn as u64);
             }
         }
-        self.pending.clear();
-        self.flipped.retain(|(at, _)| (*at as usize) < data.len());
-        self.data = data.clone();
-        self.durable = data;
+        self.flipped
+            .retain(|(at, _)| (*at as usize) < self.durable.len());
+        self.data = self.durable.clone();
+        self.blocks = self.durable_blocks.clone();
     }
 
     /// Forgets flipped bits a change to the cache covers: undoing them would damage it.

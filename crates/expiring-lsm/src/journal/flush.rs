@@ -33,13 +33,25 @@ impl Shared {
     /// from it. A batch whose `fdatasync` failed still reads back from the page cache after a
     /// clean restart, yet a power cut loses it (Linux marks such pages clean), and a request
     /// answered from its values would then rest on nothing. The run is synced; the segments
-    /// below it are no longer read. Without room for the run the store does not open, as it
-    /// does not without room for its next segment.
+    /// below it are no longer read. Without room for the run (a full disk), the segments
+    /// replayed are written again as they read and synced instead, which needs no room
+    /// ([`crate::wal::Wal::rewrite_sealed`]). Batches replayed from elsewhere (legacy
+    /// batches, a segment whose damage an operator accepted) have no such place: without
+    /// room for their run the store does not open.
     pub(super) fn make_replay_durable(&self) -> Result<(), Error> {
         if self.hot_count.load(Ordering::Relaxed) == 0 {
             return Ok(());
         }
-        self.flush_to_run().map(drop)
+        match self.flush_to_run() {
+            Err(Error::Disk(error)) if self.legacy.is_empty() => {
+                if !lock(&self.writer).wal.rewrite_sealed()? {
+                    return Err(Error::Disk(error));
+                }
+                tracing::warn!(%error, "replayed state journal not written to a run; its segments were made durable where they are");
+                Ok(())
+            }
+            other => other.map(drop),
+        }
     }
 
     /// Writes the hot entries whose records are on disk in the journal as a run, then

@@ -21,6 +21,7 @@ mod commit;
 mod flush;
 mod hot;
 mod open;
+mod recover;
 pub mod snapshot;
 mod threads;
 
@@ -116,6 +117,8 @@ struct Asked {
     flush: bool,
     /// A run was written, or a sweep is due: merge and delete runs.
     merge: bool,
+    /// The open left the journal's segment to make ([`Shared::recover`]).
+    recover: bool,
 }
 
 /// Dedup marks and guard state. Dropping it stops its threads and writes what is left.
@@ -336,6 +339,12 @@ impl Journal {
         self.shared.runs.snapshot().len()
     }
 
+    /// Runs a merge found damaged: merges leave them, and a read of a damaged page fails.
+    /// Cheap to read (a metric).
+    pub fn damaged_runs(&self) -> usize {
+        self.shared.runs.damaged()
+    }
+
     /// Forgets hot values that expired by `now_ms` and asks the merge thread to delete
     /// expired runs. Returns how many hot values went.
     pub fn sweep(&self, now_ms: i64) -> Result<usize, Error> {
@@ -513,7 +522,7 @@ pub(crate) mod tests {
         }
     }
 
-    fn temp_store() -> (tempfile::TempDir, MemStore) {
+    pub(crate) fn temp_store() -> (tempfile::TempDir, MemStore) {
         let dir = tempfile::tempdir().expect("tempdir");
         (dir, MemStore::default())
     }
@@ -540,15 +549,20 @@ pub(crate) mod tests {
     }
 
     /// A journal with `settings`, opened at `now_ms`.
-    fn open_with(store: &MemStore, dir: &Path, now_ms: i64, settings: Settings) -> Arc<Journal> {
+    pub(crate) fn open_with(
+        store: &MemStore,
+        dir: &Path,
+        now_ms: i64,
+        settings: Settings,
+    ) -> Arc<Journal> {
         Journal::open(store.tree("state").expect("tree"), dir, now_ms, settings).expect("open")
     }
 
-    fn get(j: &Journal, key: &[u8]) -> Option<Vec<u8>> {
+    pub(crate) fn get(j: &Journal, key: &[u8]) -> Option<Vec<u8>> {
         j.get(&Digest::of(key)).expect("get")
     }
 
-    fn put(j: &Journal, key: &[u8], value: &[u8], expires_ms: i64, now_ms: i64) {
+    pub(crate) fn put(j: &Journal, key: &[u8], value: &[u8], expires_ms: i64, now_ms: i64) {
         j.put(&Digest::of(key), value, expires_ms, now_ms)
             .expect("put");
     }
@@ -815,7 +829,7 @@ pub(crate) mod tests {
     }
 
     /// Waits, at most 30 s, until `condition` holds.
-    fn wait_until(what: &str, condition: impl Fn() -> bool) {
+    pub(crate) fn wait_until(what: &str, condition: impl Fn() -> bool) {
         let deadline = Instant::now() + Duration::from_secs(30);
         while !condition() {
             assert!(Instant::now() < deadline, "timed out waiting until {what}");
@@ -1096,7 +1110,7 @@ pub(crate) mod tests {
     }
 
     /// Settings of a journal on the simulated `disk`, whose threads' work the test does.
-    fn on_sim(disk: &disk_seam::sim::SimDisk, segment_bytes: u64) -> Settings {
+    pub(crate) fn on_sim(disk: &disk_seam::sim::SimDisk, segment_bytes: u64) -> Settings {
         Settings {
             disk: disk.handle(),
             background: false,

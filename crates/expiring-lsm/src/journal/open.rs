@@ -2,7 +2,7 @@
 //! not hold (legacy batches first, then the segments), and the threads.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use tokio::sync::watch;
@@ -53,11 +53,17 @@ impl Journal {
         ));
         shared.forget_expired(now_ms);
         shared.make_replay_durable()?;
+        let owes = shared.owes();
+        if owes {
+            shared.failing.store(true, Ordering::SeqCst);
+            tracing::error!("state journal opened without a segment to write to (a full disk?): nothing is durable until it has one (retried every second)");
+        }
         let threads = threads::start(&shared)?;
         shared.ask_flush_if_full();
         shared.ask(|a| {
             a.merge = true;
             a.spare = true;
+            a.recover = owes;
         });
         Ok(Arc::new(Self { shared, threads }))
     }

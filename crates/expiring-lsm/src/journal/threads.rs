@@ -168,15 +168,21 @@ fn lower_priority() {
     }
 }
 
-/// The flush thread: prepares the journal's next segment when its spare was used, and
-/// writes a run whenever the hot set is full.
+/// The flush thread: makes up for what the open could not write, prepares the journal's
+/// next segment when its spare was used, and writes a run whenever the hot set is full.
 fn flush_loop(shared: &Shared) {
     lower_priority();
     let take = |a: &mut Asked| {
-        let (spare, flush) = (std::mem::take(&mut a.spare), std::mem::take(&mut a.flush));
-        (spare || flush).then_some((spare, flush))
+        let spare = std::mem::take(&mut a.spare);
+        let flush = std::mem::take(&mut a.flush);
+        let recover = std::mem::take(&mut a.recover);
+        (spare || flush || recover).then_some((spare, flush, recover))
     };
-    while let Some((spare, flush)) = shared.wait_for_task(take) {
+    while let Some((spare, flush, recover)) = shared.wait_for_task(take) {
+        if recover && !shared.recover() {
+            shared.pause(BACKGROUND_RETRY);
+            shared.ask(|a| a.recover = true);
+        }
         if spare {
             if let Err(error) = shared.prepare_spare() {
                 // The writer makes its next segment itself then.
@@ -232,6 +238,11 @@ fn merge_loop(shared: &Shared) {
         match shared.merge_due() {
             Ok(()) => retry.reset(),
             Err(_) if shared.stopping() => return,
+            Err(error @ Error::Damaged { .. }) => {
+                // Said once: merges leave that run from now on, and the others go on.
+                tracing::error!(%error, "state run damaged; merges leave it from now on");
+                shared.ask(|a| a.merge = true);
+            }
             Err(error) => {
                 let pause = retry.next_pause();
                 tracing::error!(%error, retry_in = ?pause, "state runs not merged; retrying");

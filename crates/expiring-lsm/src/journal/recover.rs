@@ -1,0 +1,109 @@
+//! What an open on a disk that takes no writes (a full one) leaves owed, made up for once
+//! the disk takes them again: the journal's next segment. Until then the journal counts as
+//! failing, so readiness says so before any request is refused.
+
+use std::sync::atomic::Ordering;
+
+use super::{lock, Shared};
+
+impl Shared {
+    /// Whether the open left the journal without a segment to write to.
+    pub(super) fn owes(&self) -> bool {
+        !lock(&self.writer).wal.can_write()
+    }
+
+    /// Prepares the segment the open could not make (the flush thread tries every second).
+    /// True once there is one, and the journal no longer counts as failing: readiness
+    /// returns without waiting for a request.
+    pub(super) fn recover(&self) -> bool {
+        match self.prepare_spare() {
+            Ok(()) => {
+                if self.failing.swap(false, Ordering::SeqCst) {
+                    tracing::info!("state journal can be written again");
+                }
+                true
+            }
+            Err(error) => {
+                tracing::debug!(%error, "state journal still cannot be written");
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use disk_seam::sim::{Fault, OpKind, SimDisk};
+
+    use super::super::tests::{get, on_sim, open_with, put, temp_store, wait_until};
+    use super::super::Settings;
+    use crate::Digest;
+
+    const WAIT: Duration = Duration::from_secs(5);
+
+    #[tokio::test]
+    async fn a_store_opened_without_room_for_its_replay_run_makes_the_replay_durable_where_it_is() {
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(11);
+        let dir = Path::new("/store");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        put(&j, b"stop", b"forever", i64::MAX, 0);
+        // The commit's fdatasync fails, and so does the write when the journal closes: the
+        // batch is in the page cache only, where a power cut loses it.
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        assert!(j.write_now().is_err());
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        drop(j);
+
+        // The restart reads it back, and the disk has no room for the run.
+        disk.fail_next_matching(OpKind::Rename, Fault::NoSpace, "state-runs");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        assert_eq!(j.runs(), 0, "no run was written");
+        let stop = Digest::of(b"stop");
+        j.durable(j.point_of(&[&stop]), WAIT)
+            .await
+            .expect("answered from at once");
+        let disk = disk.crash();
+        drop(j);
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        assert_eq!(
+            get(&j, b"stop").as_deref(),
+            Some(&b"forever"[..]),
+            "a value the restart answered from was lost at the power cut"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_store_opened_without_room_for_a_segment_makes_one_once_there_is_room() {
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(12);
+        let dir = Path::new("/store");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        put(&j, b"kept", b"1", i64::MAX, 0);
+        j.write_now().expect("commit");
+        drop(j);
+
+        disk.fail_next_matching(OpKind::Rename, Fault::NoSpace, "state-journal");
+        let settings = Settings {
+            background: true,
+            ..on_sim(&disk, 4096)
+        };
+        let j = open_with(&store, dir, 0, settings);
+        assert_eq!(
+            j.journal_segments(),
+            0,
+            "the one read went to a run, and no segment was made"
+        );
+        // The flush thread makes the segment, with no request to wait for.
+        wait_until("the journal can be written again", || !j.is_failing());
+        put(&j, b"new", b"2", i64::MAX, 0);
+        j.durable(j.sync_point(), WAIT).await.expect("committed");
+        drop(j);
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        assert_eq!(get(&j, b"kept").as_deref(), Some(&b"1"[..]));
+        assert_eq!(get(&j, b"new").as_deref(), Some(&b"2"[..]));
+    }
+}
