@@ -42,8 +42,8 @@ pub enum Check {
 }
 
 /// Whose event a check judges.
-#[derive(Clone, Copy)]
-enum Judging {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Judging {
     /// A delivery's or a reconciliation walk's: the rules as they are.
     Delivery,
     /// A replay's: repeats of the newest state pass ([`decide::for_replay`]).
@@ -70,33 +70,11 @@ impl GuardState {
         Self { store }
     }
 
-    /// Decides an event; events with the same key are decided one at a time, until the
-    /// returned check is committed or dropped.
+    /// Decides an event as `judging` says; events with the same key are decided one at a
+    /// time, until the returned check is committed or dropped. A replay's event
+    /// ([`Judging::Replay`]) passes as a repeat of the newest state, the state unchanged
+    /// ([`decide::for_replay`]).
     pub async fn check(
-        &self,
-        route: &str,
-        rules: &RouteGuard,
-        event: &Event,
-        now_ms: i64,
-    ) -> Result<Check, StoreError> {
-        self.check_as(route, rules, event, now_ms, Judging::Delivery)
-            .await
-    }
-
-    /// [`GuardState::check`] for an event a replay publishes again: a repeat of the newest
-    /// state is accepted, the state unchanged ([`decide::for_replay`]).
-    pub async fn check_replayed(
-        &self,
-        route: &str,
-        rules: &RouteGuard,
-        event: &Event,
-        now_ms: i64,
-    ) -> Result<Check, StoreError> {
-        self.check_as(route, rules, event, now_ms, Judging::Replay)
-            .await
-    }
-
-    async fn check_as(
         &self,
         route: &str,
         rules: &RouteGuard,

@@ -22,5 +22,5 @@ pub mod decide;
 mod rules;
 pub mod stored;
 
-pub use checks::{Check, GuardState, Held};
+pub use checks::{Check, GuardState, Held, Judging};
 pub use rules::RouteGuard;

@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use crate::guard::Check;
+use crate::guard::{Check, Judging};
 use crate::ingress::event::Event;
 use crate::outbox::spooling::SpoolError;
 use crate::outbox::Delivered;
@@ -28,7 +28,7 @@ impl Pipeline {
         let name = route.config.name.as_str();
         let check = self
             .guards
-            .check(name, &route.guard, event, now_ms)
+            .check(name, &route.guard, event, now_ms, Judging::Delivery)
             .await
             .map_err(Failure::before)?;
         self.deliver_checked(route, event, check, now_ms, (&keys.all(), token, began))

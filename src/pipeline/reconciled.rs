@@ -1,6 +1,7 @@
 //! The events reconciliation hands over: a message the sender's list API listed, taken like
 //! a delivery past its signature, and an operator's replay, taken past the dedup marks.
 
+use crate::guard::Judging;
 use crate::ingress::event::{Event, ParseError};
 use crate::pipeline::dedup_keys::DedupKeys;
 use crate::pipeline::outcome::Outcome;
@@ -31,13 +32,14 @@ impl Pipeline {
     }
 
     /// Publishes again an event an operator's replay made of a listed message: routing
-    /// keys, freshness, then the guard under its key's lock ([`GuardState::check_replayed`]:
-    /// a repeat of the newest state passes, an older event is dropped) and publish-or-spool.
+    /// keys, freshness, then the guard under its key's lock ([`GuardState::check`] as a
+    /// [`Judging::Replay`]: a repeat of the newest state passes, an older event is dropped)
+    /// and publish-or-spool.
     /// The dedup marks are neither consulted nor written: a replay exists to publish what
     /// they say was published. Its message carries `x-source: replay` (its request id says
     /// so). Not counted as a request: the replay counts what it publishes.
     ///
-    /// [`GuardState::check_replayed`]: crate::guard::GuardState::check_replayed
+    /// [`GuardState::check`]: crate::guard::GuardState::check
     pub async fn handle_replayed(&self, route: &RouteRuntime, event: &Event) -> Outcome {
         let name = route.config.name.as_str();
         let now_ms = self.now_ms();
@@ -52,7 +54,7 @@ impl Pipeline {
         }
         let delivered = match self
             .guards
-            .check_replayed(name, &route.guard, event, now_ms)
+            .check(name, &route.guard, event, now_ms, Judging::Replay)
             .await
         {
             Ok(check) => self
