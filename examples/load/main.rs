@@ -1160,7 +1160,7 @@ async fn baseline_answer(
         event_type: event_type.as_str().into(),
         attempt: text("x-delivery-attempt").parse().ok(),
         route: "botix".into(),
-        received_at: hookgate::pipeline::rfc3339(now_ms),
+        received_at: hookgate::pipeline::rfc3339(now_ms).into(),
         order_key: None,
         body: body.clone(),
         content_type: None,

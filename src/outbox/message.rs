@@ -2,10 +2,6 @@
 //! whose id is too long for one. Its mapping onto lapin's properties and headers is in
 //! [`super::publish`], the one module that speaks lapin.
 
-use std::borrow::Cow;
-
-use bytes::Bytes;
-
 use crate::source::Source;
 
 /// Header naming the path that brought the event ([`Source`]).
@@ -21,48 +17,18 @@ const FITTED_PREFIX_BYTES: usize = 128;
 /// Between the kept prefix and the digest of a fitted `message_id`.
 const FITTED_MARK: &str = "~sha256:";
 
-/// One message as contract §5 describes it; also the unit stored in the spool, as a record of
-/// its own layout (`durable_spool::record`), so this type's shape is free to change. Its texts
-/// borrow from the event and the route where they can (a message read back from the spool
-/// owns them), so building one on the request path copies only what it has to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Message<'a> {
-    /// Routing key, templates already applied.
-    pub routing_key: Cow<'a, str>,
-    /// The event id. It is the `message_id` property when it fits an AMQP short string;
-    /// otherwise see [`fitted_message_id`].
-    pub message_id: Cow<'a, str>,
-    /// Receipt time, Unix seconds (`timestamp` property).
-    pub timestamp_secs: u64,
-    /// `x-request-id`.
-    pub request_id: Cow<'a, str>,
-    /// `x-event-type`.
-    pub event_type: Cow<'a, str>,
-    /// `x-delivery-attempt`, absent when the sender sent none.
-    pub attempt: Option<i64>,
-    /// `x-route`.
-    pub route: Cow<'a, str>,
-    /// `x-received-at`, RFC 3339 UTC.
-    pub received_at: String,
-    /// The event's guard key (a message id's statuses, a contact's messages): events with
-    /// the same key reach the broker in arrival order. Not published.
-    pub order_key: Option<Cow<'a, str>>,
-    /// The raw request body, byte for byte.
-    pub body: Bytes,
-    /// `content_type` when the body is not JSON (a Twilio form); `application/json` if unset.
-    pub content_type: Option<Cow<'a, str>>,
-    /// The `traceparent` header (W3C Trace Context); absent only in a message spooled by
-    /// a version that did not carry it.
-    pub traceparent: Option<Cow<'a, str>>,
-    /// The `tracestate` header, when the sender sent one with a valid `traceparent`.
-    pub tracestate: Option<Cow<'a, str>>,
-}
+/// One message as contract §5 describes it: the spool's message type
+/// ([`durable_spool::record::SpooledMessage`]), so the request path hands the spool what
+/// it publishes, with no copy. Its fields map onto the AMQP message as `routing_key`,
+/// `message_id` ([`fitted_message_id`] when too long), `timestamp`, and the headers
+/// `x-request-id`, `x-event-type`, `x-delivery-attempt`, `x-route`, `x-received-at`,
+/// `traceparent` and `tracestate`; `order_key` is not published. Its texts borrow from the
+/// event and the route where they can (a message read back from the spool owns them).
+pub use durable_spool::record::SpooledMessage as Message;
 
-impl Message<'_> {
-    /// `x-source`: which path brought the event.
-    pub fn source(&self) -> &'static str {
-        Source::of(&self.request_id).as_str()
-    }
+/// `x-source`: which path brought the event of `msg`.
+pub fn source(msg: &Message<'_>) -> &'static str {
+    Source::of(&msg.request_id).as_str()
 }
 
 /// The `message_id` of an event whose id is too long for one: the id's first bytes (cut
@@ -91,9 +57,9 @@ pub(crate) fn sample(message_id: &str, routing_key: &str) -> Message<'static> {
         event_type: "t".into(),
         attempt: None,
         route: "botix".into(),
-        received_at: String::new(),
+        received_at: "".into(),
         order_key: None,
-        body: Bytes::new(),
+        body: bytes::Bytes::new(),
         content_type: None,
         traceparent: None,
         tracestate: None,

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use crate::outbox::message::Message;
 use crate::outbox::publish::{PublishError, Publisher};
-use crate::outbox::spooling::{spooled, Spool, SpoolError};
+use crate::outbox::spooling::{Spool, SpoolError};
 
 /// Where an accepted event went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,22 +67,14 @@ impl Outbox {
                 .as_deref()
                 .is_some_and(|k| self.spool.holds_key(k))
             {
-                return self
-                    .spool
-                    .push_held(&spooled(msg))
-                    .await
-                    .map(|()| Delivered::Held);
+                return self.spool.push_held(msg).await.map(|()| Delivered::Held);
             }
             // Boxed: lapin's publish future is over a kilobyte, needed only while publishing.
             match Box::pin(self.publisher.publish(&self.exchange, msg)).await {
                 Ok(()) => return Ok(Delivered::Published),
                 Err(error @ PublishError::Unroutable(_)) => {
                     tracing::error!(%error, event_id = %msg.message_id, "unroutable event spooled apart until a queue is bound; bind a queue to the exchange");
-                    return self
-                        .spool
-                        .push_held(&spooled(msg))
-                        .await
-                        .map(|()| Delivered::Held);
+                    return self.spool.push_held(msg).await.map(|()| Delivered::Held);
                 }
                 Err(PublishError::NotConnected) => {}
                 Err(error) => {
@@ -90,10 +82,7 @@ impl Outbox {
                 }
             }
         }
-        self.spool
-            .push(&spooled(msg))
-            .await
-            .map(|()| Delivered::Spooled)
+        self.spool.push(msg).await.map(|()| Delivered::Spooled)
     }
 
     /// The audit copy of a dropped event: best effort, never spooled, so an audit key with

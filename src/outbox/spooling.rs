@@ -2,14 +2,12 @@
 //! the config, its counts as metrics, the publisher as its drainer's sink, a message as the
 //! spool keeps it, and the `Retry-After` of a refused push.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
 use durable_spool::{Counts, Report, Sink, SinkError, SpooledMessage, Store};
 
 use crate::config::SpoolConfig;
 use crate::metrics::Metrics;
-use crate::outbox::message::Message;
 use crate::outbox::publish::{PublishError, Publisher};
 use crate::store_error::{StoreError, RETRY_AFTER_FAULT_SECS, RETRY_AFTER_TRANSIENT_SECS};
 
@@ -43,44 +41,6 @@ pub fn retry_after_secs(error: &SpoolError) -> u64 {
     }
 }
 
-/// The message as the spool keeps it, borrowing its texts.
-pub fn spooled<'a>(msg: &'a Message<'_>) -> SpooledMessage<'a> {
-    SpooledMessage {
-        routing_key: Cow::Borrowed(&msg.routing_key),
-        message_id: Cow::Borrowed(&msg.message_id),
-        timestamp_secs: msg.timestamp_secs,
-        request_id: Cow::Borrowed(&msg.request_id),
-        event_type: Cow::Borrowed(&msg.event_type),
-        attempt: msg.attempt,
-        route: Cow::Borrowed(&msg.route),
-        received_at: Cow::Borrowed(&msg.received_at),
-        order_key: msg.order_key.as_deref().map(Cow::Borrowed),
-        body: msg.body.clone(),
-        content_type: msg.content_type.as_deref().map(Cow::Borrowed),
-        traceparent: msg.traceparent.as_deref().map(Cow::Borrowed),
-        tracestate: msg.tracestate.as_deref().map(Cow::Borrowed),
-    }
-}
-
-/// The message a spool entry holds, borrowing its texts.
-fn unspooled<'a>(msg: &'a SpooledMessage<'_>) -> Message<'a> {
-    Message {
-        routing_key: Cow::Borrowed(&msg.routing_key),
-        message_id: Cow::Borrowed(&msg.message_id),
-        timestamp_secs: msg.timestamp_secs,
-        request_id: Cow::Borrowed(&msg.request_id),
-        event_type: Cow::Borrowed(&msg.event_type),
-        attempt: msg.attempt,
-        route: Cow::Borrowed(&msg.route),
-        received_at: msg.received_at.clone().into_owned(),
-        order_key: msg.order_key.as_deref().map(Cow::Borrowed),
-        body: msg.body.clone(),
-        content_type: msg.content_type.as_deref().map(Cow::Borrowed),
-        traceparent: msg.traceparent.as_deref().map(Cow::Borrowed),
-        tracestate: msg.tracestate.as_deref().map(Cow::Borrowed),
-    }
-}
-
 /// The spool's drainer publishes through the gateway's publisher.
 impl Sink for Publisher {
     fn is_connected(&self) -> bool {
@@ -96,8 +56,7 @@ impl Sink for Publisher {
         exchange: &'a str,
         msg: &'a SpooledMessage<'a>,
     ) -> Result<(), SinkError> {
-        let msg = unspooled(msg);
-        Publisher::publish(self, exchange, &msg)
+        Publisher::publish(self, exchange, msg)
             .await
             .map_err(sink_error)
     }

@@ -22,7 +22,7 @@ pub(super) fn message<'e>(
         event_type: Cow::Borrowed(&event.event_type),
         attempt: event.attempt,
         route: Cow::Borrowed(&route.config.name),
-        received_at: rfc3339(now_ms),
+        received_at: rfc3339(now_ms).into(),
         order_key: None,
         body: event.body.clone(),
         content_type: event.content_type.as_deref().map(Cow::Borrowed),

@@ -7,7 +7,7 @@ use lapin::BasicProperties;
 use super::publish_error::PublishError;
 use crate::ingress::trace::{TRACEPARENT, TRACESTATE};
 use crate::outbox::message::{
-    fitted_message_id, Message, EVENT_ID_HEADER, PUBLISH_ID_HEADER, SOURCE_HEADER,
+    fitted_message_id, source, Message, EVENT_ID_HEADER, PUBLISH_ID_HEADER, SOURCE_HEADER,
 };
 
 /// A short string, or `None` when `text` is longer than AMQP allows (255 bytes).
@@ -37,7 +37,7 @@ pub fn properties(msg: &Message<'_>, publish_id: u64) -> Result<BasicProperties,
     }
     headers.insert(short_constant("x-route"), text(&msg.route));
     headers.insert(short_constant("x-received-at"), text(&msg.received_at));
-    headers.insert(short_constant(SOURCE_HEADER), text(msg.source()));
+    headers.insert(short_constant(SOURCE_HEADER), text(source(msg)));
     if let Some(parent) = &msg.traceparent {
         headers.insert(short_constant(TRACEPARENT), text(parent));
     }
