@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use super::state::{Landing, Pending};
+use super::change::{Landing, Pending};
 
 /// Bytes of a block of the simulated file system, the unit a file holds data in.
 pub(super) const BLOCK: u64 = 4096;

@@ -5,7 +5,8 @@ use std::io;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::state::{apply, Pending, State};
+use super::change::{apply, Pending};
+use super::state::State;
 use super::{lock, OpKind};
 use crate::DiskFile;
 

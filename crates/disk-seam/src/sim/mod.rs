@@ -35,7 +35,9 @@
 //! is plain `std`, and the binary, which never names it, does not carry it.
 
 mod blocks;
+mod change;
 mod file;
+mod inode;
 mod rng;
 mod state;
 
@@ -45,10 +47,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{Disk, DiskFile};
+use change::Pending;
 use file::SimFile;
+use inode::Inode;
 pub use rng::Rng;
 pub use state::WriteDamage;
-use state::{Inode, Node, Pending, State};
+use state::{Node, State};
 
 /// Linux's number for "no space left on device".
 pub const ENOSPC: i32 = 28;
