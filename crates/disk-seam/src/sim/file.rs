@@ -6,8 +6,8 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::change::{apply, Pending};
-use super::state::State;
-use super::{lock, OpKind};
+use super::faults::OpKind;
+use super::state::{lock, wait_while_held, State};
 use crate::DiskFile;
 
 /// Linux's number for "bad file descriptor" (a write to a file opened for reading).
@@ -42,7 +42,7 @@ impl SimFile {
     }
 
     fn sync(&self, what: &str) -> io::Result<()> {
-        super::wait_while_held(&self.state);
+        wait_while_held(&self.state);
         let inode = self.inode;
         let mut state = lock(&self.state);
         // A dead handle changes nothing, not even what a failed sync would drop.

@@ -36,8 +36,10 @@
 
 mod blocks;
 mod change;
+mod faults;
 mod file;
 mod inode;
+mod paths;
 mod rng;
 mod state;
 
@@ -48,58 +50,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::{Disk, DiskFile};
 use change::Pending;
+pub use faults::{Fault, Flip, OpKind, WriteDamage, EIO, ENOSPC};
 use file::SimFile;
 use inode::Inode;
+use paths::{absolute, not_found, parent};
 pub use rng::Rng;
-pub use state::WriteDamage;
-use state::{Node, State};
-
-/// Linux's number for "no space left on device".
-pub const ENOSPC: i32 = 28;
-/// Linux's number for "input/output error".
-pub const EIO: i32 = 5;
-
-/// The kinds of operation a fault can be injected into.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum OpKind {
-    /// A write, a length change, or the creation of a file or directory.
-    Write,
-    /// A sync of a file's data or of a directory.
-    Sync,
-    /// A rename.
-    Rename,
-    /// A removal.
-    Remove,
-}
-
-/// An injected error.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fault {
-    /// ENOSPC: the disk is full.
-    NoSpace,
-    /// EIO: the device failed.
-    Io,
-}
-
-impl Fault {
-    fn error(self) -> io::Error {
-        io::Error::from_raw_os_error(match self {
-            Fault::NoSpace => ENOSPC,
-            Fault::Io => EIO,
-        })
-    }
-}
-
-/// A bit flipped in a file's synced data.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Flip {
-    /// The file, as named when the bit flipped.
-    pub path: PathBuf,
-    /// The byte.
-    pub offset: u64,
-    /// The bit flipped, as a mask.
-    pub mask: u8,
-}
+use state::{lock, wait_while_held, Node, State};
 
 /// Tries of [`SimDisk::flip_synced_bit`] for a byte whose synced and cached copies agree.
 const FLIP_TRIES: usize = 16;
@@ -111,28 +67,6 @@ const FLIP_TRIES: usize = 16;
 pub struct SimDisk {
     state: Arc<Mutex<State>>,
     generation: u64,
-}
-
-fn root() -> PathBuf {
-    PathBuf::from("/")
-}
-
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn not_found(path: &Path) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::NotFound,
-        format!("{}: not found", path.display()),
-    )
-}
-
-fn parent(path: &Path) -> PathBuf {
-    match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => root(),
-    }
 }
 
 impl SimDisk {
@@ -446,23 +380,6 @@ fn flip_in(state: &mut State, path: PathBuf, id: u64, within: Range<u64>) -> Opt
         return Some(flip);
     }
     None
-}
-
-/// Waits while syncs are held ([`SimDisk::hold_syncs`]).
-fn wait_while_held(state: &Mutex<State>) {
-    let gate = lock(state).syncs_held.clone();
-    let mut held = gate.0.lock().unwrap_or_else(PoisonError::into_inner);
-    while *held {
-        held = gate.1.wait(held).unwrap_or_else(PoisonError::into_inner);
-    }
-}
-
-fn absolute(path: &Path) -> PathBuf {
-    if path.is_absolute() {
-        path.to_owned()
-    } else {
-        root().join(path)
-    }
 }
 
 impl Disk for SimDisk {

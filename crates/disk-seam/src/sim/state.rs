@@ -5,11 +5,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use super::change::Landing;
+use super::faults::{Fault, OpKind, WriteDamage};
 use super::inode::Inode;
-use super::{parent, root, Fault, OpKind, Rng};
+use super::paths::{parent, root};
+use super::rng::Rng;
 
 /// Operations kept for [`super::SimDisk::recent`].
 const TRACE: usize = 48;
@@ -19,15 +21,6 @@ const TRACE: usize = 48;
 pub(super) enum Node {
     Dir,
     File(u64),
-}
-
-/// Damage the next write to a file whose path holds a text suffers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteDamage {
-    /// Only a prefix of it reaches the platter, though its sync succeeds.
-    Tear,
-    /// It reaches the platter at another offset of the file, though its sync succeeds.
-    Misdirect,
 }
 
 pub(super) struct State {
@@ -250,5 +243,19 @@ impl State {
 
     pub(super) fn inode(&mut self, id: u64) -> io::Result<&mut Inode> {
         self.inodes.get_mut(&id).ok_or_else(|| Fault::Io.error())
+    }
+}
+
+/// Locks the disk; a panic of another holder does not make it unusable.
+pub(super) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits while syncs are held ([`super::SimDisk::hold_syncs`]).
+pub(super) fn wait_while_held(state: &Mutex<State>) {
+    let gate = lock(state).syncs_held.clone();
+    let mut held = gate.0.lock().unwrap_or_else(PoisonError::into_inner);
+    while *held {
+        held = gate.1.wait(held).unwrap_or_else(PoisonError::into_inner);
     }
 }
