@@ -74,9 +74,9 @@ impl Blocks {
     }
 }
 
-#[cfg(test)]
 // A file's data ranges are compared as lists, often of one range.
 #[allow(clippy::single_range_in_vec_init)]
+#[cfg(test)]
 mod tests {
     use std::path::Path;
 

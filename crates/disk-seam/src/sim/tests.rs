@@ -1,8 +1,11 @@
 //! The simulated disk against its promises: what a power cut keeps, what a failed sync
 //! drops, what injected faults and damage do, and that a seed replays.
 
-use super::*;
-use crate::{create_dir_all, read};
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Fault, OpKind, SimDisk, WriteDamage, EIO, ENOSPC};
+use crate::{create_dir_all, read, Disk, DiskFile};
 
 fn write_file(disk: &SimDisk, path: &str, bytes: &[u8]) -> Arc<dyn DiskFile> {
     let file = disk.create(Path::new(path)).expect("create");
