@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 use std::ops::Range;
 
-use super::state::{Landing, Pending};
+use super::change::{Landing, Pending};
 
 /// Bytes of a block of the simulated file system, the unit a file holds data in.
 pub(super) const BLOCK: u64 = 4096;
@@ -74,9 +74,9 @@ impl Blocks {
     }
 }
 
-#[cfg(test)]
 // A file's data ranges are compared as lists, often of one range.
 #[allow(clippy::single_range_in_vec_init)]
+#[cfg(test)]
 mod tests {
     use std::path::Path;
 

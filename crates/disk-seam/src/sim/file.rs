@@ -5,8 +5,9 @@ use std::io;
 use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::state::{apply, Pending, State};
-use super::{lock, OpKind};
+use super::change::{apply, Pending};
+use super::faults::OpKind;
+use super::state::{lock, wait_while_held, State};
 use crate::DiskFile;
 
 /// Linux's number for "bad file descriptor" (a write to a file opened for reading).
@@ -41,7 +42,7 @@ impl SimFile {
     }
 
     fn sync(&self, what: &str) -> io::Result<()> {
-        super::wait_while_held(&self.state);
+        wait_while_held(&self.state);
         let inode = self.inode;
         let mut state = lock(&self.state);
         // A dead handle changes nothing, not even what a failed sync would drop.

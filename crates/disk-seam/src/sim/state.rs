@@ -1,15 +1,17 @@
-//! What the simulated disk holds: its files' data (what reads see, what is synced, the
-//! changes since), its directories' entries (live and synced), and the faults to come.
-//! [`State::power_cut`] keeps what a power cut keeps; [`land`] puts a write on the platter,
-//! torn or misdirected if it was damaged.
+//! What the simulated disk holds: its files ([`Inode`]), its directories' entries (live and
+//! synced), and the faults to come. [`State::power_cut`] keeps what a power cut keeps;
+//! [`State::begin`] counts an operation and decides whether it fails.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
-use super::blocks::Blocks;
-use super::{parent, root, Fault, OpKind, Rng};
+use super::change::Landing;
+use super::faults::{Fault, OpKind, WriteDamage};
+use super::inode::Inode;
+use super::paths::{parent, root};
+use super::rng::Rng;
 
 /// Operations kept for [`super::SimDisk::recent`].
 const TRACE: usize = 48;
@@ -19,53 +21,6 @@ const TRACE: usize = 48;
 pub(super) enum Node {
     Dir,
     File(u64),
-}
-
-/// A change to a file's data.
-pub(super) enum Pending {
-    Write {
-        offset: u64,
-        bytes: Vec<u8>,
-        lands: Landing,
-    },
-    SetLen(u64),
-}
-
-/// Where a write reaches the platter. Reads see it whole where it was aimed (the page
-/// cache) until a power cut; what a sync or a power cut keeps follows this.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Landing {
-    Whole,
-    /// Only this many of its first bytes land (a torn write).
-    Torn(usize),
-    /// Its bytes land at this offset instead (a misdirected write).
-    At(u64),
-}
-
-/// Damage the next write to a file whose path holds a text suffers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum WriteDamage {
-    /// Only a prefix of it reaches the platter, though its sync succeeds.
-    Tear,
-    /// It reaches the platter at another offset of the file, though its sync succeeds.
-    Misdirect,
-}
-
-#[derive(Default)]
-pub(super) struct Inode {
-    /// What reads see.
-    pub(super) data: Vec<u8>,
-    /// What a power cut keeps for certain.
-    pub(super) durable: Vec<u8>,
-    /// Changes since the last sync, oldest first: a power cut keeps a prefix of them.
-    pub(super) pending: Vec<Pending>,
-    /// Bits flipped in synced data (offset, mask) that no write has covered since: what
-    /// [`super::SimDisk::repair_flips`] can undo.
-    pub(super) flipped: Vec<(u64, u8)>,
-    /// The blocks of `data` that hold data; the rest are holes.
-    pub(super) blocks: Blocks,
-    /// The blocks of `durable` that hold data.
-    pub(super) durable_blocks: Blocks,
 }
 
 pub(super) struct State {
@@ -94,86 +49,6 @@ pub(super) struct State {
     pub(super) reorder_next_cut: bool,
     /// While true, every sync waits (a hung device); a condition variable wakes them.
     pub(super) syncs_held: Arc<(Mutex<bool>, Condvar)>,
-}
-
-/// Applies a change to a file's data as reads see it.
-pub(super) fn apply(data: &mut Vec<u8>, change: &Pending) {
-    match change {
-        Pending::Write { offset, bytes, .. } => write_bytes(data, *offset, bytes),
-        Pending::SetLen(len) => data.resize(*len as usize, 0),
-    }
-}
-
-/// Applies a change to what the platter holds: a damaged write lands torn or elsewhere.
-fn land(durable: &mut Vec<u8>, change: &Pending) {
-    match change {
-        Pending::Write {
-            offset,
-            bytes,
-            lands,
-        } => match *lands {
-            Landing::Whole => write_bytes(durable, *offset, bytes),
-            Landing::Torn(kept) => write_bytes(durable, *offset, &bytes[..kept.min(bytes.len())]),
-            Landing::At(elsewhere) => write_bytes(durable, elsewhere, bytes),
-        },
-        Pending::SetLen(_) => apply(durable, change),
-    }
-}
-
-fn write_bytes(data: &mut Vec<u8>, offset: u64, bytes: &[u8]) {
-    let at = offset as usize;
-    if data.len() < at + bytes.len() {
-        data.resize(at + bytes.len(), 0);
-    }
-    data[at..at + bytes.len()].copy_from_slice(bytes);
-}
-
-impl Inode {
-    /// Puts a change on the platter, as it lands.
-    pub(super) fn land(&mut self, change: &Pending) {
-        land(&mut self.durable, change);
-        self.durable_blocks.land(change);
-    }
-
-    /// Keeps what a power cut keeps of the file: its synced data and a random prefix of
-    /// the changes since, the next write possibly torn; with `reorder`, any subset of the
-    /// changes since, in their order (the device wrote them back out of order).
-    fn power_cut(&mut self, rng: &mut Rng, reorder: bool) {
-        let pending = std::mem::take(&mut self.pending);
-        if reorder {
-            for change in &pending {
-                if rng.below(2) == 0 {
-                    self.land(change);
-                }
-            }
-        } else {
-            let kept = rng.below(pending.len() as u64 + 1) as usize;
-            for change in &pending[..kept] {
-                self.land(change);
-            }
-            if let Some(Pending::Write { offset, bytes, .. }) = pending.get(kept) {
-                // The next write torn: some of its bytes reached the platter.
-                let torn = rng.below(bytes.len() as u64) as usize;
-                write_bytes(&mut self.durable, *offset, &bytes[..torn]);
-                self.durable_blocks.take(*offset, torn as u64);
-            }
-        }
-        self.flipped
-            .retain(|(at, _)| (*at as usize) < self.durable.len());
-        self.data = self.durable.clone();
-        self.blocks = self.durable_blocks.clone();
-    }
-
-    /// Forgets flipped bits a change to the cache covers: undoing them would damage it.
-    pub(super) fn covered(&mut self, change: &Pending) {
-        match change {
-            Pending::Write { offset, bytes, .. } => {
-                let end = offset + bytes.len() as u64;
-                self.flipped.retain(|(at, _)| *at < *offset || *at >= end);
-            }
-            Pending::SetLen(len) => self.flipped.retain(|(at, _)| at < len),
-        }
-    }
 }
 
 impl State {
@@ -368,5 +243,19 @@ impl State {
 
     pub(super) fn inode(&mut self, id: u64) -> io::Result<&mut Inode> {
         self.inodes.get_mut(&id).ok_or_else(|| Fault::Io.error())
+    }
+}
+
+/// Locks the disk; a panic of another holder does not make it unusable.
+pub(super) fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Waits while syncs are held ([`super::SimDisk::hold_syncs`]).
+pub(super) fn wait_while_held(state: &Mutex<State>) {
+    let gate = lock(state).syncs_held.clone();
+    let mut held = gate.0.lock().unwrap_or_else(PoisonError::into_inner);
+    while *held {
+        held = gate.1.wait(held).unwrap_or_else(PoisonError::into_inner);
     }
 }
