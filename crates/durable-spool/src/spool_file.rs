@@ -81,8 +81,21 @@ pub(crate) fn open_spool(
             redb::DatabaseError::DatabaseAlreadyOpen => open_err(
                 "it is locked by another process (is another hookgate running on it?)".into(),
             ),
-            other => open_err(other.to_string()),
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(found)) => {
+                open_err(damaged(&found))
+            }
+            other => open_err(format!("{SPOOL_FILE}: {other}")),
         })
+}
+
+/// What an open says of damage redb found in the file: with two-phase commits, pages that
+/// fail their checksums at a recovery are damage, not a commit cut short, and rolling back
+/// past them would lose pushes answered Ok. The file is left as it is for the operator.
+fn damaged(found: &str) -> String {
+    format!(
+        "{SPOOL_FILE} is damaged ({found}); it is left as it is and nothing is read from it: \
+         see \"A damaged spool\" in docs/guarantees.md"
+    )
 }
 
 /// Bytes [`rewrite_as_read`] moves at once.

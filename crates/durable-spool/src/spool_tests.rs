@@ -4,6 +4,7 @@ use crate::parked_record::decode_parked;
 use crate::record::SpooledMessage;
 use crate::report::Unreported;
 use crate::sink::{Sink, SinkError};
+use crate::spool_file::SPOOL_FILE;
 use crate::supervise;
 use crate::tables::Op;
 use crate::testkit::{self, power_cut, Recorded, TestSink};
@@ -358,6 +359,46 @@ async fn a_push_answered_ok_survives_a_power_cut_that_drops_unsynced_writes() {
 }
 
 #[tokio::test]
+async fn an_open_refuses_a_spool_whose_newest_commit_is_damaged_and_names_the_file() {
+    for seed in DISK_SEEDS {
+        let disk = SimDisk::new(seed);
+        let spool = testkit::open_on(&disk).expect("open");
+        spool.push(&testkit::event("e0", None)).await.expect("push");
+        let rows = spool.tables.page(Area::Main, None, 1).expect("read");
+        let (_, record) = rows.first().expect("the pushed entry");
+        // A bit flipped in every copy of the record on the platter, the live page included:
+        // damage to the commit that answered the push Ok.
+        let file = std::path::Path::new("/store").join(SPOOL_FILE);
+        let synced = disk.synced_data(&file).expect("the spool file");
+        let copies: Vec<u64> = synced
+            .windows(record.len())
+            .enumerate()
+            .filter(|(_, w)| *w == &record[..])
+            .map(|(at, _)| at as u64)
+            .collect();
+        assert!(!copies.is_empty(), "the record is on the disk, seed {seed}");
+        for at in copies {
+            disk.flip_synced_bit_in(&file, at..at + record.len() as u64)
+                .expect("a synced byte to flip");
+        }
+        let next = disk.crash();
+        drop(spool);
+        match testkit::open_on(&next) {
+            Ok(spool) => panic!(
+                "the spool opened without the entry a push answered Ok: main holds {:?}, seed {seed}",
+                ids_in(&spool, Area::Main)
+            ),
+            Err(error) => {
+                let said = error.to_string();
+                assert!(said.contains(SPOOL_FILE), "{said}");
+                assert!(said.contains("damaged"), "{said}");
+                assert!(said.contains("docs/guarantees.md"), "{said}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_move_to_held_leaves_the_entry_in_exactly_one_area_at_any_power_cut() {
     for ops in 1..40 {
         for seed in DISK_SEEDS {
@@ -567,15 +608,17 @@ async fn deliver(
 #[tokio::test]
 async fn a_push_whose_commit_failed_never_reaches_the_broker_after_a_later_event_of_its_key() {
     let disk = SimDisk::new(1);
-    let spool = testkit::open_on(&disk).expect("open");
+    // The push's second sync (of the header that points at its pages) fails, and so do
+    // the syncs of the reopens that would set it back (at once, at the next request, while
+    // idle): the whole commit stays in the page cache. The restart forgets the faults left.
+    let spool = testkit::open_arming_sync(&disk, 2, |disk| {
+        disk.fail_next(OpKind::Sync, Fault::NoSpace);
+        for _ in 0..8 {
+            disk.fail_next(OpKind::Sync, Fault::Io);
+        }
+    })
+    .expect("open");
     let sink = TestSink::acking();
-    // The push's sync fails, and so do the syncs of the reopens that would set it back
-    // (at once, at the next request, while idle): its pages stay in the page cache. The
-    // restart forgets the faults left.
-    disk.fail_next(OpKind::Sync, Fault::NoSpace);
-    for _ in 0..8 {
-        disk.fail_next(OpKind::Sync, Fault::Io);
-    }
     let refused = spool.push(&testkit::event("e0", Some("k"))).await;
     assert!(refused.is_err(), "answered 503: {refused:?}");
     let later = deliver(&spool, &sink, &testkit::event("e1", Some("k"))).await;
