@@ -72,6 +72,10 @@ pub(crate) fn open_spool(
     let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
     redb::Database::builder()
         .set_cache_size(cache)
+        // Every page's checksum is verified at each open, not only after a crash: a file
+        // damaged while hookgate was stopped cleanly is refused with an error, where a plain
+        // open trusts it (and may panic on it).
+        .set_check_integrity_on_open(true)
         .create_with_backend(SeamFile {
             file,
             fence,

@@ -358,43 +358,72 @@ async fn a_push_answered_ok_survives_a_power_cut_that_drops_unsynced_writes() {
     }
 }
 
+/// Flips a bit in every copy of the record of `spool`'s first entry in main on `disk`'s
+/// platter, the live page's included.
+fn flip_first_record(disk: &SimDisk, spool: &Spool) {
+    let rows = spool.tables.page(Area::Main, None, 1).expect("read");
+    let (_, record) = rows.first().expect("an entry");
+    let file = std::path::Path::new("/store").join(SPOOL_FILE);
+    let synced = disk.synced_data(&file).expect("the spool file");
+    let copies: Vec<u64> = synced
+        .windows(record.len())
+        .enumerate()
+        .filter(|(_, w)| *w == &record[..])
+        .map(|(at, _)| at as u64)
+        .collect();
+    assert!(!copies.is_empty(), "the record is on the disk");
+    for at in copies {
+        disk.flip_synced_bit_in(&file, at..at + record.len() as u64)
+            .expect("a synced byte to flip");
+    }
+}
+
+/// Asserts that an open on `disk` refuses, naming the file and what to read.
+fn assert_open_refuses_damage(disk: &SimDisk, seed: u64) {
+    match testkit::open_on(disk) {
+        Ok(spool) => panic!(
+            "the spool opened on damage: main holds {:?}, seed {seed}",
+            ids_in(&spool, Area::Main)
+        ),
+        Err(error) => {
+            let said = error.to_string();
+            assert!(said.contains(SPOOL_FILE), "{said}");
+            assert!(said.contains("damaged"), "{said}");
+            assert!(said.contains("docs/guarantees.md"), "{said}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn an_open_refuses_a_spool_whose_newest_commit_is_damaged_and_names_the_file() {
     for seed in DISK_SEEDS {
         let disk = SimDisk::new(seed);
         let spool = testkit::open_on(&disk).expect("open");
         spool.push(&testkit::event("e0", None)).await.expect("push");
-        let rows = spool.tables.page(Area::Main, None, 1).expect("read");
-        let (_, record) = rows.first().expect("the pushed entry");
-        // A bit flipped in every copy of the record on the platter, the live page included:
-        // damage to the commit that answered the push Ok.
-        let file = std::path::Path::new("/store").join(SPOOL_FILE);
-        let synced = disk.synced_data(&file).expect("the spool file");
-        let copies: Vec<u64> = synced
-            .windows(record.len())
-            .enumerate()
-            .filter(|(_, w)| *w == &record[..])
-            .map(|(at, _)| at as u64)
-            .collect();
-        assert!(!copies.is_empty(), "the record is on the disk, seed {seed}");
-        for at in copies {
-            disk.flip_synced_bit_in(&file, at..at + record.len() as u64)
-                .expect("a synced byte to flip");
-        }
+        // Damage to the commit that answered the push Ok, then a power cut.
+        flip_first_record(&disk, &spool);
         let next = disk.crash();
         drop(spool);
-        match testkit::open_on(&next) {
-            Ok(spool) => panic!(
-                "the spool opened without the entry a push answered Ok: main holds {:?}, seed {seed}",
-                ids_in(&spool, Area::Main)
-            ),
-            Err(error) => {
-                let said = error.to_string();
-                assert!(said.contains(SPOOL_FILE), "{said}");
-                assert!(said.contains("damaged"), "{said}");
-                assert!(said.contains("docs/guarantees.md"), "{said}");
-            }
-        }
+        assert_open_refuses_damage(&next, seed);
+    }
+}
+
+#[tokio::test]
+async fn an_open_refuses_a_spool_damaged_while_hookgate_was_stopped_cleanly() {
+    for seed in DISK_SEEDS {
+        let disk = SimDisk::new(seed);
+        let spool = testkit::open_on(&disk).expect("open");
+        spool.push(&testkit::event("e0", None)).await.expect("push");
+        spool.push(&testkit::event("e1", None)).await.expect("push");
+        let rows = spool.tables.page(Area::Main, None, 1).expect("read");
+        // The spool closes its database: the next open has no crash to recover from.
+        drop(spool);
+        let next = disk.restart();
+        let spool = testkit::open_on(&next).expect("open");
+        assert_eq!(spool.tables.page(Area::Main, None, 1).expect("read"), rows);
+        flip_first_record(&next, &spool);
+        drop(spool);
+        assert_open_refuses_damage(&next.restart(), seed);
     }
 }
 
