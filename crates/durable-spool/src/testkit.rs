@@ -106,7 +106,13 @@ impl Report for Recorded {
 
 /// Opens a spool on `disk` as a process starting on it would.
 pub(crate) fn open_on(disk: &SimDisk) -> Result<Spool, Error> {
-    let store = Store::open_on(disk.handle(), std::path::Path::new("/store"), 1 << 20)?;
+    open_caching(disk, 1 << 20)
+}
+
+/// Opens a spool on `disk` whose database caches `cache_bytes` of its pages: with none,
+/// every read goes to the disk and sees what is there now (a bit flipped since, say).
+pub(crate) fn open_caching(disk: &SimDisk, cache_bytes: u64) -> Result<Spool, Error> {
+    let store = Store::open_on(disk.handle(), Path::new("/store"), cache_bytes)?;
     Spool::open(&store, &options(), Arc::new(Unreported))
 }
 
