@@ -366,10 +366,11 @@ impl Run {
             let result = self.spool().delete_parked(entry.id).await;
             self.log
                 .push(format!("delete parked {}: {result:?}", entry.id));
-            if result.is_ok() {
-                let damaged = self.damaged.get(&entry.id).cloned();
-                self.deleted.extend(entry.event_id.clone().or(damaged));
-            }
+            // An error leaves the delete in doubt, as it leaves a push: the failed commit is
+            // in the page cache, and the reopen that sets it back makes it durable first,
+            // so a power cut before the setting back keeps the delete.
+            let damaged = self.damaged.get(&entry.id).cloned();
+            self.deleted.extend(entry.event_id.clone().or(damaged));
         } else {
             let result = self.spool().republish(entry.id).await;
             self.log.push(format!("republish {}: {result:?}", entry.id));
