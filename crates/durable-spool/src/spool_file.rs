@@ -88,6 +88,13 @@ pub(crate) fn open_spool(
             redb::DatabaseError::Storage(redb::StorageError::Corrupted(found)) => {
                 open_err(damaged(&found))
             }
+            // redb's word for a file whose first bytes do not name its format: for the file
+            // the spool made, damage.
+            redb::DatabaseError::Storage(redb::StorageError::Io(e))
+                if e.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                open_err(damaged(&e.to_string()))
+            }
             other => open_err(format!("{SPOOL_FILE}: {other}")),
         })
 }

@@ -428,6 +428,22 @@ async fn an_open_refuses_a_spool_damaged_while_hookgate_was_stopped_cleanly() {
 }
 
 #[tokio::test]
+async fn an_open_refuses_a_spool_whose_magic_number_is_damaged_as_damage() {
+    for seed in DISK_SEEDS {
+        let disk = SimDisk::new(seed);
+        let spool = testkit::open_on(&disk).expect("open");
+        spool.push(&testkit::event("e0", None)).await.expect("push");
+        let next = disk.crash();
+        drop(spool);
+        // The file's first bytes name its format.
+        let file = std::path::Path::new("/store").join(SPOOL_FILE);
+        next.flip_synced_bit_in(&file, 0..9)
+            .expect("a synced byte to flip");
+        assert_open_refuses_damage(&next, seed);
+    }
+}
+
+#[tokio::test]
 async fn a_move_to_held_leaves_the_entry_in_exactly_one_area_at_any_power_cut() {
     for ops in 1..40 {
         for seed in DISK_SEEDS {
