@@ -77,6 +77,10 @@ pub(crate) fn open_spool(
     let cache = usize::try_from(cache_bytes).unwrap_or(usize::MAX);
     redb::Database::builder()
         .set_cache_size(cache)
+        // Every page's checksum is verified at each open, not only after a crash: a file
+        // damaged while hookgate was stopped cleanly is refused with an error, where a plain
+        // open trusts it (and may panic on it).
+        .set_check_integrity_on_open(true)
         .create_with_backend(SeamFile {
             file,
             fence,
@@ -86,8 +90,28 @@ pub(crate) fn open_spool(
             redb::DatabaseError::DatabaseAlreadyOpen => open_err(
                 "it is locked by another process (is another hookgate running on it?)".into(),
             ),
-            other => open_err(other.to_string()),
+            redb::DatabaseError::Storage(redb::StorageError::Corrupted(found)) => {
+                open_err(damaged(&found))
+            }
+            // redb's word for a file whose first bytes do not name its format: for the file
+            // the spool made, damage.
+            redb::DatabaseError::Storage(redb::StorageError::Io(e))
+                if e.kind() == std::io::ErrorKind::InvalidData =>
+            {
+                open_err(damaged(&e.to_string()))
+            }
+            other => open_err(format!("{SPOOL_FILE}: {other}")),
         })
+}
+
+/// What an open says of damage redb found in the file: with two-phase commits, pages that
+/// fail their checksums at a recovery are damage, not a commit cut short, and rolling back
+/// past them would lose pushes answered Ok. The file is left as it is for the operator.
+fn damaged(found: &str) -> String {
+    format!(
+        "{SPOOL_FILE} is damaged ({found}); it is left as it is and nothing is read from it: \
+         see \"A damaged spool\" in docs/guarantees.md"
+    )
 }
 
 /// The file [`probe_room`] writes, inside the store folder.

@@ -4,6 +4,7 @@ use crate::parked_record::decode_parked;
 use crate::record::SpooledMessage;
 use crate::report::Unreported;
 use crate::sink::{Sink, SinkError};
+use crate::spool_file::SPOOL_FILE;
 use crate::supervise;
 use crate::tables::Op;
 use crate::testkit::{self, power_cut, Recorded, TestSink};
@@ -357,6 +358,91 @@ async fn a_push_answered_ok_survives_a_power_cut_that_drops_unsynced_writes() {
     }
 }
 
+/// Flips a bit in every copy of the record of `spool`'s first entry in main on `disk`'s
+/// platter, the live page's included.
+fn flip_first_record(disk: &SimDisk, spool: &Spool) {
+    let rows = spool.tables.page(Area::Main, None, 1).expect("read");
+    let (_, record) = rows.first().expect("an entry");
+    let file = std::path::Path::new("/store").join(SPOOL_FILE);
+    let synced = disk.synced_data(&file).expect("the spool file");
+    let copies: Vec<u64> = synced
+        .windows(record.len())
+        .enumerate()
+        .filter(|(_, w)| *w == &record[..])
+        .map(|(at, _)| at as u64)
+        .collect();
+    assert!(!copies.is_empty(), "the record is on the disk");
+    for at in copies {
+        disk.flip_synced_bit_in(&file, at..at + record.len() as u64)
+            .expect("a synced byte to flip");
+    }
+}
+
+/// Asserts that an open on `disk` refuses, naming the file and what to read.
+fn assert_open_refuses_damage(disk: &SimDisk, seed: u64) {
+    match testkit::open_on(disk) {
+        Ok(spool) => panic!(
+            "the spool opened on damage: main holds {:?}, seed {seed}",
+            ids_in(&spool, Area::Main)
+        ),
+        Err(error) => {
+            let said = error.to_string();
+            assert!(said.contains(SPOOL_FILE), "{said}");
+            assert!(said.contains("damaged"), "{said}");
+            assert!(said.contains("docs/guarantees.md"), "{said}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_open_refuses_a_spool_whose_newest_commit_is_damaged_and_names_the_file() {
+    for seed in DISK_SEEDS {
+        let disk = SimDisk::new(seed);
+        let spool = testkit::open_on(&disk).expect("open");
+        spool.push(&testkit::event("e0", None)).await.expect("push");
+        // Damage to the commit that answered the push Ok, then a power cut.
+        flip_first_record(&disk, &spool);
+        let next = disk.crash();
+        drop(spool);
+        assert_open_refuses_damage(&next, seed);
+    }
+}
+
+#[tokio::test]
+async fn an_open_refuses_a_spool_damaged_while_hookgate_was_stopped_cleanly() {
+    for seed in DISK_SEEDS {
+        let disk = SimDisk::new(seed);
+        let spool = testkit::open_on(&disk).expect("open");
+        spool.push(&testkit::event("e0", None)).await.expect("push");
+        spool.push(&testkit::event("e1", None)).await.expect("push");
+        let rows = spool.tables.page(Area::Main, None, 1).expect("read");
+        // The spool closes its database: the next open has no crash to recover from.
+        drop(spool);
+        let next = disk.restart();
+        let spool = testkit::open_on(&next).expect("open");
+        assert_eq!(spool.tables.page(Area::Main, None, 1).expect("read"), rows);
+        flip_first_record(&next, &spool);
+        drop(spool);
+        assert_open_refuses_damage(&next.restart(), seed);
+    }
+}
+
+#[tokio::test]
+async fn an_open_refuses_a_spool_whose_magic_number_is_damaged_as_damage() {
+    for seed in DISK_SEEDS {
+        let disk = SimDisk::new(seed);
+        let spool = testkit::open_on(&disk).expect("open");
+        spool.push(&testkit::event("e0", None)).await.expect("push");
+        let next = disk.crash();
+        drop(spool);
+        // The file's first bytes name its format.
+        let file = std::path::Path::new("/store").join(SPOOL_FILE);
+        next.flip_synced_bit_in(&file, 0..9)
+            .expect("a synced byte to flip");
+        assert_open_refuses_damage(&next, seed);
+    }
+}
+
 #[tokio::test]
 async fn a_move_to_held_leaves_the_entry_in_exactly_one_area_at_any_power_cut() {
     for ops in 1..40 {
@@ -567,15 +653,17 @@ async fn deliver(
 #[tokio::test]
 async fn a_push_whose_commit_failed_never_reaches_the_broker_after_a_later_event_of_its_key() {
     let disk = SimDisk::new(1);
-    let spool = testkit::open_on(&disk).expect("open");
+    // The push's second sync (of the header that points at its pages) fails, and so do
+    // the syncs of the reopens that would set it back (at once, at the next request, while
+    // idle): the whole commit stays in the page cache. The restart forgets the faults left.
+    let spool = testkit::open_arming_sync(&disk, 2, |disk| {
+        disk.fail_next(OpKind::Sync, Fault::NoSpace);
+        for _ in 0..8 {
+            disk.fail_next(OpKind::Sync, Fault::Io);
+        }
+    })
+    .expect("open");
     let sink = TestSink::acking();
-    // The push's sync fails, and so do the syncs of the reopens that would set it back
-    // (at once, at the next request, while idle): its pages stay in the page cache. The
-    // restart forgets the faults left.
-    disk.fail_next(OpKind::Sync, Fault::NoSpace);
-    for _ in 0..8 {
-        disk.fail_next(OpKind::Sync, Fault::Io);
-    }
     let refused = spool.push(&testkit::event("e0", Some("k"))).await;
     assert!(refused.is_err(), "answered 503: {refused:?}");
     let later = deliver(&spool, &sink, &testkit::event("e1", Some("k"))).await;

@@ -79,7 +79,9 @@ pub(crate) struct Tables {
 impl Tables {
     /// Creates the tables that do not exist yet, in one durable commit.
     pub(crate) fn open(db: Arc<Database>) -> Result<Self, Error> {
-        let txn = db.begin_write()?;
+        let mut txn = db.begin_write()?;
+        // Two-phase, as every commit of the spool ([`commit`]).
+        txn.set_two_phase_commit(true);
         for area in [Area::Main, Area::Held, Area::Parked] {
             txn.open_table(area.table())?;
         }
@@ -220,6 +222,10 @@ pub(crate) fn commit<'a>(
 ) -> Result<(), redb::Error> {
     let mut txn = db.begin_write()?;
     txn.set_durability(redb::Durability::Immediate)?;
+    // In two phases (data synced, then the header that points at it), so that at a
+    // recovery a commit whose pages fail redb's checksums is damage, which redb refuses,
+    // not a commit cut short, which it would silently roll back to the one before.
+    txn.set_two_phase_commit(true);
     {
         let mut main = txn.open_table(MAIN)?;
         let mut held = txn.open_table(HELD)?;
