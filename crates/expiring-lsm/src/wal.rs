@@ -225,9 +225,10 @@ impl Wal {
     /// a crash cut short left after it, and syncs: damage to the last batch read would
     /// otherwise read, at a later open, as such a commit, and the open would go on without
     /// a batch it answered from; with a batch after it, it is damage that names the
-    /// segment. Without room for `mark` there, it is committed to the segment being
-    /// written. False, writing nothing, if the open read a damaged segment (its damage
-    /// accepted by an operator or not): that one is never written.
+    /// segment. Without room for `mark` there, or if its number does not follow that
+    /// segment's last, it is committed to the segment being written. False, writing
+    /// nothing, if the open read a damaged segment (its damage accepted by an operator or
+    /// not): that one is never written.
     pub fn rewrite_sealed(&mut self, mark: &mut Frame<'_>) -> Result<bool, Error> {
         if self.read_accepted || self.sealed.iter().any(|s| s.damaged) {
             return Ok(false);
@@ -240,7 +241,11 @@ impl Wal {
         // them would make their loss look like damage.
         let len = mark.bytes.len() as u64;
         match self.sealed.back_mut() {
-            Some(newest) if newest.end + len <= self.segment_bytes => {
+            // A frame follows the one before it in its segment, or reads as damage.
+            Some(newest)
+                if newest.end + len <= self.segment_bytes
+                    && newest.last_seq.and_then(|l| l.checked_add(1)) == Some(mark.seq) =>
+            {
                 seal(mark);
                 let file = self.disk.open_rw(&segment_path(&self.dir, newest.number))?;
                 file.write_all_at(mark.bytes, newest.end)?;
