@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::batch::{decode_seq, Open, LEGACY_PAGE};
-use super::{lock, Shared};
+use super::shared::{lock, Shared};
 use crate::wal::Frame;
 use crate::{Digest, Error};
 

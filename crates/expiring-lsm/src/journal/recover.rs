@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{lock, Shared};
+use super::shared::{lock, Shared};
 
 impl Shared {
     /// Whether the open left the journal without a segment to write to.
