@@ -128,7 +128,6 @@ impl Wal {
             highest: None,
             before: None,
             sealed: VecDeque::new(),
-            proven_damage: false,
             owed: None,
         };
         for (i, &(number, accepted)) in numbers.iter().enumerate() {
@@ -526,9 +525,6 @@ struct Reading {
     before: Option<(PathBuf, Option<u64>, bool)>,
     /// The segments kept, oldest first.
     sealed: VecDeque<Sealed>,
-    /// Whether a segment read before held no whole batch before its damage but one after
-    /// it: batches were acknowledged there, though no number is known below them.
-    proven_damage: bool,
     /// A sealed segment's damage with a whole frame after it: its path, the byte, and the
     /// highest number after the damage. Batches up to that number were written, so a later
     /// segment must hold those the damage took, even if none follows to show a gap.
@@ -560,17 +556,17 @@ impl Reading {
         if let Some(first) = read.first {
             match self.highest {
                 Some(high) => self.check_gap(high + 1, first)?,
-                // Nothing read before, but an earlier segment has a whole frame after its
-                // damage: whatever the runs do not hold, up to this segment's first batch,
-                // was in it. (A torn first frame with nothing after it may be a commit
-                // that failed, its batches written again here: no loss is proven.)
-                None if self.proven_damage => self.check_gap(self.needed_from, first)?,
-                None => {}
+                // Nothing read before: whatever the runs do not hold, up to this segment's
+                // first batch, was in the damaged segment before it, if one is. A commit
+                // that failed in a segment's first frame is written again over it, never
+                // to the next segment (only a segment holding an acknowledged batch is
+                // left), so batches the next one starts past are a loss, even when no
+                // whole frame after the damage shows them.
+                None => self.check_gap(self.needed_from, first)?,
             }
         }
         self.highest = self.highest.max(read.last);
         let damaged = read.stopped_at.is_some() && (read.later.is_some() || !last);
-        self.proven_damage |= read.last.is_none() && read.later.is_some();
         if read.last.is_some() || damaged {
             self.before = Some((path.clone(), read.stopped_at, accepted));
         }
@@ -955,6 +951,23 @@ mod tests {
             (wal, read)
         };
         assert_eq!(read, [1, 4]);
+    }
+
+    #[test]
+    fn damage_that_hides_every_batch_of_a_sealed_segment_is_an_error_naming_it() {
+        // The runs hold the batches below 1; the first segment holds 1 to 3, the next 4.
+        let (dir, first) = sealed_then_one_more();
+        // Every frame rots: no batch read before the damage and no whole frame after it
+        // shows which batches the segment held, but the runs and the next segment do.
+        for frame in 0..3 {
+            damage(dir.path(), first, frame);
+        }
+        let error = match Wal::open(disk_seam::real(), dir.path(), 1 << 16, 1, |_, _| {}) {
+            Ok(_) => panic!("opened without batches 1 to 3"),
+            Err(error) => error.to_string(),
+        };
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(error.contains("1..=3"), "{error}");
     }
 
     #[test]
