@@ -224,9 +224,10 @@ impl Wal {
     /// a crash cut short left after it, and syncs: damage to the last batch read would
     /// otherwise read, at a later open, as such a commit, and the open would go on without
     /// a batch it answered from; with a batch after it, it is damage that names the
-    /// segment. A mark there already (its number is `mark`'s) was synced by the rewrite.
-    /// False if the open read a damaged segment (its damage accepted by an operator or
-    /// not), which is never written, or if the newest segment has no room for `mark`.
+    /// segment. Without room for `mark` there, or if its number does not follow that
+    /// segment's last, it is committed to the segment being written. False, writing
+    /// nothing, if the open read a damaged segment (its damage accepted by an operator or
+    /// not): that one is never written.
     pub fn rewrite_sealed(&mut self, mark: &mut Frame<'_>) -> Result<bool, Error> {
         if self.read_accepted || self.sealed.iter().any(|s| s.damaged) {
             return Ok(false);
@@ -239,7 +240,6 @@ impl Wal {
         // them would make their loss look like damage.
         let len = mark.bytes.len() as u64;
         match self.sealed.back_mut() {
-            Some(newest) if newest.last_seq == Some(mark.seq) => {}
             // A frame follows the one before it in its segment, or reads as damage.
             Some(newest)
                 if newest.end + len <= self.segment_bytes
@@ -253,7 +253,7 @@ impl Wal {
                 newest.end += len;
                 newest.last_seq = Some(mark.seq);
             }
-            _ => return Ok(false),
+            _ => self.commit(std::slice::from_mut(mark))?,
         }
         Ok(true)
     }
@@ -1074,19 +1074,22 @@ mod tests {
         let error = refusal(dir.path(), "without batch 2, which the open answered from");
         assert!(error.contains(&segment_name(first)), "{error}");
 
-        // A segment with no room left for the mark: nothing marks the batches read.
+        // A segment with no room left: the mark goes to the segment being written.
         let dir = tempfile::tempdir().expect("tempdir");
         let segment_bytes = (MAGIC.len() + 2 * (FRAME_HEAD + 1) + 4) as u64;
         let (mut wal, _) = reopen(dir.path(), segment_bytes);
+        let first = wal.active.number;
         commit(&mut wal, &[(1, b"a"), (2, b"b")]);
         drop(wal);
         let (mut wal, _) = reopen(dir.path(), segment_bytes);
-        let mut bytes = frame_bytes(b"mark");
-        let mut mark = Frame {
-            seq: 3,
-            bytes: &mut bytes,
-        };
-        assert!(!wal.rewrite_sealed(&mut mark).expect("rewrite"));
+        rewrite_with_mark(&mut wal, 3);
+        drop(wal);
+        damage(dir.path(), first, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), segment_bytes, 0, |_, _| {})
+            .err()
+            .expect("refused: batch 2 lost")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
     }
 
     /// Zeroes the frame of `nth_frame` in segment `number` (frames of one byte-long batch

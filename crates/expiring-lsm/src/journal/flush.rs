@@ -36,11 +36,9 @@ impl Shared {
     /// answered from its values would then rest on nothing. The run is synced; the segments
     /// below it are no longer read. Without room for the run (a full disk), the segments
     /// replayed are written again as they read and synced instead, which needs no room,
-    /// followed by a mark: a batch of no records numbered as the next batch, so that
-    /// damage to the last batch replayed reads as damage, not as a commit a crash cut
-    /// short ([`crate::wal::Wal::rewrite_sealed`]). The next batch takes the mark's number
-    /// again (see `Replay::segments`): a mark a failed sync left in the page cache, read
-    /// back by a later open and then lost at a power cut, leaves no gap. Batches replayed from elsewhere (legacy
+    /// followed by a batch of no records that takes the next number, so that damage to
+    /// the last batch replayed reads as damage, not as a commit a crash cut short
+    /// ([`crate::wal::Wal::rewrite_sealed`]). Batches replayed from elsewhere (legacy
     /// batches, a segment whose damage an operator accepted) have no such place: without
     /// room for their run the store does not open.
     pub(super) fn make_replay_durable(&self) -> Result<(), Error> {
@@ -51,7 +49,7 @@ impl Shared {
             Err(Error::Disk(error)) if self.legacy.is_empty() => {
                 // The writer's lock before the open batch's, as a commit takes them.
                 let mut writer = lock(&self.writer);
-                let open = self.lock_open();
+                let mut open = self.lock_open();
                 let mut mark = Open::reusing(open.seq, Vec::new());
                 let mut frame = Frame {
                     seq: mark.seq,
@@ -60,6 +58,11 @@ impl Shared {
                 if !writer.wal.rewrite_sealed(&mut frame)? {
                     return Err(Error::Disk(error));
                 }
+                // Nothing was appended yet: the first batch takes the number after the mark.
+                open.seq += 1;
+                let durable_below = open.seq;
+                self.progress
+                    .send_modify(|p| p.durable_below = p.durable_below.max(durable_below));
                 tracing::warn!(%error, "replayed state journal not written to a run; its segments were made durable where they are");
                 Ok(())
             }

@@ -90,9 +90,6 @@ struct Replay {
     held_by_runs: u64,
     /// The sequence number of the first batch written after the open.
     next_seq: u64,
-    /// The highest batch replayed from the segments, and whether it holds no record: a
-    /// mark ([`crate::wal::Wal::rewrite_sealed`]), whose number the next batch takes.
-    highest: Option<(u64, bool)>,
 }
 
 impl Replay {
@@ -101,23 +98,19 @@ impl Replay {
             shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             held_by_runs,
             next_seq: held_by_runs,
-            highest: None,
         }
     }
 
     /// Puts the records of batch `seq` in the hot set, over those of earlier batches.
-    /// Returns whether it held none (an unreadable batch counts as holding some).
-    fn batch(&mut self, seq: u64, batch: &[u8]) -> bool {
+    fn batch(&mut self, seq: u64, batch: &[u8]) {
         let Some((_, records)) = decode_batch(batch) else {
             tracing::warn!(batch = seq, "unreadable state batch ignored");
-            return false;
+            return;
         };
-        let empty = records.is_empty();
         for (key, expires_ms, value) in records {
             let entry = Entry::new(value, expires_ms, Some(seq));
             self.shards[shard_of(&key)].map.insert(key, entry);
         }
-        empty
     }
 
     /// Replays the legacy batches no run holds, and removes those a run holds.
@@ -157,23 +150,12 @@ impl Replay {
             |seq, batch| {
                 // Batches a run holds are left for the run (see `a_batch_a_run_holds…`).
                 if seq >= held_by_runs {
-                    let empty = self.batch(seq, batch);
-                    self.highest = match self.highest {
-                        Some((high, was_empty)) if seq <= high => {
-                            Some((high, was_empty && (seq < high || empty)))
-                        }
-                        _ => Some((seq, empty)),
-                    };
+                    self.batch(seq, batch);
                 }
             },
         )?;
         wal.forget_below(held_by_runs)?;
-        self.next_seq = match highest {
-            // A mark holds nothing: the next batch takes its number again.
-            Some(h) if self.highest == Some((h, true)) => self.next_seq.max(h),
-            Some(h) => self.next_seq.max(h + 1),
-            None => self.next_seq,
-        };
+        self.next_seq = highest.map_or(self.next_seq, |h| self.next_seq.max(h + 1));
         Ok(wal)
     }
 }

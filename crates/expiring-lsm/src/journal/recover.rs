@@ -39,7 +39,7 @@ mod tests {
     use disk_seam::sim::{Fault, OpKind, SimDisk};
 
     use super::super::tests::{get, on_sim, open_with, put, temp_store, wait_until};
-    use super::super::{Journal, Settings, SyncPoint, JOURNAL_DIR};
+    use super::super::{Journal, Settings, JOURNAL_DIR};
     use crate::wal::FRAME_HEAD;
     use crate::Digest;
 
@@ -137,26 +137,6 @@ mod tests {
                 get(&j, b"second")
             ),
         }
-    }
-
-    #[test]
-    fn the_batch_after_a_mark_takes_its_number() {
-        let (_dir, store) = temp_store();
-        let disk = SimDisk::new(14);
-        let dir = Path::new("/store");
-        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
-        put(&j, b"first", b"1", i64::MAX, 0);
-        j.write_now().expect("commit");
-        drop(j);
-        // Batch 0 stays in its segment, marked by batch 1, which holds nothing.
-        disk.fail_next_matching(OpKind::Rename, Fault::NoSpace, "state-runs");
-        drop(open_with(&store, dir, 0, on_sim(&disk, 4096)));
-
-        // A mark whose sync failed reads back from the page cache until a power cut takes
-        // it: a batch numbered past it would then follow a gap, which reads as damage.
-        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
-        put(&j, b"second", b"2", i64::MAX, 0);
-        assert_eq!(j.sync_point(), SyncPoint(2), "batch 1 again");
     }
 
     #[tokio::test]
