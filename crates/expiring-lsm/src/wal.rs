@@ -78,6 +78,8 @@ struct Sealed {
     /// The highest sequence number it may hold: of a damaged one, that of the last whole
     /// frame after the damage, if one is.
     last_seq: Option<u64>,
+    /// The byte after its last whole frame read or written.
+    end: u64,
     /// The open found damage in it: it is never written again.
     damaged: bool,
 }
@@ -126,7 +128,6 @@ impl Wal {
             highest: None,
             before: None,
             sealed: VecDeque::new(),
-            proven_damage: false,
             owed: None,
         };
         for (i, &(number, accepted)) in numbers.iter().enumerate() {
@@ -218,15 +219,41 @@ impl Wal {
     /// Writes each sealed segment again as it reads and syncs it
     /// ([`disk_seam::rewrite_as_read`]): what the open replayed from them is then on the
     /// disk, pages a failed sync left in the page cache included. Needs no room, since a
-    /// segment's blocks exist. False, writing nothing, if the open read a damaged segment
-    /// (its damage accepted by an operator or not): that one is never written.
-    pub fn rewrite_sealed(&self) -> Result<bool, Error> {
+    /// segment's blocks exist. Then writes `mark` (a batch of no records, numbered after
+    /// every batch read) after the newest segment's last whole frame, zeroes what a commit
+    /// a crash cut short left after it, and syncs: damage to the last batch read would
+    /// otherwise read, at a later open, as such a commit, and the open would go on without
+    /// a batch it answered from; with a batch after it, it is damage that names the
+    /// segment. Without room for `mark` there, or if its number does not follow that
+    /// segment's last, it is committed to the segment being written. False, writing
+    /// nothing, if the open read a damaged segment (its damage accepted by an operator or
+    /// not): that one is never written.
+    pub fn rewrite_sealed(&mut self, mark: &mut Frame<'_>) -> Result<bool, Error> {
         if self.read_accepted || self.sealed.iter().any(|s| s.damaged) {
             return Ok(false);
         }
         for sealed in &self.sealed {
             let file = self.disk.open_rw(&segment_path(&self.dir, sealed.number))?;
             disk_seam::rewrite_as_read(&*file)?;
+        }
+        // Written after the batches before it are synced: a mark a power cut kept without
+        // them would make their loss look like damage.
+        let len = mark.bytes.len() as u64;
+        match self.sealed.back_mut() {
+            // A frame follows the one before it in its segment, or reads as damage.
+            Some(newest)
+                if newest.end + len <= self.segment_bytes
+                    && newest.last_seq.and_then(|l| l.checked_add(1)) == Some(mark.seq) =>
+            {
+                seal(mark);
+                let file = self.disk.open_rw(&segment_path(&self.dir, newest.number))?;
+                file.write_all_at(mark.bytes, newest.end)?;
+                zero_from(&*file, newest.end + len)?;
+                file.sync_data()?;
+                newest.end += len;
+                newest.last_seq = Some(mark.seq);
+            }
+            _ => self.commit(std::slice::from_mut(mark))?,
         }
         Ok(true)
     }
@@ -328,6 +355,7 @@ impl Wal {
         self.sealed.push_back(Sealed {
             number: done.number,
             last_seq: done.last_seq,
+            end: done.offset,
             damaged: false,
         });
         Ok(())
@@ -415,6 +443,22 @@ fn fill(file: &dyn DiskFile, segment_bytes: u64) -> Result<(), Error> {
     Ok(())
 }
 
+/// Writes zeros over the bytes of `file` from `at` to its end that are not zeros (what a
+/// commit a crash cut short left there). Needs no room: a segment's blocks exist.
+fn zero_from(file: &dyn DiskFile, mut at: u64) -> Result<(), Error> {
+    let len = file.len()?;
+    let mut buf = vec![0; ZEROS.len()];
+    while at < len {
+        let n = (len - at).min(ZEROS.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..n], at)?;
+        if buf[..n].iter().any(|b| *b != 0) {
+            file.write_all_at(&ZEROS[..n], at)?;
+        }
+        at += n as u64;
+    }
+    Ok(())
+}
+
 /// Fills a frame's head: the batch's length, the checksum and the sequence number.
 fn seal(frame: &mut Frame<'_>) {
     let len = (frame.bytes.len() - FRAME_HEAD) as u32;
@@ -481,9 +525,6 @@ struct Reading {
     before: Option<(PathBuf, Option<u64>, bool)>,
     /// The segments kept, oldest first.
     sealed: VecDeque<Sealed>,
-    /// Whether a segment read before held no whole batch before its damage but one after
-    /// it: batches were acknowledged there, though no number is known below them.
-    proven_damage: bool,
     /// A sealed segment's damage with a whole frame after it: its path, the byte, and the
     /// highest number after the damage. Batches up to that number were written, so a later
     /// segment must hold those the damage took, even if none follows to show a gap.
@@ -515,17 +556,17 @@ impl Reading {
         if let Some(first) = read.first {
             match self.highest {
                 Some(high) => self.check_gap(high + 1, first)?,
-                // Nothing read before, but an earlier segment has a whole frame after its
-                // damage: whatever the runs do not hold, up to this segment's first batch,
-                // was in it. (A torn first frame with nothing after it may be a commit
-                // that failed, its batches written again here: no loss is proven.)
-                None if self.proven_damage => self.check_gap(self.needed_from, first)?,
-                None => {}
+                // Nothing read before: whatever the runs do not hold, up to this segment's
+                // first batch, was in the damaged segment before it, if one is. A commit
+                // that failed in a segment's first frame is written again over it, never
+                // to the next segment (only a segment holding an acknowledged batch is
+                // left), so batches the next one starts past are a loss, even when no
+                // whole frame after the damage shows them.
+                None => self.check_gap(self.needed_from, first)?,
             }
         }
         self.highest = self.highest.max(read.last);
         let damaged = read.stopped_at.is_some() && (read.later.is_some() || !last);
-        self.proven_damage |= read.last.is_none() && read.later.is_some();
         if read.last.is_some() || damaged {
             self.before = Some((path.clone(), read.stopped_at, accepted));
         }
@@ -556,6 +597,7 @@ impl Reading {
         self.sealed.push_back(Sealed {
             number,
             last_seq: read.last.max(read.later),
+            end: read.end,
             damaged,
         });
         Ok(())
@@ -619,6 +661,8 @@ impl Reading {
 struct SegmentRead {
     first: Option<u64>,
     last: Option<u64>,
+    /// The byte after the last whole frame read.
+    end: u64,
     /// The byte where reading stopped before the segment's end: a frame cut short, failing
     /// its checksum or out of sequence, or zeros with a whole frame after them.
     stopped_at: Option<u64>,
@@ -637,6 +681,7 @@ fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Segm
     let mut read = SegmentRead {
         first: None,
         last: None,
+        end: MAGIC.len() as u64,
         stopped_at: None,
         later: None,
     };
@@ -668,6 +713,7 @@ fn read_frames(bytes: &[u8], replay: &mut impl FnMut(u64, &[u8])) -> Result<Segm
         read.first = read.first.or(Some(seq));
         read.last = Some(seq);
         rest = &rest[FRAME_HEAD + len..];
+        read.end = (bytes.len() - rest.len()) as u64;
     }
     Ok(read)
 }
@@ -908,6 +954,23 @@ mod tests {
     }
 
     #[test]
+    fn damage_that_hides_every_batch_of_a_sealed_segment_is_an_error_naming_it() {
+        // The runs hold the batches below 1; the first segment holds 1 to 3, the next 4.
+        let (dir, first) = sealed_then_one_more();
+        // Every frame rots: no batch read before the damage and no whole frame after it
+        // shows which batches the segment held, but the runs and the next segment do.
+        for frame in 0..3 {
+            damage(dir.path(), first, frame);
+        }
+        let error = match Wal::open(disk_seam::real(), dir.path(), 1 << 16, 1, |_, _| {}) {
+            Ok(_) => panic!("opened without batches 1 to 3"),
+            Err(error) => error.to_string(),
+        };
+        assert!(error.contains(&segment_name(first)), "{error}");
+        assert!(error.contains("1..=3"), "{error}");
+    }
+
+    #[test]
     fn damage_inside_the_segment_written_last_is_an_error_and_no_number_is_used_again() {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut wal, _) = reopen(dir.path(), 1 << 16);
@@ -972,6 +1035,61 @@ mod tests {
         );
         wal.forget_below(4).expect("forget");
         assert!(!segment_path(dir.path(), first).exists());
+    }
+
+    /// Rewrites the sealed segments of a reopened journal with a mark numbered `seq`.
+    fn rewrite_with_mark(wal: &mut Wal, seq: u64) {
+        let mut bytes = frame_bytes(b"mark");
+        let mut mark = Frame {
+            seq,
+            bytes: &mut bytes,
+        };
+        assert!(wal.rewrite_sealed(&mut mark).expect("rewrite"));
+    }
+
+    #[test]
+    fn the_mark_after_a_rewrite_makes_damage_to_the_last_batch_an_error() {
+        // A segment with room left: the mark goes after its last batch, over the torn
+        // write a crash left there.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b")]);
+        drop(wal);
+        let path = segment_path(dir.path(), first);
+        let mut bytes = std::fs::read(&path).expect("read");
+        let torn = MAGIC.len() + 2 * (FRAME_HEAD + 1);
+        bytes[torn..torn + 40].fill(0xa5);
+        std::fs::write(&path, &bytes).expect("write");
+        let (mut wal, _) = reopen(dir.path(), 1 << 16);
+        rewrite_with_mark(&mut wal, 3);
+        drop(wal);
+        let bytes = std::fs::read(&path).expect("read");
+        let after_mark = torn + FRAME_HEAD + 4;
+        assert!(
+            bytes[after_mark..].iter().all(|b| *b == 0),
+            "torn write left"
+        );
+        damage(dir.path(), first, 1);
+        let error = refusal(dir.path(), "without batch 2, which the open answered from");
+        assert!(error.contains(&segment_name(first)), "{error}");
+
+        // A segment with no room left: the mark goes to the segment being written.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let segment_bytes = (MAGIC.len() + 2 * (FRAME_HEAD + 1) + 4) as u64;
+        let (mut wal, _) = reopen(dir.path(), segment_bytes);
+        let first = wal.active.number;
+        commit(&mut wal, &[(1, b"a"), (2, b"b")]);
+        drop(wal);
+        let (mut wal, _) = reopen(dir.path(), segment_bytes);
+        rewrite_with_mark(&mut wal, 3);
+        drop(wal);
+        damage(dir.path(), first, 1);
+        let error = Wal::open(disk_seam::real(), dir.path(), segment_bytes, 0, |_, _| {})
+            .err()
+            .expect("refused: batch 2 lost")
+            .to_string();
+        assert!(error.contains(&segment_name(first)), "{error}");
     }
 
     /// Zeroes the frame of `nth_frame` in segment `number` (frames of one byte-long batch

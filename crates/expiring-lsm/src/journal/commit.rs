@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 use super::batch::Open;
-use super::{lock, Shared, Writer};
+use super::shared::{lock, Shared, Writer};
 use crate::wal::{Frame, Wal};
 use crate::{Digest, Error};
 

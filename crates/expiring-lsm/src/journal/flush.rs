@@ -3,8 +3,9 @@
 
 use std::sync::atomic::Ordering;
 
-use super::batch::{decode_seq, LEGACY_PAGE};
-use super::{lock, Shared};
+use super::batch::{decode_seq, Open, LEGACY_PAGE};
+use super::shared::{lock, Shared};
+use crate::wal::Frame;
 use crate::{Digest, Error};
 
 /// A copy of the hot set's entries for a run: one buffer of values and a small fixed entry
@@ -34,7 +35,9 @@ impl Shared {
     /// clean restart, yet a power cut loses it (Linux marks such pages clean), and a request
     /// answered from its values would then rest on nothing. The run is synced; the segments
     /// below it are no longer read. Without room for the run (a full disk), the segments
-    /// replayed are written again as they read and synced instead, which needs no room
+    /// replayed are written again as they read and synced instead, which needs no room,
+    /// followed by a batch of no records that takes the next number, so that damage to
+    /// the last batch replayed reads as damage, not as a commit a crash cut short
     /// ([`crate::wal::Wal::rewrite_sealed`]). Batches replayed from elsewhere (legacy
     /// batches, a segment whose damage an operator accepted) have no such place: without
     /// room for their run the store does not open.
@@ -44,9 +47,22 @@ impl Shared {
         }
         match self.flush_to_run() {
             Err(Error::Disk(error)) if self.legacy.is_empty() => {
-                if !lock(&self.writer).wal.rewrite_sealed()? {
+                // The writer's lock before the open batch's, as a commit takes them.
+                let mut writer = lock(&self.writer);
+                let mut open = self.lock_open();
+                let mut mark = Open::reusing(open.seq, Vec::new());
+                let mut frame = Frame {
+                    seq: mark.seq,
+                    bytes: &mut mark.buf,
+                };
+                if !writer.wal.rewrite_sealed(&mut frame)? {
                     return Err(Error::Disk(error));
                 }
+                // Nothing was appended yet: the first batch takes the number after the mark.
+                open.seq += 1;
+                let durable_below = open.seq;
+                self.progress
+                    .send_modify(|p| p.durable_below = p.durable_below.max(durable_below));
                 tracing::warn!(%error, "replayed state journal not written to a run; its segments were made durable where they are");
                 Ok(())
             }

@@ -3,12 +3,9 @@
 
 use std::collections::hash_map::Entry as MapEntry;
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
-use std::sync::MutexGuard;
 
 use nohash_hasher::BuildNoHashHasher;
 
-use super::{lock, Shared};
 use crate::run::Record;
 use crate::runs::Runs;
 use crate::{Digest, Error};
@@ -207,65 +204,5 @@ pub(super) fn current_of<'a>(
         }
         (MapEntry::Vacant(_), Some(record)) => (Some(&record.value[..]), record.expires_ms),
         (MapEntry::Vacant(_), None) => (None, i64::MIN),
-    }
-}
-
-impl Shared {
-    pub(super) fn shard(&self, key: &Digest) -> MutexGuard<'_, Shard> {
-        lock(&self.shards[shard_of(key)])
-    }
-
-    /// Whether the hot set refuses new keys: runs or the journal cannot be written (a run
-    /// holds only what the journal holds, so either stops the flushes) and it holds
-    /// [`HOT_SET_LIMIT_FACTOR`] times `hot_entries`. A flush that only falls behind never
-    /// refuses: it catches up.
-    pub(super) fn refuses_new_keys(&self) -> bool {
-        (self.flush_failing.load(Ordering::Relaxed) || self.failing.load(Ordering::Relaxed))
-            && self.hot_count.load(Ordering::Relaxed)
-                >= self
-                    .settings
-                    .hot_entries
-                    .saturating_mul(HOT_SET_LIMIT_FACTOR)
-    }
-
-    /// Counts a key the hot set took, and asks for a flush if it is full now.
-    pub(super) fn count_one_more_hot(&self) {
-        self.hot_count.fetch_add(1, Ordering::Relaxed);
-        self.ask_flush_if_full();
-    }
-
-    /// Forgets hot values that expired by `now_ms`, one shard at a time.
-    pub(super) fn forget_expired(&self, now_ms: i64) -> usize {
-        let mut removed = 0;
-        for shard in &self.shards {
-            let shard = &mut lock(shard).map;
-            let before = shard.len();
-            shard.retain(|_, e| e.expires_ms > now_ms);
-            removed += before - shard.len();
-        }
-        self.hot_count.fetch_sub(removed, Ordering::Relaxed);
-        removed
-    }
-
-    /// Forgets the entries whose records are in batches below `durable_below` (a run now
-    /// holds them), and returns how many went. An entry changed since the run's copy has a
-    /// newer batch and stays; so does a memory-only value, without the durable record it
-    /// covered if the run holds that. A map that grew while the flush thread fell behind
-    /// gives its room back, so the hot set's memory follows `hot_entries`, not the largest
-    /// burst.
-    pub(super) fn forget_written(&self, durable_below: u64) -> usize {
-        let room = (self.settings.hot_entries.saturating_mul(2) / SHARDS).max(16);
-        let mut forgotten = 0;
-        for shard in &self.shards {
-            let shard = &mut lock(shard).map;
-            let before = shard.len();
-            shard.retain(|_, e| e.stays_after_run(durable_below));
-            forgotten += before - shard.len();
-            if shard.capacity() > 2 * room {
-                shard.shrink_to(room);
-            }
-        }
-        self.hot_count.fetch_sub(forgotten, Ordering::Relaxed);
-        forgotten
     }
 }

@@ -9,7 +9,10 @@ use tokio::sync::watch;
 
 use super::batch::{decode_batch, decode_seq, Open, LEGACY_PAGE};
 use super::hot::{shard_of, Entry, Shard, SHARDS};
-use super::{threads, Asked, Journal, Progress, Settings, Shared, Writer};
+use super::progress::Progress;
+use super::settings::Settings;
+use super::shared::{Asked, Shared, Writer};
+use super::{threads, Journal};
 use super::{JOURNAL_DIR, RUNS_DIR};
 use crate::runs::Runs;
 use crate::wal::Wal;

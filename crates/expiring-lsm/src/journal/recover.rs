@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{lock, Shared};
+use super::shared::{lock, Shared};
 
 impl Shared {
     /// Whether the open left the journal without a segment to write to.
@@ -39,7 +39,8 @@ mod tests {
     use disk_seam::sim::{Fault, OpKind, SimDisk};
 
     use super::super::tests::{get, on_sim, open_with, put, temp_store, wait_until};
-    use super::super::Settings;
+    use super::super::{Journal, Settings, JOURNAL_DIR};
+    use crate::wal::FRAME_HEAD;
     use crate::Digest;
 
     const WAIT: Duration = Duration::from_secs(5);
@@ -74,6 +75,68 @@ mod tests {
             Some(&b"forever"[..]),
             "a value the restart answered from was lost at the power cut"
         );
+    }
+
+    /// Where each whole frame of the synced segment at `path` starts, and where its
+    /// frames end.
+    fn frames(disk: &SimDisk, path: &Path) -> (Vec<u64>, u64) {
+        let bytes = disk.synced_data(path).expect("segment");
+        let mut at = 8;
+        let mut starts = Vec::new();
+        while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
+            let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            if len == 0 {
+                break;
+            }
+            starts.push(at as u64);
+            at += FRAME_HEAD + len;
+        }
+        (starts, at as u64)
+    }
+
+    #[test]
+    fn damage_to_the_last_batch_a_full_disk_open_kept_in_its_segment_is_refused() {
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(13);
+        let dir = Path::new("/store");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        put(&j, b"first", b"1", i64::MAX, 0);
+        j.write_now().expect("commit");
+        put(&j, b"second", b"2", i64::MAX, 0);
+        j.write_now().expect("commit");
+        drop(j);
+
+        // No room for the replay's run: its batches stay in their segment, the only
+        // copy of them on disk, and the restart answers from them.
+        disk.fail_next_matching(OpKind::Rename, Fault::NoSpace, "state-runs");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        assert_eq!(j.runs(), 0, "no run was written");
+        assert_eq!(get(&j, b"second").as_deref(), Some(&b"2"[..]));
+        drop(j);
+
+        // The batch read last rots. No later batch follows it, unless the open wrote one.
+        let segment = dir.join(JOURNAL_DIR).join("0000000000000000.wal");
+        let (starts, _) = frames(&disk, &segment);
+        assert!(starts.len() >= 2, "{starts:?}");
+        disk.flip_synced_bit_in(&segment, starts[1] + FRAME_HEAD as u64..starts[1] + 40)
+            .expect("flipped");
+        let disk = disk.restart();
+        let opened = Journal::open(
+            store.tree("state").expect("tree"),
+            dir,
+            0,
+            on_sim(&disk, 4096),
+        );
+        match opened {
+            Err(error) => assert!(
+                error.to_string().contains("0000000000000000.wal"),
+                "{error}"
+            ),
+            Ok(j) => panic!(
+                "opened without the acknowledged batch: second reads {:?}",
+                get(&j, b"second")
+            ),
+        }
     }
 
     #[tokio::test]

@@ -1,6 +1,7 @@
 //! The journal's threads: the writer, which group-commits the open batch, and the flush
 //! and merge threads, which run at a lower priority and take work from [`Asked`]. Each
-//! reports its early end through `Settings::needs_restart`.
+//! reports its early end through `Settings::needs_restart`. Dropping the journal stops
+//! them, then writes what is left.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -9,7 +10,8 @@ use std::time::{Duration, Instant};
 
 use backoff::Doubling;
 
-use super::{lock, Asked, Shared};
+use super::shared::{lock, Asked, Shared};
+use super::Journal;
 use crate::Error;
 
 /// After a failed write or flush the writer waits this long before it tries again, so a
@@ -258,4 +260,23 @@ fn merge_loop(shared: &Shared) {
 /// spares the disk and the log, and a merge that succeeds starts it over.
 pub(super) fn merge_backoff() -> Doubling {
     Doubling::new(BACKGROUND_RETRY, BACKGROUND_RETRY_MAX)
+}
+
+impl Drop for Journal {
+    fn drop(&mut self) {
+        {
+            // Set under the locks the threads check it under, so no wake-up is missed.
+            let _open = self.shared.lock_open();
+            let _asked = lock(&self.shared.asked);
+            self.shared.stop.store(true, Ordering::SeqCst);
+            self.shared.wake.notify_all();
+            self.shared.asked_wake.notify_all();
+        }
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+        if let Err(error) = self.shared.write_now() {
+            tracing::error!(%error, "state journal not written at shutdown");
+        }
+    }
 }

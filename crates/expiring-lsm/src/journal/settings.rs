@@ -1,0 +1,42 @@
+//! How a journal is sized and kept: [`Settings`], given to [`Journal::open`](super::Journal::open).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::Clock;
+use disk_seam::Disk;
+
+/// How the hot set and the runs are sized and kept.
+#[derive(Clone)]
+pub struct Settings {
+    /// Entries the hot set holds before a flush writes them to a run.
+    pub hot_entries: usize,
+    /// The dedup window: a run is rewritten alone this long after it was written, so that
+    /// long-lived records do not keep expired ones on disk. Must be longer than zero
+    /// ([`Journal::open`](super::Journal::open) refuses zero).
+    pub ttl: Duration,
+    /// The clock of the background threads (expiry of runs).
+    pub clock: Clock,
+    /// Size of a journal segment file.
+    pub segment_bytes: u64,
+    /// Commits start at most this often (`store.commit_interval`); a record that arrives
+    /// after a quiet interval is committed at once.
+    pub commit_interval: Duration,
+    /// Called, with the reason, when a thread of the journal ends before the journal is
+    /// dropped: without its writer no change is ever durable again, without its flush and
+    /// merge threads the hot set fills and stays full. Only a restart cures it.
+    pub needs_restart: Arc<dyn Fn(String) + Send + Sync>,
+    /// The file system of the runs and the journal's segments.
+    pub disk: Arc<dyn Disk>,
+    /// Whether the writer, flush and merge threads run. Without them nothing is written
+    /// until the caller asks ([`Journal::write_now`](super::Journal::write_now), [`Journal::flush_to_run`](super::Journal::flush_to_run),
+    /// [`Journal::merge_now`](super::Journal::merge_now), [`Journal::prepare_spare`](super::Journal::prepare_spare)): the model test drives every
+    /// step itself, in an order its seed decides.
+    pub background: bool,
+}
+
+impl Settings {
+    pub(super) fn ttl_ms(&self) -> i64 {
+        i64::try_from(self.ttl.as_millis()).unwrap_or(i64::MAX)
+    }
+}
