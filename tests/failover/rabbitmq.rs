@@ -273,7 +273,15 @@ impl Node {
 struct Cluster {
     nodes: Vec<Node>,
     _dir: tempfile::TempDir,
+    /// This test's turn with nodes of its own: held until its nodes are gone (see
+    /// [`NODE_TURN`]).
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
+
+/// One test at a time runs RabbitMQ nodes of its own: on two cores, two tests that each boot
+/// and stop nodes under load starve each other's gateways past the tests' deadlines.
+static NODE_TURN: std::sync::LazyLock<Arc<tokio::sync::Mutex<()>>> =
+    std::sync::LazyLock::new(|| Arc::new(tokio::sync::Mutex::new(())));
 
 impl Cluster {
     /// Starts `n` nodes (`a`, `b`, `c`, …) at once and joins the others to the first.
@@ -295,6 +303,7 @@ impl Cluster {
         let mut cluster = Self {
             nodes: Vec::new(),
             _dir: dir,
+            _turn: None,
         };
         let base = cluster._dir.path().to_owned();
         for (i, letter) in ('a'..='z').take(n).enumerate() {
@@ -328,6 +337,7 @@ impl Cluster {
         let mut cluster = Self {
             nodes: Vec::new(),
             _dir: dir,
+            _turn: None,
         };
         let base = cluster._dir.path().to_owned();
         cluster.nodes.push(Node::spawn(
@@ -563,11 +573,15 @@ async fn own_cluster(
     start: impl FnOnce() -> Result<Cluster, String> + Send + 'static,
     what: &str,
 ) -> Option<Cluster> {
+    let turn = NODE_TURN.clone().lock_owned().await;
     match tokio::task::spawn_blocking(start)
         .await
         .expect("cluster start task")
     {
-        Ok(cluster) => Some(cluster),
+        Ok(mut cluster) => {
+            cluster._turn = Some(turn);
+            Some(cluster)
+        }
         Err(why) => {
             util::skip_or_fail(&format!("{what} of the test's own cannot start: {why}"));
             None
