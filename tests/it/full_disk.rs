@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use crate::require_broker;
+use crate::spool::assert_retry_later;
 use crate::util::*;
 
 /// How long a test waits for a drain or for readiness before it fails.
@@ -23,30 +24,13 @@ async fn accept_until_refused(
             .deliver_answer(client, &event_body(&id), &format!("req_{id}"))
             .await;
         if a.status != 200 {
-            assert_unavailable(&a, &id);
+            assert_retry_later(&a, &id);
             return (accepted, id);
         }
         assert_eq!(a.body["status"], "accepted", "{id}: {}", a.body);
         accepted.push(id);
     }
     panic!("a full disk took 500 spooled events");
-}
-
-/// A 503 `unavailable` with a `Retry-After` in seconds.
-fn assert_unavailable(a: &Answer, what: &str) {
-    assert_eq!(a.status, 503, "{what}: {}", a.body);
-    assert_eq!(
-        a.body,
-        serde_json::json!({"error": "unavailable"}),
-        "{what}"
-    );
-    let secs: u64 = a
-        .retry_after
-        .as_deref()
-        .unwrap_or_else(|| panic!("{what}: no Retry-After"))
-        .parse()
-        .expect("Retry-After in seconds");
-    assert!(secs > 0, "{what}");
 }
 
 #[tokio::test]
@@ -92,7 +76,7 @@ async fn a_gateway_started_on_a_full_disk_comes_up_refuses_with_503_and_once_the
         let a = gw
             .deliver_answer(&client, &event_body(&id), &format!("req_{id}"))
             .await;
-        assert_unavailable(&a, &format!("{id} on a full disk"));
+        assert_retry_later(&a, &format!("{id} on a full disk"));
         refused.push(id);
     }
     assert_eq!(healthz(&client, &gw).await, 200, "still alive");

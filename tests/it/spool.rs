@@ -435,7 +435,8 @@ async fn fill_until_refused(
     panic!("a 4KiB spool took 200 events");
 }
 
-fn assert_retry_later(a: &Answer, what: &str) {
+/// A 503 `unavailable` with a `Retry-After` in seconds: the sender retries later.
+pub(crate) fn assert_retry_later(a: &Answer, what: &str) {
     assert_eq!(a.status, 503, "{what}: {}", a.body);
     assert_eq!(
         a.body,
