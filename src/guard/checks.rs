@@ -14,7 +14,7 @@ use crate::guard::stored::{GuardEvent, Stored};
 use crate::ingress::event::Event;
 use crate::state::keys::StoreKey;
 use crate::state::{KeyLock, StateStore};
-use crate::store_error::StoreError;
+use crate::store_error::{StoreError, StoreFault};
 
 /// A decided check that still holds its key's lock: finish it with
 /// [`GuardState::commit`] or [`GuardState::abandon`].
@@ -193,7 +193,7 @@ impl GuardState {
                         };
                         serde_json::to_vec(&new)
                             .map(|v| (v, expires_ms))
-                            .map_err(|e| StoreError::Corrupt(e.into()))
+                            .map_err(|e| StoreFault::Corrupt(e.into()).into())
                     })
                     .transpose()
             }
@@ -235,7 +235,7 @@ impl GuardState {
             }
             Err(e) => {
                 self.store.unlock(lock).await;
-                Err(StoreError::Corrupt(e.into()))
+                Err(StoreFault::Corrupt(e.into()).into())
             }
         };
         if let Err(error) = written {

@@ -13,7 +13,11 @@
 //! with the same durability contract: data written is durable once its file is synced; a
 //! directory entry (a file created, renamed or removed, a directory made) is durable once
 //! its directory is synced.
+//!
+//! [`StoreFault`] is what a store on disk fails with, by the kind of fault; the stores'
+//! errors are it or wrap it.
 
+mod fault;
 pub mod sim;
 
 use std::fs::OpenOptions;
@@ -22,6 +26,8 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+pub use fault::{Cause, StoreFault};
 
 /// A file system: directories, names and open files.
 pub trait Disk: Send + Sync {

@@ -2,39 +2,21 @@
 //! [`SpoolError`], why a push or an operator's request was refused. A message names the
 //! path or the operation, never a stored value.
 
-use std::path::PathBuf;
+pub use disk_seam::{Cause, StoreFault};
 
 use crate::record::RecordError;
 
-/// The error a backend library reports, kept as the source of an [`Error`].
-pub type Cause = Box<dyn std::error::Error + Send + Sync>;
-
-/// A failure of the spool's store.
+/// A failure of the spool's store: a fault of a store on disk. A type of the spool's own,
+/// so that the errors of its database libraries convert into it.
 #[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The store cannot be opened: locked by another process, unreadable or corrupt.
-    #[error("cannot open store at {path}: {reason}")]
-    Open { path: PathBuf, reason: String },
-    /// The disk refused a read or a write (full or failing), or the database reported an
-    /// I/O failure.
-    #[error("store I/O failed: {0}")]
-    Disk(#[source] Cause),
-    /// Writes did not reach the disk within the wait.
-    #[error("{0}")]
-    NotDurable(String),
-    /// Stored bytes could not be written or read in their format.
-    #[error("stored data unreadable: {0}")]
-    Corrupt(#[source] Cause),
-    /// The writer thread could not start, or has stopped.
-    #[error("{0}")]
-    Stopped(String),
-}
+#[error(transparent)]
+pub struct Error(#[from] pub StoreFault);
 
 impl Error {
-    /// Whether the same call may succeed later without an operator: a commit that was only
-    /// late; a failing disk, corrupt data or a dead writer do not pass.
+    /// Whether the same call may succeed later without an operator
+    /// ([`StoreFault::is_transient`]).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::NotDurable(_))
+        self.0.is_transient()
     }
 }
 
@@ -59,22 +41,22 @@ pub enum SpoolError {
 /// A failed read or write of a file in the store folder is a disk fault.
 impl From<std::io::Error> for Error {
     fn from(error: std::io::Error) -> Self {
-        Error::Disk(Box::new(error))
+        Error(StoreFault::from(error))
     }
 }
 
 impl From<sled::Error> for Error {
     fn from(error: sled::Error) -> Self {
-        Error::Disk(Box::new(error))
+        Error(StoreFault::Disk(Box::new(error)))
     }
 }
 
 impl From<redb::Error> for Error {
     fn from(error: redb::Error) -> Self {
-        match error {
-            redb::Error::Corrupted(_) => Error::Corrupt(Box::new(error)),
-            other => Error::Disk(Box::new(other)),
-        }
+        Error(match error {
+            redb::Error::Corrupted(_) => StoreFault::Corrupt(Box::new(error)),
+            other => StoreFault::Disk(Box::new(other)),
+        })
     }
 }
 

@@ -49,7 +49,7 @@ mod model;
 mod testkit;
 
 pub use drain::DRAIN_BATCH;
-pub use error::{Cause, Error, SpoolError};
+pub use error::{Cause, Error, SpoolError, StoreFault};
 pub use legacy::{Entry, Tree};
 pub use options::Options;
 pub use parked_record::ParkedEntry;

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use tokio_util::sync::CancellationToken;
 
 use crate::changes::Changes;
-use crate::error::{Error, SpoolError};
+use crate::error::{Error, SpoolError, StoreFault};
 use crate::parked_record::{decode_parked, describe_parked, ParkedEntry};
 use crate::record;
 use crate::spool::Spool;
@@ -56,9 +56,11 @@ impl Spool {
             },
             None,
         )?;
-        answer
-            .await
-            .map_err(|_| Error::Stopped("the spool's writer thread has stopped".into()))??;
+        answer.await.map_err(|_| {
+            Error(StoreFault::Stopped(
+                "the spool's writer thread has stopped".into(),
+            ))
+        })??;
         self.ledger.sub(Area::Parked, 0);
         self.ledger.add(Area::Main, size);
         self.refresh_oldest()?;

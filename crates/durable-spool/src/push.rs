@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::error::{Error, SpoolError};
+use crate::error::{Error, SpoolError, StoreFault};
 use crate::ledger::Ledger;
 use crate::record::{self, SpooledMessage};
 use crate::spool::{Spool, FLUSH_TIMEOUT};
@@ -90,12 +90,13 @@ impl Spool {
                 Ok(())
             }
             Ok(Ok(Err(error))) => Err(error.into()),
-            Ok(Err(_)) => {
-                Err(Error::Stopped("the spool's writer thread has stopped".into()).into())
-            }
-            Err(_) => Err(Error::NotDurable(format!(
-                "the spool's commit took longer than {FLUSH_TIMEOUT:?}"
+            Ok(Err(_)) => Err(Error(StoreFault::Stopped(
+                "the spool's writer thread has stopped".into(),
             ))
+            .into()),
+            Err(_) => Err(Error(StoreFault::NotDurable(format!(
+                "the spool's commit took longer than {FLUSH_TIMEOUT:?}"
+            )))
             .into()),
         }
     }

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::error::Error;
+use crate::error::{Error, StoreFault};
 use crate::spool_file::SPOOL_FILE;
 
 /// A reader's hold on a stopped store folder: while it lives, no gateway can open the
@@ -17,9 +17,11 @@ impl ReadHold {
     /// that needs the recovery a gateway's open does cannot be opened read-only: the hold
     /// is then taken without it.
     pub fn take(path: &Path) -> Result<Self, Error> {
-        let open_err = |reason: String| Error::Open {
-            path: path.to_owned(),
-            reason,
+        let open_err = |reason: String| {
+            Error(StoreFault::Open {
+                path: path.to_owned(),
+                reason,
+            })
         };
         let file = path.join(SPOOL_FILE);
         if !file.exists() {

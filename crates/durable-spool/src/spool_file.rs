@@ -7,7 +7,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use disk_seam::{Disk, DiskFile};
 
-use crate::error::Error;
+use crate::error::{Error, StoreFault};
 
 /// The spool's database file, inside the store folder.
 pub const SPOOL_FILE: &str = "spool.redb";
@@ -58,9 +58,11 @@ pub(crate) fn open_spool(
     lock: Option<Arc<std::fs::File>>,
     fence: Fence,
 ) -> Result<redb::Database, Error> {
-    let open_err = |reason: String| Error::Open {
-        path: dir.to_owned(),
-        reason,
+    let open_err = |reason: String| {
+        Error(StoreFault::Open {
+            path: dir.to_owned(),
+            reason,
+        })
     };
     let file = disk
         .open_rw(&dir.join(SPOOL_FILE))

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use disk_seam::Disk;
 
-use crate::error::Error;
+use crate::error::{Error, StoreFault};
 use crate::legacy::{Legacy, Tree};
 use crate::locks::{lock, wait_for_lock};
 use crate::spool_file::{lock_spool, make_folder, open_spool, probe_room, Fence, SPOOL_FILE};
@@ -60,9 +60,11 @@ impl Store {
     /// left to migrate. The spool's database is read and written through the disk seam
     /// ([`crate::spool_file::SeamFile`]), as in the tests that run it on a simulated disk.
     pub fn open_with_cache(path: &Path, cache_bytes: u64) -> Result<Self, Error> {
-        let open_err = |reason: String| Error::Open {
-            path: path.to_owned(),
-            reason,
+        let open_err = |reason: String| {
+            Error(StoreFault::Open {
+                path: path.to_owned(),
+                reason,
+            })
         };
         let disk = disk_seam::real();
         make_folder(&*disk, path).map_err(|e| open_err(e.to_string()))?;
@@ -103,9 +105,11 @@ impl Store {
     /// power cut takes unsynced writes from. No legacy sled store is opened (sled reads the
     /// real file system only), and no lock is taken (a simulated disk has one process).
     pub fn open_on(disk: Arc<dyn Disk>, path: &Path, cache_bytes: u64) -> Result<Self, Error> {
-        make_folder(&*disk, path).map_err(|e| Error::Open {
-            path: path.to_owned(),
-            reason: e.to_string(),
+        make_folder(&*disk, path).map_err(|e| {
+            Error(StoreFault::Open {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            })
         })?;
         let fence = Fence::default();
         let spool = open_spool(&*disk, path, cache_bytes, None, fence.clone())?;
@@ -181,7 +185,7 @@ impl Store {
         let legacy = self.legacy.clone();
         tokio::task::spawn_blocking(move || legacy.flush())
             .await
-            .map_err(|e| Error::Stopped(format!("store flush did not run: {e}")))?
+            .map_err(|e| Error(StoreFault::Stopped(format!("store flush did not run: {e}"))))?
     }
 
     /// Blocking [`Store::flush`], for shutdown.

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use redb::Database;
 use tokio::sync::oneshot;
 
-use crate::error::Error;
+use crate::error::{Error, StoreFault};
 use crate::ledger::Ledger;
 use crate::locks::lock;
 use crate::tables::{self, Area, Op, Slot, Tables};
@@ -115,7 +115,11 @@ impl Writer {
                 }
                 .run(&receiver)
             })
-            .map_err(|e| Error::Stopped(format!("cannot start the spool writer: {e}")))?;
+            .map_err(|e| {
+                Error(StoreFault::Stopped(format!(
+                    "cannot start the spool writer: {e}"
+                )))
+            })?;
         Ok(Self {
             queue: Mutex::new(Queue {
                 next_seq,
@@ -174,7 +178,7 @@ impl Writer {
     fn stopped(&self) -> Error {
         let reason = "the spool's writer thread has stopped";
         self.ledger.set_broken(reason.into());
-        Error::Stopped(reason.into())
+        Error(StoreFault::Stopped(reason.into()))
     }
 }
 
@@ -240,9 +244,10 @@ impl Thread {
             *lock(&self.ledger.writing_since) = Some(Instant::now());
             let result = match &self.recovery {
                 // Nothing is tried on a database that refuses writes.
-                Some(recovery) => {
-                    Err((Error::Disk(recovery.error.clone().into()), Failed::Settled))
-                }
+                Some(recovery) => Err((
+                    Error(StoreFault::Disk(recovery.error.clone().into())),
+                    Failed::Settled,
+                )),
                 None => self.commit(&batch),
             };
             *lock(&self.ledger.writing_since) = None;
@@ -381,8 +386,8 @@ impl Thread {
 /// A [`Error`] for each request a failed commit answers.
 fn copy_error(error: &Error) -> Error {
     match error {
-        Error::Corrupt(cause) => Error::Corrupt(cause.to_string().into()),
-        Error::Disk(cause) => Error::Disk(cause.to_string().into()),
-        other => Error::Disk(other.to_string().into()),
+        Error(StoreFault::Corrupt(cause)) => Error(StoreFault::Corrupt(cause.to_string().into())),
+        Error(StoreFault::Disk(cause)) => Error(StoreFault::Disk(cause.to_string().into())),
+        other => Error(StoreFault::Disk(other.to_string().into())),
     }
 }

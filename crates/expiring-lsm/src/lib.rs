@@ -18,7 +18,7 @@ pub mod wal;
 use std::sync::Arc;
 
 pub use digest::Digest;
-pub use error::{Cause, Error};
+pub use error::{Cause, Error, StoreFault};
 pub use legacy::{Entry, LegacyBatches, NoLegacy};
 
 /// Unix time in milliseconds; injected so tests can move time without sleeping.
