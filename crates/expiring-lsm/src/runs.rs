@@ -59,22 +59,10 @@ impl Runs {
                 _ => {}
             }
         }
-        runs.sort_by_key(|r| (r.info().last, Reverse(r.info().first), r.info().generation));
-        // A merge writes its run before it deletes its sources: a crash in between leaves
-        // sources whose span lies inside the merged run's. A rewrite's source has the same
-        // span and a lower generation: the rewrite comes first below and covers it.
-        let mut kept: Vec<Arc<Run>> = Vec::with_capacity(runs.len());
-        for run in runs.into_iter().rev() {
-            let covered = kept
-                .iter()
-                .any(|k| k.info().first <= run.info().first && run.info().last <= k.info().last);
-            if covered {
-                disk.remove(run.path())?;
-            } else {
-                kept.push(run);
-            }
+        let (kept, replaced) = replaced_apart(runs);
+        for run in replaced {
+            disk.remove(run.path())?;
         }
-        kept.reverse();
         let next_flush = kept.last().map_or(0, |r| r.info().last + 1);
         Ok(Self {
             disk,
@@ -372,6 +360,28 @@ fn merge_newest(
     Ok(())
 }
 
+/// `runs` split into those that count, oldest first, and those a finished merge or rewrite
+/// replaced. A merge writes its run before it deletes its sources: a crash in between
+/// leaves sources whose span lies inside the merged run's. A rewrite's source has the same
+/// span and a lower generation: the rewrite comes first below and covers it.
+pub(crate) fn replaced_apart(mut runs: Vec<Arc<Run>>) -> (Vec<Arc<Run>>, Vec<Arc<Run>>) {
+    runs.sort_by_key(|r| (r.info().last, Reverse(r.info().first), r.info().generation));
+    let mut kept: Vec<Arc<Run>> = Vec::with_capacity(runs.len());
+    let mut replaced = Vec::new();
+    for run in runs.into_iter().rev() {
+        let covered = kept
+            .iter()
+            .any(|k| k.info().first <= run.info().first && run.info().last <= k.info().last);
+        if covered {
+            replaced.push(run);
+        } else {
+            kept.push(run);
+        }
+    }
+    kept.reverse();
+    (kept, replaced)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -650,8 +660,9 @@ mod tests {
         files
     }
 
-    #[test]
-    fn a_run_rewritten_alone_keeps_its_file_and_its_records_through_a_reopen() {
+    /// Runs in a folder of their own, holding one run: a record that never expires and one
+    /// that expires at 1_500, the run due for a rewrite at 1_000.
+    fn a_run_of_a_stop_and_a_mark() -> (tempfile::TempDir, Runs) {
         let dir = tempfile::tempdir().expect("tempdir");
         let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
         let records = sorted(vec![
@@ -659,6 +670,12 @@ mod tests {
             record("mark", 1_500, "m"),
         ]);
         flush(&runs, &records, 1, 1_000);
+        (dir, runs)
+    }
+
+    #[test]
+    fn a_run_rewritten_alone_keeps_its_file_and_its_records_through_a_reopen() {
+        let (dir, runs) = a_run_of_a_stop_and_a_mark();
         for (now, rewrites_left) in [(1_000, 2), (2_000, 1), (3_000, 0)] {
             assert!(
                 runs.merge_one(now, 1_000, &|| false).expect("rewrite"),
@@ -685,13 +702,7 @@ mod tests {
 
     #[test]
     fn a_crash_between_a_rewrite_and_the_deletion_of_its_source_opens_to_the_rewrite() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let runs = Runs::open(disk_seam::real(), dir.path()).expect("open");
-        let records = sorted(vec![
-            record("stop", i64::MAX, "opted out"),
-            record("mark", 1_500, "m"),
-        ]);
-        flush(&runs, &records, 1, 1_000);
+        let (dir, runs) = a_run_of_a_stop_and_a_mark();
         let copies = tempfile::tempdir().expect("tempdir");
         for source in run_files(dir.path()) {
             let name = source.file_name().expect("name");

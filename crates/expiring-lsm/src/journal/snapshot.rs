@@ -2,7 +2,6 @@
 //! read without writing, renaming or deleting anything, so a tool can answer from a store
 //! no process holds (and from one on a read-only file system).
 
-use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -12,6 +11,7 @@ use disk_seam::Disk;
 use super::batch::decode_batch;
 use super::{JOURNAL_DIR, RUNS_DIR};
 use crate::run::Run;
+use crate::runs::replaced_apart;
 use crate::{Digest, Error};
 
 /// The records of a store as its last open would have found them.
@@ -76,18 +76,7 @@ fn read_runs(disk: &dyn Disk, dir: &Path) -> Result<Vec<Arc<Run>>, Error> {
             runs.push(Arc::new(Run::open(disk, &path)?));
         }
     }
-    runs.sort_by_key(|r| (r.info().last, Reverse(r.info().first), r.info().generation));
-    let mut kept: Vec<Arc<Run>> = Vec::with_capacity(runs.len());
-    for run in runs.into_iter().rev() {
-        let covered = kept
-            .iter()
-            .any(|k| k.info().first <= run.info().first && run.info().last <= k.info().last);
-        if !covered {
-            kept.push(run);
-        }
-    }
-    kept.reverse();
-    Ok(kept)
+    Ok(replaced_apart(runs).0)
 }
 
 #[cfg(test)]
