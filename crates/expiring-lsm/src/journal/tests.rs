@@ -12,6 +12,7 @@ use super::threads::{merge_backoff, spawn_watched, NOTHING_TO_FLUSH_PAUSE};
 use super::*;
 use crate::wal::FRAME_HEAD;
 use crate::{Digest, Error, LegacyBatches};
+use disk_seam::sim::SimDisk;
 use disk_seam::Disk;
 
 const DAY: Duration = Duration::from_secs(86_400);
@@ -264,11 +265,8 @@ fn claim(j: &Journal, key: &[u8], value: &[u8], now_ms: i64) {
 
 #[test]
 fn a_durable_value_under_a_claim_goes_to_the_run_of_its_batch_and_outlives_restarts() {
-    use disk_seam::sim::SimDisk;
-    let (_dir, store) = temp_store();
-    let disk = SimDisk::new(11);
-    let dir = Path::new("/var/lib/hookgate");
-    let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+    let mut folder = SimFolder::new(11, "/var/lib/hookgate", 4096);
+    let j = folder.open(0);
     put(&j, b"k", b"older", i64::MAX, 0);
     j.flush_to_run().expect("flush");
     put(&j, b"k", b"newer", i64::MAX, 1);
@@ -279,17 +277,13 @@ fn a_durable_value_under_a_claim_goes_to_the_run_of_its_batch_and_outlives_resta
     // included: the journal no longer replays it, so the run must hold "newer" though
     // a claim covers it.
     j.flush_to_run().expect("flush");
-    let disk = disk.restart();
-    drop(j);
-    let j = open_with(&store, dir, 2, on_sim(&disk, 4096));
+    let j = folder.reopen_after_restart(j, 2);
     assert_eq!(
         get(&j, b"k").as_deref(),
         Some(&b"newer"[..]),
         "a process restart read the value before it"
     );
-    let disk = disk.crash();
-    drop(j);
-    let j = open_with(&store, dir, 2, on_sim(&disk, 4096));
+    let j = folder.reopen_after_power_cut(j, 2);
     assert_eq!(
         get(&j, b"k").as_deref(),
         Some(&b"newer"[..]),
@@ -642,7 +636,7 @@ fn a_truncated_batch_is_skipped_not_fatal() {
 }
 
 /// Settings of a journal on the simulated `disk`, whose threads' work the test does.
-pub(crate) fn on_sim(disk: &disk_seam::sim::SimDisk, segment_bytes: u64) -> Settings {
+pub(crate) fn on_sim(disk: &SimDisk, segment_bytes: u64) -> Settings {
     Settings {
         disk: disk.handle(),
         background: false,
@@ -651,22 +645,86 @@ pub(crate) fn on_sim(disk: &disk_seam::sim::SimDisk, segment_bytes: u64) -> Sett
     }
 }
 
+/// A store folder on a simulated disk, opened again after each restart or power cut: the
+/// disk handle each of those returns replaces the one before.
+pub(crate) struct SimFolder {
+    pub(crate) disk: SimDisk,
+    pub(crate) dir: &'static Path,
+    store: MemStore,
+    segment_bytes: u64,
+}
+
+impl SimFolder {
+    /// An empty disk made from `seed`, the store folder at `dir`, segments of
+    /// `segment_bytes`.
+    pub(crate) fn new(seed: u64, dir: &'static str, segment_bytes: u64) -> Self {
+        Self {
+            disk: SimDisk::new(seed),
+            dir: Path::new(dir),
+            store: MemStore::default(),
+            segment_bytes,
+        }
+    }
+
+    /// Settings of a journal on the disk as it is now ([`on_sim`]).
+    pub(crate) fn settings(&self) -> Settings {
+        on_sim(&self.disk, self.segment_bytes)
+    }
+
+    /// Opens the journal at `now_ms` with `settings`, or says why it cannot.
+    pub(crate) fn try_open_with(
+        &self,
+        now_ms: i64,
+        settings: Settings,
+    ) -> Result<Arc<Journal>, Error> {
+        Journal::open(
+            self.store.tree("state").expect("tree"),
+            self.dir,
+            now_ms,
+            settings,
+        )
+    }
+
+    /// Opens the journal at `now_ms`.
+    pub(crate) fn open(&self, now_ms: i64) -> Arc<Journal> {
+        self.try_open_with(now_ms, self.settings()).expect("open")
+    }
+
+    /// A power cut ([`SimDisk::crash`]): the journals open before it write nothing more.
+    pub(crate) fn cut_power(&mut self) {
+        self.disk = self.disk.crash();
+    }
+
+    /// Cuts the power while `j` is open, then opens the journal again at `now_ms`.
+    pub(crate) fn reopen_after_power_cut(&mut self, j: Arc<Journal>, now_ms: i64) -> Arc<Journal> {
+        self.cut_power();
+        drop(j);
+        self.open(now_ms)
+    }
+
+    /// Ends the process `j` runs in without a power cut ([`SimDisk::restart`]: the page
+    /// cache stays), then opens the journal again at `now_ms`.
+    pub(crate) fn reopen_after_restart(&mut self, j: Arc<Journal>, now_ms: i64) -> Arc<Journal> {
+        self.disk = self.disk.restart();
+        drop(j);
+        self.open(now_ms)
+    }
+}
+
 #[test]
 fn a_damaged_run_keeps_the_store_from_opening_and_names_it() {
-    use disk_seam::sim::SimDisk;
-    let (_dir, store) = temp_store();
-    let disk = SimDisk::new(1);
-    let dir = Path::new("/var/lib/hookgate");
-    let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
+    let folder = SimFolder::new(1, "/var/lib/hookgate", 1 << 20);
+    let disk = &folder.disk;
+    let j = folder.open(0);
     put(&j, b"stop", b"forever", i64::MAX, 0);
     j.flush_to_run().expect("flush");
     drop(j);
-    let runs = disk.files_under(&dir.join(RUNS_DIR));
+    let runs = disk.files_under(&folder.dir.join(RUNS_DIR));
     let [run] = runs.as_slice() else {
         panic!("one run: {runs:?}");
     };
     let flip = |at: usize| {
-        let mut bytes = disk_seam::read(&disk, run).expect("read");
+        let mut bytes = disk_seam::read(disk, run).expect("read");
         bytes[at] ^= 4;
         let file = disk.open_rw(run).expect("open");
         file.write_all_at(&bytes, 0).expect("write");
@@ -674,12 +732,7 @@ fn a_damaged_run_keeps_the_store_from_opening_and_names_it() {
     };
     // A bit of the header: the run's span, say.
     flip(12);
-    let refused = Journal::open(
-        store.tree("state").expect("tree"),
-        dir,
-        0,
-        on_sim(&disk, 1 << 20),
-    );
+    let refused = folder.try_open_with(0, folder.settings());
     let error = refused.err().expect("refused");
     assert!(
         matches!(&error, Error::Damaged { file, offset: 0, .. } if file == run),
@@ -688,7 +741,7 @@ fn a_damaged_run_keeps_the_store_from_opening_and_names_it() {
     flip(12);
     // A bit of the page that holds the record: found when it is read.
     flip(88 + 20);
-    let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
+    let j = folder.open(0);
     let read = j.get(&Digest::of(b"stop"));
     assert!(
         matches!(&read, Err(Error::Damaged { file, .. }) if file == run),
@@ -698,18 +751,13 @@ fn a_damaged_run_keeps_the_store_from_opening_and_names_it() {
 
 #[test]
 fn a_store_made_on_a_fresh_disk_keeps_its_runs_after_a_power_cut() {
-    use disk_seam::sim::SimDisk;
-    let (_dir, store) = temp_store();
-    let disk = SimDisk::new(1);
-    let dir = Path::new("/var/lib/hookgate");
-    let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
+    let mut folder = SimFolder::new(1, "/var/lib/hookgate", 1 << 20);
+    let j = folder.open(0);
     put(&j, b"stop", b"forever", i64::MAX, 0);
     // In a run, and out of the journal: the run is all that holds it.
     j.flush_to_run().expect("flush");
     assert_eq!((j.runs(), j.hot_len()), (1, 0));
-    let disk = disk.crash();
-    drop(j);
-    let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 20));
+    let j = folder.reopen_after_power_cut(j, 0);
     assert_eq!(
         get(&j, b"stop").as_deref(),
         Some(&b"forever"[..]),
@@ -719,16 +767,14 @@ fn a_store_made_on_a_fresh_disk_keeps_its_runs_after_a_power_cut() {
 
 #[test]
 fn a_run_whose_folder_sync_failed_is_made_durable_before_a_restart_relies_on_it() {
-    use disk_seam::sim::{Fault, OpKind, SimDisk};
-    let (_dir, store) = temp_store();
-    let disk = SimDisk::new(2);
-    let dir = Path::new("/var/lib/hookgate");
-    let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+    use disk_seam::sim::{Fault, OpKind};
+    let mut folder = SimFolder::new(2, "/var/lib/hookgate", 4096);
+    let j = folder.open(0);
     put(&j, b"stop", b"forever", i64::MAX, 0);
     j.write_now().expect("commit");
     // The run is renamed into place, then its folder's sync fails: the flush fails and
     // the run's name is not durable.
-    disk.fail_next_matching(
+    folder.disk.fail_next_matching(
         OpKind::Sync,
         Fault::Io,
         "sync dir /var/lib/hookgate/state-runs",
@@ -736,11 +782,9 @@ fn a_run_whose_folder_sync_failed_is_made_durable_before_a_restart_relies_on_it(
     assert!(j.flush_to_run().is_err());
     drop(j);
     // A clean restart finds the run and deletes the journal segments it holds.
-    let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+    let j = folder.open(0);
     assert_eq!(get(&j, b"stop").as_deref(), Some(&b"forever"[..]));
-    let disk = disk.crash();
-    drop(j);
-    let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+    let j = folder.reopen_after_power_cut(j, 0);
     assert_eq!(
         get(&j, b"stop").as_deref(),
         Some(&b"forever"[..]),
@@ -750,18 +794,18 @@ fn a_run_whose_folder_sync_failed_is_made_durable_before_a_restart_relies_on_it(
 
 #[test]
 fn a_journal_outage_grows_neither_segments_nor_buffers_with_its_retries() {
-    use disk_seam::sim::{Fault, OpKind, SimDisk};
-    let (_dir, store) = temp_store();
-    let disk = SimDisk::new(5);
-    let dir = Path::new("/store");
-    let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+    use disk_seam::sim::{Fault, OpKind};
+    let mut folder = SimFolder::new(5, "/store", 1 << 16);
+    let j = folder.open(0);
     put(&j, b"before", b"kept", i64::MAX, 0);
     j.write_now().expect("commit");
     let segments = lock(&j.shared.writer).wal.segments();
     // Fifty commits in a row fail at their fdatasync, with one key changing between.
     for i in 0..50u8 {
         put(&j, b"key", &[i], i64::MAX, 0);
-        disk.fail_next_matching(OpKind::Sync, Fault::Io, "sync_data");
+        folder
+            .disk
+            .fail_next_matching(OpKind::Sync, Fault::Io, "sync_data");
         assert!(j.write_now().is_err(), "retry {i}");
     }
     {
@@ -779,12 +823,12 @@ fn a_journal_outage_grows_neither_segments_nor_buffers_with_its_retries() {
     }
     j.write_now().expect("the disk is back");
     drop(j);
-    let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+    let j = folder.open(0);
     assert_eq!(get(&j, b"before").as_deref(), Some(&b"kept"[..]));
     assert_eq!(get(&j, b"key").as_deref(), Some(&[49u8][..]));
     drop(j);
-    let disk = disk.crash();
-    let j = open_with(&store, dir, 0, on_sim(&disk, 1 << 16));
+    folder.cut_power();
+    let j = folder.open(0);
     assert_eq!(get(&j, b"key").as_deref(), Some(&[49u8][..]), "durable");
 }
 
@@ -804,13 +848,13 @@ fn a_ttl_of_zero_is_refused_at_open() {
 
 #[test]
 fn a_commit_whose_sync_hangs_shows_as_the_writer_busy_until_it_returns() {
-    let (_dir, store) = temp_store();
-    let disk = disk_seam::sim::SimDisk::new(9);
+    let folder = SimFolder::new(9, "/store", 4096);
+    let disk = &folder.disk;
     let settings = Settings {
         background: true,
-        ..on_sim(&disk, 4096)
+        ..folder.settings()
     };
-    let j = open_with(&store, Path::new("/store"), 0, settings);
+    let j = folder.try_open_with(0, settings).expect("open");
     assert_eq!(j.writer_busy_for(), None, "waiting for records is not busy");
     disk.hold_syncs();
     put(&j, b"k", b"v", i64::MAX, 0);
@@ -828,34 +872,24 @@ fn a_commit_whose_sync_hangs_shows_as_the_writer_busy_until_it_returns() {
 
 #[test]
 fn a_batch_whose_sync_failed_and_that_a_clean_restart_read_back_outlives_a_power_cut() {
-    use disk_seam::sim::{Fault, OpKind, SimDisk};
-    let (_dir, store) = temp_store();
-    let disk = SimDisk::new(3);
-    let dir = Path::new("/var/lib/hookgate");
-    let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+    use disk_seam::sim::{Fault, OpKind};
+    let mut folder = SimFolder::new(3, "/var/lib/hookgate", 4096);
+    let j = folder.open(0);
     put(&j, b"first", b"kept", i64::MAX, 0);
     j.write_now().expect("commit");
     put(&j, b"stop", b"forever", i64::MAX, 0);
     // The commit's fdatasync fails, and so does the write when the journal closes: the
     // batch is in the page cache only, where a power cut loses it.
-    disk.fail_next(OpKind::Sync, Fault::Io);
+    folder.disk.fail_next(OpKind::Sync, Fault::Io);
     assert!(j.write_now().is_err());
-    disk.fail_next(OpKind::Sync, Fault::Io);
+    folder.disk.fail_next(OpKind::Sync, Fault::Io);
     drop(j);
     // A clean restart reads it back, and from then on answers from it.
-    let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+    let j = folder.open(0);
     assert_eq!(get(&j, b"stop").as_deref(), Some(&b"forever"[..]));
     put(&j, b"later", b"value", i64::MAX, 0);
     j.write_now().expect("commit");
-    let disk = disk.crash();
-    drop(j);
-    let j = Journal::open(
-        store.tree("state").expect("tree"),
-        dir,
-        0,
-        on_sim(&disk, 4096),
-    )
-    .expect("the store opens after the power cut");
+    let j = folder.reopen_after_power_cut(j, 0);
     assert_eq!(
         get(&j, b"stop").as_deref(),
         Some(&b"forever"[..]),
