@@ -1,11 +1,11 @@
 //! An HMAC-SHA256 of the raw body in one header, after an optional prefix: the scheme of
 //! botix routes, and of custom routes as their `signature` section spells it out.
 
-use http::{HeaderMap, HeaderName};
+use http::HeaderName;
 use serde::{Deserialize, Serialize};
 
 use super::mac::{decode, header_str, hmac_parts, match_any, Encoding};
-use super::scheme::{Secret, SignatureError, Verify};
+use super::scheme::{Delivery, Secret, SignatureError, Verify};
 
 /// The `signature` section of a custom route: HMAC-SHA256 over the raw body.
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -33,22 +33,15 @@ pub struct BodyHmac {
 
 impl Verify for BodyHmac {
     /// Checks the MAC in the header against every secret.
-    fn verify(
-        &self,
-        headers: &HeaderMap,
-        _query: Option<&str>,
-        body: &[u8],
-        secrets: &[Secret],
-        _now_secs: i64,
-    ) -> Result<(), SignatureError> {
-        let value = header_str(headers, self.header.as_str())?;
+    fn verify(&self, delivery: &Delivery<'_>, secrets: &[Secret]) -> Result<(), SignatureError> {
+        let value = header_str(delivery.headers, self.header.as_str())?;
         // The prefix is optional on the wire: botix senders send either form.
         let encoded = match &self.prefix {
             Some(p) => value.strip_prefix(p.as_str()).unwrap_or(value),
             None => value,
         };
         let mac = decode(encoded.trim(), self.encoding)?;
-        match_any(secrets, &mac, |key| hmac_parts(key, &[body]))
+        match_any(secrets, &mac, |key| hmac_parts(key, &[delivery.body]))
     }
 }
 

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 pub use body_hmac::{BodyHmac, CustomSignature};
 pub use botix::{botix_header, BOTIX_REQUEST_ID, BOTIX_SIGNATURE};
 pub use mac::{hmac_parts, Encoding};
-pub use scheme::{Scheme, Secret, SignatureError, Verify};
+pub use scheme::{Delivery, Scheme, Secret, SignatureError, Verify};
 pub use sender::{IdKind, NamedEvent, OwnEvents, RouteKeys, Sender, SignRequest, Signed};
 pub use standard_webhooks::{
     standard_webhooks_signature, StandardWebhooksScheme, WEBHOOK_ID, WEBHOOK_SECRET_PREFIX,

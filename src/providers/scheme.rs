@@ -42,19 +42,23 @@ pub enum SignatureError {
     Stale,
 }
 
+/// A delivery as a signature check reads it.
+#[derive(Debug, Clone, Copy)]
+pub struct Delivery<'a> {
+    /// The request's headers.
+    pub headers: &'a HeaderMap,
+    /// The request URL's query (without `?`), for schemes that sign it.
+    pub query: Option<&'a str>,
+    /// The raw body.
+    pub body: &'a [u8],
+    /// Now, Unix seconds, for schemes that sign a time.
+    pub now_secs: i64,
+}
+
 /// One sender's check of a delivery against a route's secrets.
 pub trait Verify: fmt::Debug + Send + Sync {
-    /// Checks the request against every secret. `query` is the request URL's query
-    /// (without `?`) for schemes that sign it; `now_secs` is used by schemes that sign a
-    /// time.
-    fn verify(
-        &self,
-        headers: &HeaderMap,
-        query: Option<&str>,
-        body: &[u8],
-        secrets: &[Secret],
-        now_secs: i64,
-    ) -> Result<(), SignatureError>;
+    /// Checks the delivery against every secret.
+    fn verify(&self, delivery: &Delivery<'_>, secrets: &[Secret]) -> Result<(), SignatureError>;
 
     /// Why this scheme cannot use `secret` (a public key that is not one), if it cannot.
     fn unusable(&self, _secret: &[u8]) -> Option<&'static str> {
@@ -93,7 +97,7 @@ impl Scheme {
         secrets: &[Secret],
         now_secs: i64,
     ) -> Result<(), SignatureError> {
-        self.0.verify(headers, None, body, secrets, now_secs)
+        self.verify_request(headers, None, body, secrets, now_secs)
     }
 
     /// [`Scheme::verify`] for a request whose URL query (`a=1&b=2`, without `?`) is part
@@ -106,6 +110,12 @@ impl Scheme {
         secrets: &[Secret],
         now_secs: i64,
     ) -> Result<(), SignatureError> {
-        self.0.verify(headers, query, body, secrets, now_secs)
+        let delivery = Delivery {
+            headers,
+            query,
+            body,
+            now_secs,
+        };
+        self.0.verify(&delivery, secrets)
     }
 }

@@ -3,11 +3,10 @@
 //! `fields`.
 
 use base64::Engine;
-use http::HeaderMap;
 use subtle::{Choice, ConstantTimeEq};
 
 use super::mac::{decode, header_str, hmac_parts, matched, Encoding, SignedWindow};
-use super::scheme::{Scheme, Secret, SignatureError, Verify};
+use super::scheme::{Delivery, Scheme, Secret, SignatureError, Verify};
 use super::sender::{RouteKeys, Sender, SignRequest, Signed};
 
 /// Headers of the Standard Webhooks profile.
@@ -54,20 +53,32 @@ pub struct StandardWebhooksScheme {
 }
 
 impl Verify for StandardWebhooksScheme {
-    fn verify(
-        &self,
-        headers: &HeaderMap,
-        _query: Option<&str>,
-        body: &[u8],
-        secrets: &[Secret],
-        now_secs: i64,
-    ) -> Result<(), SignatureError> {
-        verify(
-            headers,
-            body,
-            secrets,
-            SignedWindow::new(now_secs, self.tolerance_secs),
-        )
+    /// Checks every `v1` signature of the request against every key of every secret,
+    /// without stopping at a match.
+    fn verify(&self, delivery: &Delivery<'_>, secrets: &[Secret]) -> Result<(), SignatureError> {
+        let headers = delivery.headers;
+        let id = header_str(headers, WEBHOOK_ID)?;
+        let ts_text = header_str(headers, WEBHOOK_TIMESTAMP)?;
+        SignedWindow::new(delivery.now_secs, self.tolerance_secs).check(ts_text)?;
+        let candidates: Vec<Vec<u8>> = header_str(headers, WEBHOOK_SIGNATURE)?
+            .split_whitespace()
+            .filter_map(|s| s.strip_prefix("v1,"))
+            .filter_map(|b| decode(b, Encoding::Base64).ok())
+            .collect();
+        if candidates.is_empty() {
+            return Err(SignatureError::Malformed);
+        }
+        let signed: [&[u8]; 5] = [id.as_bytes(), b".", ts_text.as_bytes(), b".", delivery.body];
+        let mut ok = Choice::from(0);
+        for secret in secrets {
+            for key in standard_webhooks_key(secret.expose()) {
+                let expected = hmac_parts(&key, &signed);
+                for c in &candidates {
+                    ok |= expected.as_slice().ct_eq(c.as_slice());
+                }
+            }
+        }
+        matched(ok)
     }
 
     fn unusable(&self, secret: &[u8]) -> Option<&'static str> {
@@ -77,37 +88,6 @@ impl Verify for StandardWebhooksScheme {
             .is_some_and(|keys| keys.is_empty())
             .then_some("starts with whsec_ but the rest is not base64 of a key")
     }
-}
-
-/// Checks every `v1` signature of the request against every key of every secret, without
-/// stopping at a match.
-fn verify(
-    headers: &HeaderMap,
-    body: &[u8],
-    secrets: &[Secret],
-    window: SignedWindow,
-) -> Result<(), SignatureError> {
-    let id = header_str(headers, WEBHOOK_ID)?;
-    let ts_text = header_str(headers, WEBHOOK_TIMESTAMP)?;
-    window.check(ts_text)?;
-    let candidates: Vec<Vec<u8>> = header_str(headers, WEBHOOK_SIGNATURE)?
-        .split_whitespace()
-        .filter_map(|s| s.strip_prefix("v1,"))
-        .filter_map(|b| decode(b, Encoding::Base64).ok())
-        .collect();
-    if candidates.is_empty() {
-        return Err(SignatureError::Malformed);
-    }
-    let mut ok = Choice::from(0);
-    for secret in secrets {
-        for key in standard_webhooks_key(secret.expose()) {
-            let expected = hmac_parts(&key, &[id.as_bytes(), b".", ts_text.as_bytes(), b".", body]);
-            for c in &candidates {
-                ok |= expected.as_slice().ct_eq(c.as_slice());
-            }
-        }
-    }
-    matched(ok)
 }
 
 /// The `webhook-signature` value (`v1,<base64>`) for a Standard Webhooks delivery.
@@ -153,7 +133,7 @@ fn secret_base64(text: &str) -> Option<Vec<u8>> {
 #[cfg(test)]
 mod tests {
     use base64::Engine;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     use super::*;
 

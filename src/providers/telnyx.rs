@@ -3,11 +3,10 @@
 //! `/data/...`, with guard rules for its message statuses and inbound keywords.
 
 use base64::Engine;
-use http::HeaderMap;
 use serde_json::{json, Value};
 
 use super::mac::{header_str, SignedWindow};
-use super::scheme::{Scheme, Secret, SignatureError, Verify};
+use super::scheme::{Delivery, Scheme, Secret, SignatureError, Verify};
 use super::sender::{ranks, IdKind, RouteKeys, Sender, SignRequest, Signed};
 
 /// Header of the Telnyx profile: base64 ed25519 signature of `timestamp|body`.
@@ -94,58 +93,38 @@ pub struct TelnyxScheme {
 }
 
 impl Verify for TelnyxScheme {
-    fn verify(
-        &self,
-        headers: &HeaderMap,
-        _query: Option<&str>,
-        body: &[u8],
-        secrets: &[Secret],
-        now_secs: i64,
-    ) -> Result<(), SignatureError> {
-        verify(
-            headers,
-            body,
-            secrets,
-            SignedWindow::new(now_secs, self.tolerance_secs),
-        )
+    /// Checks the signature against every configured public key.
+    fn verify(&self, delivery: &Delivery<'_>, secrets: &[Secret]) -> Result<(), SignatureError> {
+        let signature = header_str(delivery.headers, TELNYX_SIGNATURE)?;
+        let signature = base64::engine::general_purpose::STANDARD
+            .decode(signature.trim())
+            .ok()
+            .and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok())
+            .ok_or(SignatureError::Malformed)?;
+        let ts_text = header_str(delivery.headers, TELNYX_TIMESTAMP)?.trim();
+        SignedWindow::new(delivery.now_secs, self.tolerance_secs).check(ts_text)?;
+        let body = delivery.body;
+        let mut message = Vec::with_capacity(ts_text.len() + 1 + body.len());
+        message.extend_from_slice(ts_text.as_bytes());
+        message.push(b'|');
+        message.extend_from_slice(body);
+        // Public keys and signatures are not secret: stopping at the first match tells an
+        // observer nothing it could not compute itself.
+        let any = secrets.iter().any(|secret| {
+            telnyx_key(secret.expose())
+                .is_some_and(|key| key.verify_strict(&message, &signature).is_ok())
+        });
+        if any {
+            Ok(())
+        } else {
+            Err(SignatureError::Mismatch)
+        }
     }
 
     fn unusable(&self, secret: &[u8]) -> Option<&'static str> {
         telnyx_key(secret)
             .is_none()
             .then_some("is not the base64 of a 32-byte ed25519 public key")
-    }
-}
-
-/// Checks the signature against every configured public key.
-fn verify(
-    headers: &HeaderMap,
-    body: &[u8],
-    secrets: &[Secret],
-    window: SignedWindow,
-) -> Result<(), SignatureError> {
-    let signature = header_str(headers, TELNYX_SIGNATURE)?;
-    let signature = base64::engine::general_purpose::STANDARD
-        .decode(signature.trim())
-        .ok()
-        .and_then(|b| ed25519_dalek::Signature::from_slice(&b).ok())
-        .ok_or(SignatureError::Malformed)?;
-    let ts_text = header_str(headers, TELNYX_TIMESTAMP)?.trim();
-    window.check(ts_text)?;
-    let mut message = Vec::with_capacity(ts_text.len() + 1 + body.len());
-    message.extend_from_slice(ts_text.as_bytes());
-    message.push(b'|');
-    message.extend_from_slice(body);
-    // Public keys and signatures are not secret: stopping at the first match tells an
-    // observer nothing it could not compute itself.
-    let any = secrets.iter().any(|secret| {
-        telnyx_key(secret.expose())
-            .is_some_and(|key| key.verify_strict(&message, &signature).is_ok())
-    });
-    if any {
-        Ok(())
-    } else {
-        Err(SignatureError::Mismatch)
     }
 }
 
@@ -189,7 +168,7 @@ fn telnyx_key(secret: &[u8]) -> Option<ed25519_dalek::VerifyingKey> {
 #[cfg(test)]
 mod tests {
     use base64::Engine;
-    use http::HeaderValue;
+    use http::{HeaderMap, HeaderValue};
 
     use super::*;
     use crate::providers::vectors::{headers, provider_vectors, text};

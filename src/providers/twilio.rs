@@ -8,14 +8,13 @@ use std::borrow::Cow;
 
 use base64::Engine;
 use hmac::{Hmac, KeyInit, Mac};
-use http::HeaderMap;
 use serde_json::{json, Value};
 use sha1::Sha1;
 use sha2::{Digest, Sha256};
 use subtle::{Choice, ConstantTimeEq};
 
 use super::mac::{header_str, matched};
-use super::scheme::{Scheme, Secret, SignatureError, Verify};
+use super::scheme::{Delivery, Scheme, Secret, SignatureError, Verify};
 use super::sender::{ranks, NamedEvent, OwnEvents, RouteKeys, Sender, SignRequest, Signed};
 
 type HmacSha1 = Hmac<Sha1>;
@@ -143,65 +142,49 @@ pub struct TwilioScheme {
 }
 
 impl Verify for TwilioScheme {
-    fn verify(
-        &self,
-        headers: &HeaderMap,
-        query: Option<&str>,
-        body: &[u8],
-        secrets: &[Secret],
-        _now_secs: i64,
-    ) -> Result<(), SignatureError> {
-        verify(&self.urls, headers, query, body, secrets)
-    }
-}
-
-/// Twilio: the signature covers the URL the sender requested (the route's `public_url`
-/// with the request's query) followed by every form field, sorted by name (then value),
-/// each name followed by its value. A JSON delivery instead carries the body's SHA-256 in
-/// the `bodySHA256` query parameter, and the URL alone is signed.
-fn verify(
-    urls: &[String],
-    headers: &HeaderMap,
-    query: Option<&str>,
-    body: &[u8],
-    secrets: &[Secret],
-) -> Result<(), SignatureError> {
-    let given = base64::engine::general_purpose::STANDARD
-        .decode(header_str(headers, TWILIO_SIGNATURE)?.trim())
-        .map_err(|_| SignatureError::Malformed)?;
-    // A SHA-1 MAC is 20 bytes.
-    if given.len() != 20 {
-        return Err(SignatureError::Malformed);
-    }
-    let query = query.filter(|q| !q.is_empty());
-    let body_sha256 = query.and_then(|q| {
-        form_urlencoded::parse(q.as_bytes())
-            .find(|(name, _)| name == TWILIO_BODY_SHA256)
-            .map(|(_, value)| value.to_ascii_lowercase())
-    });
-    let fields = match &body_sha256 {
-        Some(expected) => {
-            let actual = hex::encode(Sha256::digest(body));
-            if !bool::from(actual.as_bytes().ct_eq(expected.as_bytes())) {
-                return Err(SignatureError::Mismatch);
+    /// The signature covers the URL the sender requested (the route's `public_url` with
+    /// the request's query) followed by every form field, sorted by name (then value), each
+    /// name followed by its value. A JSON delivery instead carries the body's SHA-256 in the
+    /// `bodySHA256` query parameter, and the URL alone is signed.
+    fn verify(&self, delivery: &Delivery<'_>, secrets: &[Secret]) -> Result<(), SignatureError> {
+        let body = delivery.body;
+        let given = base64::engine::general_purpose::STANDARD
+            .decode(header_str(delivery.headers, TWILIO_SIGNATURE)?.trim())
+            .map_err(|_| SignatureError::Malformed)?;
+        // A SHA-1 MAC is 20 bytes.
+        if given.len() != 20 {
+            return Err(SignatureError::Malformed);
+        }
+        let query = delivery.query.filter(|q| !q.is_empty());
+        let body_sha256 = query.and_then(|q| {
+            form_urlencoded::parse(q.as_bytes())
+                .find(|(name, _)| name == TWILIO_BODY_SHA256)
+                .map(|(_, value)| value.to_ascii_lowercase())
+        });
+        let fields = match &body_sha256 {
+            Some(expected) => {
+                let actual = hex::encode(Sha256::digest(body));
+                if !bool::from(actual.as_bytes().ct_eq(expected.as_bytes())) {
+                    return Err(SignatureError::Mismatch);
+                }
+                Vec::new()
             }
-            Vec::new()
-        }
-        None => twilio_form_text(body),
-    };
-    let mut ok = Choice::from(0);
-    for url in urls {
-        let parts: [&[u8]; 4] = match query {
-            Some(q) => [url.as_bytes(), b"?", q.as_bytes(), &fields],
-            None => [url.as_bytes(), b"", b"", &fields],
+            None => twilio_form_text(body),
         };
-        for secret in secrets {
-            ok |= hmac_sha1_parts(secret.expose(), &parts)
-                .as_slice()
-                .ct_eq(&given);
+        let mut ok = Choice::from(0);
+        for url in &self.urls {
+            let parts: [&[u8]; 4] = match query {
+                Some(q) => [url.as_bytes(), b"?", q.as_bytes(), &fields],
+                None => [url.as_bytes(), b"", b"", &fields],
+            };
+            for secret in secrets {
+                ok |= hmac_sha1_parts(secret.expose(), &parts)
+                    .as_slice()
+                    .ct_eq(&given);
+            }
         }
+        matched(ok)
     }
-    matched(ok)
 }
 
 /// The form fields of a body as Twilio signs them: sorted by name and then value, each
@@ -296,6 +279,7 @@ pub fn public_url_forms(url: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use http::HeaderMap;
     use sha2::Digest;
 
     use super::*;
