@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::state::keys::StoreKey;
-use crate::state::StateStore;
+use crate::state::{LeaseHolder, StateStore};
 use crate::store_error::StoreError;
 
 /// The record version [`encode`] writes.
@@ -111,11 +111,9 @@ pub const LEASE_TTL: Duration = Duration::from_secs(30);
 /// One route's position and lease in the state store.
 pub struct Positions {
     state: Arc<StateStore>,
-    /// The position's key, and its lease's: one key in two spaces, so a write can check the
-    /// lease in the same step (a Redis Cluster keeps both in one slot).
-    key: StoreKey,
-    /// This process's lease token.
-    token: u64,
+    /// The position's key and this process's token of its lease: one key in two spaces, so
+    /// a write can check the lease in the same step (a Redis Cluster keeps both in one slot).
+    holder: LeaseHolder,
 }
 
 impl Positions {
@@ -123,8 +121,10 @@ impl Positions {
     pub fn new(state: Arc<StateStore>, route: &str) -> Self {
         Self {
             state,
-            key: StoreKey::guard(route, "reconcile", &["position"]),
-            token: rand::random(),
+            holder: LeaseHolder {
+                key: StoreKey::guard(route, "reconcile", &["position"]),
+                token: rand::random(),
+            },
         }
     }
 
@@ -132,7 +132,7 @@ impl Positions {
     /// logged and read as none: the next walk reaches back `lookback`, and dedup knows
     /// what it lists again.
     pub async fn load(&self, route: &str) -> Result<Position, StoreError> {
-        match self.state.get(&self.key).await? {
+        match self.state.get(&self.holder.key).await? {
             None => Ok(Position::default()),
             Some(bytes) => Ok(decode(&bytes).unwrap_or_else(|error| {
                 tracing::warn!(route, %error, "reconciliation position unreadable; walking from lookback");
@@ -146,19 +146,19 @@ impl Positions {
     /// move back the position its successor saved.
     pub async fn save(&self, position: &Position, now_ms: i64) -> Result<(), StoreError> {
         self.state
-            .put_leased(&self.key, self.token, &encode(position), now_ms)
+            .put_leased(&self.holder, &encode(position), now_ms)
             .await?;
         self.state.sync().await
     }
 
     /// Takes or renews this process's lease of the route's walk.
     pub async fn lease(&self) -> Result<bool, StoreError> {
-        self.state.lease(&self.key, self.token, LEASE_TTL).await
+        self.state.lease(&self.holder, LEASE_TTL).await
     }
 
     /// Ends this process's lease.
     pub async fn end_lease(&self) {
-        if let Err(error) = self.state.end_lease(&self.key, self.token).await {
+        if let Err(error) = self.state.end_lease(&self.holder).await {
             tracing::warn!(%error, "reconciliation lease not ended; it expires by itself");
         }
     }

@@ -136,7 +136,13 @@ impl StateStore {
             StateStore::Local(s) => {
                 s.off_worker(&[key], || s.marks.update_record(key, now_ms, update))
             }
-            StateStore::Redis { redis, .. } => redis.update_record(key, now_ms, update).await,
+            // Redis keeps the mark's time left; the expiry is counted from now.
+            StateStore::Redis { redis, .. } => {
+                let left = redis.update_record(key, update).await?;
+                Ok(left.map(|left| {
+                    now_ms.saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
+                }))
+            }
         }
     }
 

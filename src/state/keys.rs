@@ -132,6 +132,16 @@ impl RedisSpace {
     }
 }
 
+/// Who holds a lease ([`StateStore::lease`](crate::state::StateStore::lease)): its key, and the token of the process that
+/// takes and renews it and writes under it.
+#[derive(Debug, Clone)]
+pub struct LeaseHolder {
+    /// The leased key.
+    pub key: StoreKey,
+    /// The holder's token, random per process.
+    pub token: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

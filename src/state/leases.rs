@@ -3,47 +3,40 @@
 
 use std::time::Duration;
 
-use crate::state::keys::StoreKey;
 use crate::store_error::StoreError;
 
-use super::StateStore;
+use super::{LeaseHolder, StateStore};
 
 impl StateStore {
-    /// Takes, or extends while `token` holds it, the lease of `key` for `ttl`: one holder
+    /// Takes, or extends while `holder` has it, the lease of its key for `ttl`: one holder
     /// across replicas. The local store serves one process, which holds the store's lock: always true.
-    pub async fn lease(
-        &self,
-        key: &StoreKey,
-        token: u64,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
+    pub async fn lease(&self, holder: &LeaseHolder, ttl: Duration) -> Result<bool, StoreError> {
         match self {
             StateStore::Local(_) => Ok(true),
-            StateStore::Redis { redis, .. } => redis.lease(key, token, ttl).await,
+            StateStore::Redis { redis, .. } => redis.lease(holder, ttl).await,
         }
     }
 
-    /// Ends a lease `token` holds (a no-op for the local store).
-    pub async fn end_lease(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
+    /// Ends a lease `holder` has (a no-op for the local store).
+    pub async fn end_lease(&self, holder: &LeaseHolder) -> Result<(), StoreError> {
         match self {
             StateStore::Local(_) => Ok(()),
-            StateStore::Redis { redis, .. } => redis.end_lease(key, token).await,
+            StateStore::Redis { redis, .. } => redis.end_lease(holder).await,
         }
     }
 
-    /// Writes state a lease covers ([`Self::lease`] of the same key), never forgotten, only
-    /// while `token` holds that lease; [`StoreError::LeaseLost`] otherwise. The local store
-    /// serves one process, which holds every lease.
+    /// Writes state a lease covers (under the lease's key), never forgotten, only while
+    /// `holder` has that lease; [`StoreError::LeaseLost`] otherwise. The local store serves
+    /// one process, which holds every lease.
     pub async fn put_leased(
         &self,
-        key: &StoreKey,
-        token: u64,
+        holder: &LeaseHolder,
         value: &[u8],
         now_ms: i64,
     ) -> Result<(), StoreError> {
         match self {
-            StateStore::Local(s) => s.put(key, value, now_ms, None),
-            StateStore::Redis { redis, .. } => redis.put_leased(key, token, value).await,
+            StateStore::Local(s) => s.put(&holder.key, value, now_ms, None),
+            StateStore::Redis { redis, .. } => redis.put_leased(holder, value).await,
         }
     }
 }

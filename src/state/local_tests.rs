@@ -10,7 +10,7 @@ use crate::state::backend::BackendChoice;
 use crate::state::keys::StoreKey;
 use durable_spool::Store;
 
-use super::StateStore;
+use super::{LeaseHolder, StateStore};
 
 /// The local backend on `store`, with one route and `extra` config (whole YAML lines).
 fn open_local(store: &Store, extra: &str) -> StateStore {
@@ -62,8 +62,12 @@ async fn values_read_from_runs_off_the_workers_are_the_values_written() {
         panic!("local backend");
     };
     let key = StoreKey::raw(b"guard");
+    let holder = LeaseHolder {
+        key: key.clone(),
+        token: 0,
+    };
     state
-        .put_leased(&key, 0, b"opted out", 0)
+        .put_leased(&holder, b"opted out", 0)
         .await
         .expect("put");
     local.journal.flush_to_run().expect("flush");
@@ -76,7 +80,7 @@ async fn values_read_from_runs_off_the_workers_are_the_values_written() {
         Some(&b"opted out"[..])
     );
     state
-        .put_leased(&key, 0, b"opted in", 0)
+        .put_leased(&holder, b"opted in", 0)
         .await
         .expect("put");
     assert_eq!(

@@ -59,6 +59,7 @@ use crate::state::redis::RedisState;
 pub use backend::BackendChoice;
 pub use engine::LegacyJournal;
 pub use expiring_lsm::journal::{JOURNAL_DIR, RUNS_DIR};
+pub use keys::LeaseHolder;
 pub use local::LocalState;
 
 /// Name of the sled tree that held the state journal before it had files of its own; a

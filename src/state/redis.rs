@@ -26,7 +26,7 @@ mod wait;
 
 use crate::config::Redis as RedisConfig;
 use crate::state::backoff::Backoff;
-use crate::state::keys::{RedisSpace, StoreKey};
+use crate::state::keys::{LeaseHolder, RedisSpace, StoreKey};
 use crate::state::marks::{Claim, KeyState, StoredMark};
 use crate::state::redis_link::{Conn, Link, Topology, OP_TIMEOUT};
 use crate::state::scripts::{
@@ -193,15 +193,13 @@ impl RedisState {
     }
 
     /// Rewrites the record of `key`'s done mark with `update`, keeping its expiry: a read,
-    /// then a compare-and-set. The mark's expiry (from `now_ms`) when written; `None` when
-    /// there is no done mark with a record, `update` declines, or a concurrent update came
-    /// first.
+    /// then a compare-and-set. The time the mark has left when written; `None` when there
+    /// is no done mark with a record, `update` declines, or a concurrent update came first.
     pub async fn update_record(
         &self,
         key: &StoreKey,
-        now_ms: i64,
         update: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> Result<Option<Duration>, StoreError> {
         let k = self.key(key, RedisSpace::Marks);
         let read = k.clone();
         let current: Option<Vec<u8>> = self
@@ -230,7 +228,10 @@ impl RedisState {
                     .await
             })
             .await?;
-        Ok((ttl_ms > 0).then(|| now_ms.saturating_add(ttl_ms)))
+        Ok(u64::try_from(ttl_ms)
+            .ok()
+            .filter(|&ms| ms > 0)
+            .map(Duration::from_millis))
     }
 
     /// Marks `key` done with `record` for `ttl` unless a mark holds it (`SET NX`); true
@@ -399,15 +400,11 @@ impl RedisState {
         }
     }
 
-    /// Takes, or extends while `token` holds it, the lease of `key` for `ttl`: one holder
+    /// Takes, or extends while `holder` has it, the lease of its key for `ttl`: one holder
     /// at a time across replicas (a reconciler's walk of a route). True if held now.
-    pub async fn lease(
-        &self,
-        key: &StoreKey,
-        token: u64,
-        ttl: Duration,
-    ) -> Result<bool, StoreError> {
-        let k = self.key(key, RedisSpace::Locks);
+    pub async fn lease(&self, holder: &LeaseHolder, ttl: Duration) -> Result<bool, StoreError> {
+        let k = self.key(&holder.key, RedisSpace::Locks);
+        let token = holder.token;
         let script = self.lease.clone();
         self.run(Access::Write, move |mut c| async move {
             script
@@ -421,9 +418,9 @@ impl RedisState {
         .map(|held| held == 1)
     }
 
-    /// Ends a lease `token` holds.
-    pub async fn end_lease(&self, key: &StoreKey, token: u64) -> Result<(), StoreError> {
-        self.compare_and_delete(self.key(key, RedisSpace::Locks), token)
+    /// Ends a lease `holder` has.
+    pub async fn end_lease(&self, holder: &LeaseHolder) -> Result<(), StoreError> {
+        self.compare_and_delete(self.key(&holder.key, RedisSpace::Locks), holder.token)
             .await
     }
 
@@ -435,19 +432,15 @@ impl RedisState {
     }
 
     /// Writes state that no guard lock covers but a lease does (a reconciler's position),
-    /// never forgotten, only while `token` holds the lease of the same key ([`Self::lease`]):
-    /// a replica paused past its lease cannot overwrite what the lease's next holder wrote.
-    pub async fn put_leased(
-        &self,
-        key: &StoreKey,
-        token: u64,
-        value: &[u8],
-    ) -> Result<(), StoreError> {
+    /// never forgotten, under the key of `holder`'s lease and only while it has that lease
+    /// ([`Self::lease`]): a replica paused past its lease cannot overwrite what the lease's
+    /// next holder wrote.
+    pub async fn put_leased(&self, holder: &LeaseHolder, value: &[u8]) -> Result<(), StoreError> {
         let keys = vec![
-            self.key(key, RedisSpace::Locks),
-            self.key(key, RedisSpace::Guard),
+            self.key(&holder.key, RedisSpace::Locks),
+            self.key(&holder.key, RedisSpace::Guard),
         ];
-        let args = vec![arg(token), value.to_vec()];
+        let args = vec![arg(holder.token), value.to_vec()];
         let written = self
             .eval_write(&self.put_leased, FENCED_PUT, keys, args)
             .await?;
