@@ -36,13 +36,14 @@ use std::time::Duration;
 
 use clap::Parser;
 use futures_util::StreamExt;
+use hookgate::outbox::publish::declare_exchange;
 use lapin::message::Delivery;
 use lapin::options::{
-    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
-    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+    BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions, QueueBindOptions,
+    QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Connection, ConnectionProperties};
 
 /// Reconnect back-off: from the first to the last, doubling.
 const BACKOFF_FIRST: Duration = Duration::from_millis(500);
@@ -113,19 +114,9 @@ async fn consume(
         .with_connection_name(LongString::from("hookgate-example-consumer"));
     let connection = Connection::connect(&args.url, properties).await?;
     let channel = connection.create_channel().await?;
-    // Declared exactly as hookgate declares it (durable topic), so whichever starts first
-    // creates it and the other's declaration agrees.
-    channel
-        .exchange_declare(
-            ShortString::from(args.exchange.as_str()),
-            ExchangeKind::Topic,
-            ExchangeDeclareOptions {
-                durable: true,
-                ..Default::default()
-            },
-            FieldTable::default(),
-        )
-        .await?;
+    // Declared by hookgate's own call (durable topic), so whichever starts first creates it
+    // and the other's declaration agrees.
+    declare_exchange(&channel, ShortString::from(args.exchange.as_str())).await?;
     // Durable, not exclusive, not auto-delete: the queue and its messages survive this
     // process and a broker restart (hookgate publishes persistent messages). For
     // replicated storage across a RabbitMQ cluster, declare it with `x-queue-type: quorum`.

@@ -21,11 +21,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, ensure, Context, Result};
 use clap::Parser;
-use lapin::options::{
-    ExchangeDeclareOptions, ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use hookgate::outbox::publish::declare_exchange;
+use lapin::options::{ExchangeDeleteOptions, QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{FieldTable, ShortString};
-use lapin::{Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties};
 
 const SECRET: &str = "whsec_spool_drain_5e1f0c2a9b";
 
@@ -146,17 +145,7 @@ impl Broker {
         let channel = connection.create_channel().await?;
         let id = uuid::Uuid::new_v4().simple().to_string();
         let (exchange, queue) = (format!("spool-drain-x-{id}"), format!("spool-drain-q-{id}"));
-        channel
-            .exchange_declare(
-                ShortString::from(exchange.as_str()),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
+        declare_exchange(&channel, ShortString::from(exchange.as_str())).await?;
         channel
             .queue_declare(
                 ShortString::from(queue.as_str()),

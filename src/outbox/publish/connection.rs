@@ -14,12 +14,13 @@ use std::time::Duration;
 
 use backoff::Doubling;
 use futures_util::StreamExt;
-use lapin::options::{ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions};
+use lapin::options::{QueueBindOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{Channel, Connection, ConnectionProperties, Event, ExchangeKind};
+use lapin::{Channel, Connection, ConnectionProperties, Event};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::exchange::declare_exchange;
 use super::job::Job;
 use super::link::Link;
 use super::live::Live;
@@ -199,17 +200,7 @@ async fn connect(
         channels.push(live.open_channel().await?);
     }
     if config.declare {
-        channels[0]
-            .exchange_declare(
-                short(&config.exchange).unwrap_or_default(),
-                ExchangeKind::Topic,
-                ExchangeDeclareOptions {
-                    durable: true,
-                    ..Default::default()
-                },
-                FieldTable::default(),
-            )
-            .await?;
+        declare_exchange(&channels[0], short(&config.exchange).unwrap_or_default()).await?;
     }
     if let Some(declared) = &config.queue {
         // A queue that exists with other arguments (a classic one of the same name) fails

@@ -15,11 +15,12 @@
 //!
 //! [`Publisher`] (`publisher.rs`) is what callers hold; it queues a `job` for the current
 //! connection (`live`). The connection task (`connection`) connects, opens the channels
-//! and watches the connection; per channel one owner task (`owner`) alone publishes, in
+//! and watches the connection, declaring the `exchange`; per channel one owner task (`owner`) alone publishes, in
 //! batches, and answers each publish once the broker has decided all of its batch. What
 //! they share is the `link`; the message's AMQP properties are built in `properties`.
 
 mod connection;
+mod exchange;
 mod job;
 mod link;
 mod live;
@@ -29,6 +30,7 @@ mod properties;
 mod publish_error;
 mod publisher;
 
+pub use exchange::declare_exchange;
 pub use nodes::{BrokerNodes, NodeUrlError};
 pub use properties::properties;
 pub use publish_error::PublishError;
