@@ -101,20 +101,19 @@ fn verdict_helpers() {
 // ---- StatusRanks and status_of ----
 
 #[test]
-fn default_ranks_are_the_spec_table() {
+fn default_ranks_are_the_configs_table_in_the_spec_order() {
     let ranks = StatusRanks::default();
-    for (name, rank) in [
-        ("queued", 0),
-        ("accepted", 0),
-        ("sending", 1),
-        ("sent", 2),
-        ("delivered", 3),
-        ("undelivered", 3),
-        ("failed", 3),
-        ("read", 4),
-    ] {
+    for (name, rank) in DEFAULT_RANKS {
         assert_eq!(ranks.rank(name), Some(rank), "{name}");
     }
+    // The contract's order: queued and accepted start, the outcomes are final together,
+    // and a read comes after them.
+    assert_eq!(ranks.rank("queued"), ranks.rank("accepted"));
+    assert!(ranks.rank("sending") < ranks.rank("sent"));
+    assert!(ranks.rank("sent") < ranks.rank("delivered"));
+    assert_eq!(ranks.rank("delivered"), ranks.rank("failed"));
+    assert_eq!(ranks.rank("delivered"), ranks.rank("undelivered"));
+    assert!(ranks.rank("delivered") < ranks.rank("read"));
     assert_eq!(ranks.rank("carrier_ack"), None);
     assert_eq!(ranks.rank(""), None);
 }
