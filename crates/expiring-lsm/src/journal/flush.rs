@@ -35,39 +35,56 @@ impl Shared {
     /// clean restart, yet a power cut loses it (Linux marks such pages clean), and a request
     /// answered from its values would then rest on nothing. The run is synced; the segments
     /// below it are no longer read. Without room for the run (a full disk), the segments
-    /// replayed are written again as they read and synced instead, which needs no room,
-    /// followed by a batch of no records that takes the next number, so that damage to
-    /// the last batch replayed reads as damage, not as a commit a crash cut short
-    /// ([`crate::wal::Wal::rewrite_sealed`]). Batches replayed from elsewhere (legacy
-    /// batches, a segment whose damage an operator accepted) have no such place: without
-    /// room for their run the store does not open.
+    /// replayed are written again where they are ([`Shared::rewrite_replayed`]). So are
+    /// they when the replay read batches no run holds but kept nothing of them (a batch of
+    /// no records, values that expired): the next batch is numbered after them, and were
+    /// they lost at a power cut, the gap before it would read as damage. Batches replayed
+    /// from elsewhere (legacy batches, a segment whose damage an operator accepted) have no
+    /// such place: without room for their run the store does not open.
     pub(super) fn make_replay_durable(&self) -> Result<(), Error> {
-        if self.hot_count.load(Ordering::Relaxed) == 0 {
+        let read_past_runs = self.lock_open().seq > self.runs.journal_below();
+        if self.hot_count.load(Ordering::Relaxed) == 0 && !read_past_runs {
             return Ok(());
         }
         match self.flush_to_run() {
+            Ok(0) if read_past_runs && self.legacy.is_empty() => {
+                self.rewrite_replayed()?;
+                Ok(())
+            }
             Err(Error::Disk(error)) if self.legacy.is_empty() => {
-                // The writer's lock before the open batch's, as a commit takes them.
-                let mut writer = lock(&self.writer);
-                let mut open = self.lock_open();
-                let mut mark = Open::reusing(open.seq, Vec::new());
-                let mut frame = Frame {
-                    seq: mark.seq,
-                    bytes: &mut mark.buf,
-                };
-                if !writer.wal.rewrite_sealed(&mut frame)? {
+                if !self.rewrite_replayed()? {
                     return Err(Error::Disk(error));
                 }
-                // Nothing was appended yet: the first batch takes the number after the mark.
-                open.seq += 1;
-                let durable_below = open.seq;
-                self.progress
-                    .send_modify(|p| p.durable_below = p.durable_below.max(durable_below));
                 tracing::warn!(%error, "replayed state journal not written to a run; its segments were made durable where they are");
                 Ok(())
             }
             other => other.map(drop),
         }
+    }
+
+    /// Writes the replayed segments again as they read and syncs them, which needs no
+    /// room, followed by a batch of no records that takes the next number, so that damage
+    /// to the last batch replayed reads as damage, not as a commit a crash cut short
+    /// ([`crate::wal::Wal::rewrite_sealed`]). False, writing nothing, if the open read a
+    /// damaged segment.
+    fn rewrite_replayed(&self) -> Result<bool, Error> {
+        // The writer's lock before the open batch's, as a commit takes them.
+        let mut writer = lock(&self.writer);
+        let mut open = self.lock_open();
+        let mut mark = Open::reusing(open.seq, Vec::new());
+        let mut frame = Frame {
+            seq: mark.seq,
+            bytes: &mut mark.buf,
+        };
+        if !writer.wal.rewrite_sealed(&mut frame)? {
+            return Ok(false);
+        }
+        // Nothing was appended yet: the first batch takes the number after the mark.
+        open.seq += 1;
+        let durable_below = open.seq;
+        self.progress
+            .send_modify(|p| p.durable_below = p.durable_below.max(durable_below));
+        Ok(true)
     }
 
     /// Writes the hot entries whose records are on disk in the journal as a run, then

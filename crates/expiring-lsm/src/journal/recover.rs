@@ -139,6 +139,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_batch_replayed_from_the_page_cache_is_made_durable_though_nothing_in_it_is_kept() {
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(14);
+        let dir = Path::new("/store");
+        let segment = dir.join(JOURNAL_DIR).join("0000000000000000.wal");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        put(&j, b"kept", b"1", i64::MAX, 0);
+        j.write_now().expect("commit");
+        j.flush_to_run().expect("flush");
+        // Bytes that are no frame where the next batch goes, as a write torn by an
+        // earlier power cut leaves them.
+        let (_, end) = frames(&disk, &segment);
+        disk.flip_synced_bit_in(&segment, end..end + 4)
+            .expect("flipped");
+        // The next batch's values expire soon. Its fdatasync fails, and so does the
+        // write when the journal closes: it reads back from the page cache only.
+        put(&j, b"brief", b"2", 100, 0);
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        assert!(j.write_now().is_err());
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        drop(j);
+
+        // The restart replays that batch and forgets its values, expired: nothing is left
+        // for a run to hold, yet the next batch is numbered after it.
+        let disk = disk.restart();
+        let j = open_with(&store, dir, 1_000, on_sim(&disk, 4096));
+        assert_eq!(j.hot_len(), 0, "the replayed value expired");
+        put(&j, b"later", b"3", i64::MAX, 1_000);
+        j.write_now().expect("commit");
+        let disk = disk.crash();
+        drop(j);
+
+        // Had the power cut taken the replayed batch, the next segment would start past
+        // a batch the damaged bytes may have held: an open that must refuse.
+        let j = Journal::open(
+            store.tree("state").expect("tree"),
+            dir,
+            1_000,
+            on_sim(&disk, 4096),
+        )
+        .expect("the store opens after the power cut");
+        assert_eq!(get(&j, b"kept").as_deref(), Some(&b"1"[..]));
+        assert_eq!(get(&j, b"later").as_deref(), Some(&b"3"[..]));
+    }
+
     #[tokio::test]
     async fn a_store_opened_without_room_for_a_segment_makes_one_once_there_is_room() {
         let (_dir, store) = temp_store();
