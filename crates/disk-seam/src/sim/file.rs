@@ -65,10 +65,13 @@ impl SimFile {
             }
             Err(error) => {
                 // An injected fault: the pages stay readable, but a power cut loses them,
-                // as Linux marks them clean after a failed writeback. (At the power cut
+                // as Linux marks them clean after a failed writeback. A new length is the
+                // inode's, not a page's: it stays to be written by the next sync that
+                // succeeds, as the file system's journal keeps it. (At the power cut
                 // itself the crash decides what stays.)
                 if !cut {
-                    file.pending.clear();
+                    file.pending
+                        .retain(|change| matches!(change, Pending::SetLen(_)));
                 }
                 Err(error)
             }

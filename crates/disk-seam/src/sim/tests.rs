@@ -117,6 +117,31 @@ fn a_failed_sync_loses_the_data_at_a_crash_though_it_reads_back() {
 }
 
 #[test]
+fn a_length_a_failed_sync_left_is_written_by_the_next_sync() {
+    let disk = SimDisk::new(5);
+    let file = write_file(&disk, "/f", b"first");
+    file.sync_data().expect("sync");
+    disk.sync_dir(Path::new("/")).expect("sync dir");
+    file.set_len(4096).expect("grow");
+    file.write_all_at(b"page", 1024).expect("write");
+    disk.fail_next(OpKind::Sync, Fault::NoSpace);
+    assert!(file.sync_data().is_err());
+    file.sync_data().expect("a later sync succeeds");
+    let disk = disk.crash();
+    let bytes = read(&disk, Path::new("/f")).expect("read");
+    assert_eq!(
+        bytes.len(),
+        4096,
+        "the length is the inode's, kept to be written"
+    );
+    assert_eq!(
+        &bytes[1024..1028],
+        [0; 4],
+        "the page a failed sync dropped is lost"
+    );
+}
+
+#[test]
 fn a_restart_keeps_what_a_failed_sync_left_until_a_power_cut() {
     let disk = SimDisk::new(8);
     let file = write_file(&disk, "/f", b"first");
