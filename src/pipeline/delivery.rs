@@ -66,7 +66,7 @@ impl Pipeline {
         let echoed = request_id.value.clone();
         let trace = TraceContext::of(&delivery.headers);
         // Every line logged for this delivery names its trace (INFO: WARN lines need it).
-        let span = tracing::info_span!("delivery", trace_id = trace.trace_id());
+        let span = tracing::info_span!("delivery", trace_id = trace.trace_id().as_str());
         let received = Received {
             delivery,
             charge,
