@@ -165,17 +165,12 @@ async fn handle_webhook(
         body,
         query: parts.uri.query().map(str::to_owned),
     };
-    // In a task of its own: the delivery runs to the end even if the client goes away.
-    let (outcome, request_id) = match service
+    // Runs to the end even if the client goes away; a panic in it reaches `guarded`, which
+    // turns it into a 500.
+    let (outcome, request_id) = service
         .pipeline
-        .spawn_handle(route.clone(), delivery, charge)
-        .await
-    {
-        Ok(done) => done,
-        // Raised again here, where `guarded` turns it into a 500.
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(_) => return not_handled(),
-    };
+        .handle_to_end(route.clone(), delivery, charge)
+        .await;
     if outcome == Outcome::InvalidSignature {
         service.peers.failed(peer);
     }
@@ -243,16 +238,6 @@ fn body_refused(route: &RouteRuntime, headers: &HeaderMap, error: BodyError) -> 
     let resp = json(status, body.into(), None);
     let id = RequestId::of(headers, route.config.profile).value;
     with_request_id(close(resp), &id)
-}
-
-/// The 503 of a delivery whose task ended without an outcome (the runtime shutting down).
-fn not_handled() -> FullResponse {
-    let resp = json(
-        StatusCode::SERVICE_UNAVAILABLE,
-        r#"{"error":"unavailable"}"#.into(),
-        Some(crate::store_error::RETRY_AFTER_TRANSIENT_SECS),
-    );
-    with_request_id(resp, &RequestId::generated().value)
 }
 
 enum BodyError {
