@@ -99,7 +99,8 @@ impl GuardState {
             let seen = GuardEvent {
                 event_id: event.id.clone(),
                 at_ms: now_ms,
-                what: status.to_lowercase(),
+                // `status_of` lowercased it already.
+                what: status,
                 reason: None,
             };
             let expires_ms = Some(now_ms + r.retention_ms);

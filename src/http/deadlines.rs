@@ -24,7 +24,8 @@ pub(super) struct Deadlines<'a> {
 
 /// What the watcher does when a deadline passes.
 pub(super) enum Passed {
-    /// A request started or ended as the deadline passed: pick the next one.
+    /// A request started since the deadline was picked, or ended as it passed: pick the
+    /// next one.
     Moved,
     /// Drop the connection, counting the close under its reason if it has one.
     Drop(Option<CloseReason>),
@@ -98,7 +99,10 @@ pub(super) struct Activity {
     in_flight: AtomicUsize,
     /// Milliseconds from `accepted` to the end of the last request.
     last_end_ms: AtomicU64,
-    /// Woken when a request starts or ends, so the watcher picks its next deadline.
+    /// Woken when a request ends, so the watcher picks its next deadline. A start wakes
+    /// nobody: it only moves a deadline later, and the watcher, woken at the earlier one,
+    /// finds it moved ([`Passed::Moved`]). A wake-up at the start would poll the
+    /// connection, and the request just started in it, once more for nothing.
     pub(super) changed: Notify,
 }
 
@@ -139,7 +143,6 @@ impl InFlight {
         // and never takes a starting request for an idle connection.
         activity.in_flight.fetch_add(1, Ordering::AcqRel);
         activity.requests.fetch_add(1, Ordering::AcqRel);
-        activity.changed.notify_one();
         Self(activity)
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use futures_util::FutureExt;
-use http::{header, HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http::{header, HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Body as _, Incoming};
 use tokio::net::TcpListener;
@@ -165,17 +165,12 @@ async fn handle_webhook(
         body,
         query: parts.uri.query().map(str::to_owned),
     };
-    // In a task of its own: the delivery runs to the end even if the client goes away.
-    let (outcome, request_id) = match service
+    // Runs to the end even if the client goes away; a panic in it reaches `guarded`, which
+    // turns it into a 500.
+    let (outcome, request_id) = service
         .pipeline
-        .spawn_handle(route.clone(), delivery, charge)
-        .await
-    {
-        Ok(done) => done,
-        // Raised again here, where `guarded` turns it into a 500.
-        Err(error) if error.is_panic() => std::panic::resume_unwind(error.into_panic()),
-        Err(_) => return not_handled(),
-    };
+        .handle_to_end(route.clone(), delivery, charge)
+        .await;
     if outcome == Outcome::InvalidSignature {
         service.peers.failed(peer);
     }
@@ -243,16 +238,6 @@ fn body_refused(route: &RouteRuntime, headers: &HeaderMap, error: BodyError) -> 
     let resp = json(status, body.into(), None);
     let id = RequestId::of(headers, route.config.profile).value;
     with_request_id(close(resp), &id)
-}
-
-/// The 503 of a delivery whose task ended without an outcome (the runtime shutting down).
-fn not_handled() -> FullResponse {
-    let resp = json(
-        StatusCode::SERVICE_UNAVAILABLE,
-        r#"{"error":"unavailable"}"#.into(),
-        Some(crate::store_error::RETRY_AFTER_TRANSIENT_SECS),
-    );
-    with_request_id(resp, &RequestId::generated().value)
 }
 
 enum BodyError {
@@ -364,7 +349,9 @@ fn answer(outcome: &Outcome, request_id: &str) -> FullResponse {
         ),
         Outcome::BadRequest(reason) => (
             StatusCode::BAD_REQUEST,
-            serde_json::json!({ "error": reason.to_string() }).to_string(),
+            serde_json::json!({ "error": reason.to_string() })
+                .to_string()
+                .into(),
             None,
         ),
         Outcome::RateLimited { retry_after } => (
@@ -387,7 +374,9 @@ fn with_request_id(mut resp: FullResponse, request_id: &str) -> FullResponse {
     let value = HeaderValue::from_str(request_id)
         .or_else(|_| HeaderValue::from_str(&RequestId::generated().value));
     if let Ok(v) = value {
-        resp.headers_mut().insert(X_REQUEST_ID, v);
+        // From a constant: a name neither parsed nor allocated per answer.
+        resp.headers_mut()
+            .insert(HeaderName::from_static(X_REQUEST_ID), v);
     }
     resp
 }
@@ -413,17 +402,42 @@ struct StatusBody<'a> {
     status: &'a str,
 }
 
-fn status_body(status: &str, event_id: &str, reason: Option<&str>) -> String {
-    serde_json::to_string(&StatusBody {
+/// The body of a 200, as `serde_json` writes [`StatusBody`]. Texts that need no escape (the
+/// ids of every sender hookgate knows) are copied in place into a buffer of the body's
+/// exact size, which the answer keeps without a second allocation.
+fn status_body(status: &str, event_id: &str, reason: Option<&str>) -> Bytes {
+    // JSON escapes the bytes below space, the quote and the backslash, nothing else.
+    let plain = |text: &str| text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\');
+    if !(plain(status) && plain(event_id) && reason.is_none_or(plain)) {
+        let body = StatusBody {
+            event_id,
+            reason,
+            status,
+        };
+        return serde_json::to_string(&body).unwrap_or_default().into();
+    }
+    let mut parts = [
+        r#"{"event_id":""#,
         event_id,
-        reason,
+        "",
+        "",
+        r#"","status":""#,
         status,
-    })
-    .unwrap_or_default()
+        r#""}"#,
+    ];
+    if let Some(reason) = reason {
+        parts[2] = r#"","reason":""#;
+        parts[3] = reason;
+    }
+    let mut body = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        body.extend_from_slice(part.as_bytes());
+    }
+    Bytes::from(body)
 }
 
-fn json(status: StatusCode, body: String, retry_after: Option<u64>) -> FullResponse {
-    let mut resp = Response::new(Full::new(Bytes::from(body)));
+fn json(status: StatusCode, body: Bytes, retry_after: Option<u64>) -> FullResponse {
+    let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -452,6 +466,25 @@ mod tests {
     async fn body_text(resp: FullResponse) -> String {
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();
         String::from_utf8(bytes.to_vec()).expect("utf8")
+    }
+
+    #[test]
+    fn a_200_body_is_the_text_serde_json_writes() {
+        for (status, event_id, reason) in [
+            ("accepted", "evt_1", None),
+            ("dropped", "evt_2", Some("stale_status")),
+            ("duplicate", "", None),
+            ("accepted", "quote \" back \\ tab \t é \u{7f}", None),
+            ("dropped", "evt\n3", Some("stale_status")),
+        ] {
+            let serde = serde_json::to_string(&StatusBody {
+                event_id,
+                reason,
+                status,
+            })
+            .expect("serializes");
+            assert_eq!(status_body(status, event_id, reason), serde.as_bytes());
+        }
     }
 
     #[tokio::test]

@@ -2,6 +2,8 @@
 //! format of version 00, or a new `traceparent` when the sender sent none or an invalid
 //! one, so a consumer of the published message can continue the trace.
 
+use std::borrow::Cow;
+
 use http::HeaderMap;
 
 /// Header of the W3C trace position, `00-<trace id>-<parent id>-<flags>`, on the request
@@ -19,10 +21,22 @@ const TRACEPARENT_LEN: usize = 55;
 /// The trace context an event is published with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceContext {
-    /// A valid version 00 `traceparent`: the sender's, or a new one.
-    pub traceparent: String,
+    parent: Parent,
     /// The sender's `tracestate`, kept only with the sender's own valid `traceparent`.
     pub tracestate: Option<String>,
+}
+
+/// Where the trace continues from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Parent {
+    /// The sender's valid version 00 `traceparent`.
+    Sent(String),
+    /// A new trace: its ids are written out as text only when the event is published, or
+    /// a line names the trace.
+    New {
+        trace_id: [u8; 16],
+        parent_id: [u8; 8],
+    },
 }
 
 impl TraceContext {
@@ -38,7 +52,7 @@ impl TraceContext {
             return Self::new_root();
         };
         Self {
-            traceparent: parent.to_owned(),
+            parent: Parent::Sent(parent.to_owned()),
             tracestate: tracestate(headers),
         }
     }
@@ -48,22 +62,54 @@ impl TraceContext {
     pub fn new_root() -> Self {
         // From the thread's own generator, not the system's: a delivery makes no system
         // call for its ids. All-zero ids are invalid, hence at least 1.
-        let trace_id = rand::random::<u128>().max(1).to_be_bytes();
-        let parent_id = rand::random::<u64>().max(1).to_be_bytes();
-        // Hex-encoded into place: the formatting machinery costs a delivery more than its
-        // random ids do.
-        let mut text = *b"00-00000000000000000000000000000000-0000000000000000-01";
-        hex_into(&mut text[3..35], &trace_id);
-        hex_into(&mut text[36..52], &parent_id);
         Self {
-            traceparent: text.into_iter().map(char::from).collect(),
+            parent: Parent::New {
+                trace_id: rand::random::<u128>().max(1).to_be_bytes(),
+                parent_id: rand::random::<u64>().max(1).to_be_bytes(),
+            },
             tracestate: None,
         }
     }
 
-    /// The 32 hex digits of the trace id, for log lines.
-    pub fn trace_id(&self) -> &str {
-        self.traceparent.get(3..35).unwrap_or_default()
+    /// The version 00 `traceparent` the event is published with.
+    pub fn traceparent(&self) -> Cow<'_, str> {
+        match &self.parent {
+            Parent::Sent(text) => Cow::Borrowed(text),
+            Parent::New {
+                trace_id,
+                parent_id,
+            } => {
+                let mut text = *b"00-00000000000000000000000000000000-0000000000000000-01";
+                hex_into(&mut text[3..35], trace_id);
+                hex_into(&mut text[36..52], parent_id);
+                Cow::Owned(String::from_utf8_lossy(&text).into_owned())
+            }
+        }
+    }
+
+    /// The trace id as 32 hex digits, for log lines: written out on the stack, so the
+    /// delivery's span records it as a text as it is.
+    pub fn trace_id(&self) -> TraceId {
+        let mut digits = [b'0'; 32];
+        match &self.parent {
+            Parent::Sent(text) => {
+                if let Some(id) = text.as_bytes().get(3..35) {
+                    digits.copy_from_slice(id);
+                }
+            }
+            Parent::New { trace_id, .. } => hex_into(&mut digits, trace_id),
+        }
+        TraceId(digits)
+    }
+}
+
+/// The trace id of a [`TraceContext`]: 32 lowercase hex digits.
+pub struct TraceId([u8; 32]);
+
+impl TraceId {
+    pub fn as_str(&self) -> &str {
+        // Hex digits only: never the empty fallback.
+        std::str::from_utf8(&self.0).unwrap_or_default()
     }
 }
 
@@ -197,12 +243,12 @@ mod tests {
             ("tracestate", "congo=t61rcWkgMzE"),
             ("tracestate", "rojo=00f067aa0ba902b7"),
         ]));
-        assert_eq!(t.traceparent, VALID);
+        assert_eq!(t.traceparent(), VALID);
         assert_eq!(
             t.tracestate.as_deref(),
             Some("congo=t61rcWkgMzE,rojo=00f067aa0ba902b7")
         );
-        assert_eq!(t.trace_id(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(t.trace_id().as_str(), "4bf92f3577b34da6a3ce929d0e0e4736");
     }
 
     #[test]
@@ -218,15 +264,25 @@ mod tests {
             headers(&[("traceparent", VALID), ("traceparent", VALID)]),
         ] {
             let t = TraceContext::of(&h);
-            assert!(is_valid_traceparent(&t.traceparent), "{}", t.traceparent);
-            assert_ne!(t.traceparent, VALID);
+            assert!(
+                is_valid_traceparent(&t.traceparent()),
+                "{}",
+                t.traceparent()
+            );
+            assert_ne!(t.traceparent(), VALID);
             assert_eq!(t.tracestate, None);
-            assert!(t.traceparent.ends_with("-01"));
+            assert!(t.traceparent().ends_with("-01"));
         }
+        let root = TraceContext::new_root();
         assert_ne!(
-            TraceContext::new_root().trace_id(),
-            TraceContext::new_root().trace_id(),
+            root.trace_id().as_str(),
+            TraceContext::new_root().trace_id().as_str(),
             "each new trace has its own id"
+        );
+        assert_eq!(
+            root.traceparent().get(3..35),
+            Some(root.trace_id().as_str()),
+            "a line names the trace the message continues"
         );
     }
 
@@ -242,7 +298,7 @@ mod tests {
         let long = format!("k={}", "v".repeat(MAX_TRACESTATE_BYTES));
         for state in [long.as_str(), "k=\tv"] {
             let t = TraceContext::of(&headers(&[("traceparent", VALID), ("tracestate", state)]));
-            assert_eq!(t.traceparent, VALID);
+            assert_eq!(t.traceparent(), VALID);
             assert_eq!(t.tracestate, None, "{state}");
         }
     }

@@ -1,7 +1,8 @@
-//! A webhook delivery's way in: a task of its own, so a client that goes away does not cut
-//! it short; then the signature, the route's rate limit and the parse, after which the
+//! A webhook delivery's way in: run to its end, so a client that goes away does not cut it
+//! short; then the signature, the route's rate limit and the parse, after which the
 //! event is admitted like any other; and the counters of how it ended.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,6 +13,7 @@ use crate::ingress::event::{self, Delivery, Event, RequestId};
 use crate::ingress::trace::TraceContext;
 use crate::pipeline::outcome::Outcome;
 use crate::pipeline::route::RouteRuntime;
+use crate::pipeline::runs_to_end::RunsToEnd;
 
 use super::Pipeline;
 
@@ -28,23 +30,26 @@ struct Received {
 }
 
 impl Pipeline {
-    /// Handles one delivery in a task of its own. Once a delivery is past verification it
-    /// may publish, and a publish must be followed by its guard state and done marks; if
-    /// the client resets the stream or closes the connection, hyper drops the request's
-    /// future, but not this task, so the delivery still runs to the end.
-    pub fn spawn_handle(
+    /// Handles one delivery, to its end. Once a delivery is past verification it may
+    /// publish, and a publish must be followed by its guard state and done marks; if the
+    /// client resets the stream or closes the connection, hyper drops the request's future,
+    /// and the delivery goes on in a task of its own ([`RunsToEnd`]). Polled by the
+    /// request itself otherwise: no task and no wake-up of its own.
+    pub fn handle_to_end(
         self: &Arc<Self>,
         route: Arc<RouteRuntime>,
         delivery: Delivery,
         charge: Charge,
-    ) -> tokio::task::JoinHandle<(Outcome, String)> {
+    ) -> RunsToEnd<impl Future<Output = (Outcome, String)> + Send + 'static> {
         let pipeline = self.clone();
-        self.tasks
-            .spawn(async move { pipeline.handle(&route, delivery, charge).await })
+        RunsToEnd::new(
+            self.tasks
+                .track_future(async move { pipeline.handle(&route, delivery, charge).await }),
+        )
     }
 
-    /// Waits, at most `grace`, for the deliveries still running in their own tasks (their
-    /// clients may have gone away), so shutdown does not cut one short between the broker's
+    /// Waits, at most `grace`, for the deliveries still running (their clients may have
+    /// gone away), so shutdown does not cut one short between the broker's
     /// confirm and its state. True if all finished.
     pub async fn finish_running(&self, grace: Duration) -> bool {
         self.tasks.close();
@@ -66,7 +71,7 @@ impl Pipeline {
         let echoed = request_id.value.clone();
         let trace = TraceContext::of(&delivery.headers);
         // Every line logged for this delivery names its trace (INFO: WARN lines need it).
-        let span = tracing::info_span!("delivery", trace_id = trace.trace_id());
+        let span = tracing::info_span!("delivery", trace_id = trace.trace_id().as_str());
         let received = Received {
             delivery,
             charge,
@@ -74,7 +79,7 @@ impl Pipeline {
             trace,
             now_ms,
         };
-        // Not boxed: a delivery runs in a task of its own (`spawn_handle`), whose memory
+        // Not boxed here: the whole delivery is in one box already (`handle_to_end`), which
         // holds the kilobytes of its state machine where they are polled, never moved.
         let outcome = self.run(route, received).instrument(span.clone()).await;
         let _in_span = span.enter();

@@ -26,7 +26,7 @@ pub(super) fn message<'e>(
         order_key: None,
         body: event.body.clone(),
         content_type: event.content_type.as_deref().map(Cow::Borrowed),
-        traceparent: Some(Cow::Borrowed(&event.trace.traceparent)),
+        traceparent: Some(event.trace.traceparent()),
         tracestate: event.trace.tracestate.as_deref().map(Cow::Borrowed),
     }
 }

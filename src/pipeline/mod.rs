@@ -31,6 +31,7 @@ mod event_message;
 mod outcome;
 mod reconciled;
 mod route;
+mod runs_to_end;
 
 use std::sync::Arc;
 
@@ -60,7 +61,7 @@ pub struct Pipeline {
     /// How long requests waited for their state to be durable.
     sync_duration: Histogram,
     clock: Clock,
-    /// Deliveries running in tasks of their own (see [`Pipeline::spawn_handle`]).
+    /// Deliveries running (see [`Pipeline::handle_to_end`]).
     tasks: TaskTracker,
 }
 
