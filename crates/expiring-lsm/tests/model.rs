@@ -826,19 +826,24 @@ fn refuses_damage(error: &Error) -> bool {
     matches!(error, Error::Damaged { .. } | Error::Open { .. })
 }
 
-/// Where the frames a power cut keeps of the journal segment at `path` start (its synced
-/// frames, walked by their lengths up to the zeros after them). Frames only the page cache
+/// Where the whole frames a power cut keeps of the journal segment at `path` start (its
+/// synced frames, walked by their lengths up to the first that is not whole: the zeros
+/// after them, or bytes a flip left there, which hold no batch). Frames only the page cache
 /// holds were never acknowledged.
 fn synced_frames(disk: &SimDisk, path: &Path) -> Vec<u64> {
     let bytes = disk.synced_data(path).unwrap_or_default();
     let mut at = SEGMENT_MAGIC;
     let mut frames = Vec::new();
     while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
-        if head.iter().all(|b| *b == 0) {
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let whole = bytes
+            .get(at..at + FRAME_HEAD + len)
+            .is_some_and(|frame| len > 0 && crc32fast::hash(&frame[8..]) == crc);
+        if !whole {
             break;
         }
         frames.push(at as u64);
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         at += FRAME_HEAD + len;
     }
     frames
