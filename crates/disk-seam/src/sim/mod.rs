@@ -17,7 +17,8 @@
 //!   old name, a removed one is back, a created one is gone with its data).
 //!
 //! A failed sync of a file keeps the data readable but drops it from what a power cut
-//! keeps, as Linux does after a failed writeback. A failed write, rename or removal
+//! keeps, as Linux does after a failed writeback; a new length stays for the next sync
+//! that succeeds, as the file system's journal keeps the inode's size. A failed write, rename or removal
 //! changes nothing. A process restart ([`SimDisk::restart`]) is not a power cut: the page
 //! cache stays, so the next process reads what a failed sync left there, and a later power
 //! cut still takes it away.
