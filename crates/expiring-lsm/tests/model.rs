@@ -721,7 +721,7 @@ impl World {
         let newest = segments
             .iter()
             .rev()
-            .find(|p| !synced_frames(&self.disk, p).is_empty())
+            .find(|p| !whole_frames(&self.disk, p).is_empty())
             .cloned();
         files.extend(segments);
         if files.is_empty() {
@@ -734,10 +734,17 @@ impl World {
         } else {
             Vec::new()
         };
-        let within = match frames.as_slice() {
+        let whole: Vec<u64> = frames
+            .iter()
+            .filter_map(|&(at, whole)| whole.then_some(at))
+            .collect();
+        // Bounded by whole frames, so a frame a flip made of the zeros after the last one
+        // does not stand in for it; a damaged earlier frame still counts as one before it.
+        let within = match (frames.as_slice(), whole.as_slice()) {
+            ([], _) => 0..u64::MAX,
             // A lone frame's damage shows no batch it held: only the magic then.
-            [_] => 0..SEGMENT_MAGIC as u64,
-            [.., last] if newest.as_ref() == Some(&path) => 0..*last,
+            ([_], _) | (_, []) | (_, [_]) => 0..SEGMENT_MAGIC as u64,
+            (_, [.., last]) if newest.as_ref() == Some(&path) => 0..*last,
             _ => 0..u64::MAX,
         };
         match self.disk.flip_synced_bit_in(&path, within) {
@@ -826,27 +833,35 @@ fn refuses_damage(error: &Error) -> bool {
     matches!(error, Error::Damaged { .. } | Error::Open { .. })
 }
 
-/// Where the whole frames a power cut keeps of the journal segment at `path` start (its
-/// synced frames, walked by their lengths up to the first that is not whole: the zeros
-/// after them, or bytes a flip left there, which hold no batch). Frames only the page cache
-/// holds were never acknowledged.
-fn synced_frames(disk: &SimDisk, path: &Path) -> Vec<u64> {
+/// The frames a power cut keeps of the journal segment at `path` (its synced frames,
+/// walked by their lengths up to the zeros after them): where each starts, and whether it
+/// is whole (its checksum holds). A flipped byte in the zeros after the last frame reads as
+/// a frame that is not whole. Frames only the page cache holds were never acknowledged.
+fn synced_frames(disk: &SimDisk, path: &Path) -> Vec<(u64, bool)> {
     let bytes = disk.synced_data(path).unwrap_or_default();
     let mut at = SEGMENT_MAGIC;
     let mut frames = Vec::new();
     while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
+        if head.iter().all(|b| *b == 0) {
+            break;
+        }
         let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
         let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
         let whole = bytes
             .get(at..at + FRAME_HEAD + len)
             .is_some_and(|frame| len > 0 && crc32fast::hash(&frame[8..]) == crc);
-        if !whole {
-            break;
-        }
-        frames.push(at as u64);
+        frames.push((at as u64, whole));
         at += FRAME_HEAD + len;
     }
     frames
+}
+
+/// Where the whole frames of the journal segment at `path` start.
+fn whole_frames(disk: &SimDisk, path: &Path) -> Vec<u64> {
+    synced_frames(disk, path)
+        .into_iter()
+        .filter_map(|(at, whole)| whole.then_some(at))
+        .collect()
 }
 
 /// `value` if a caller counts it at `now` (`None` if absent or past its end).
