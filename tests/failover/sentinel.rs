@@ -98,13 +98,23 @@ async fn the_master_killed_mid_load_loses_no_answered_event_and_both_replicas_re
 /// Delivers `body` under a fresh request id until it gets an answer other than 503 (the
 /// gateway answers 503 while it finds the new master), within [`POLL_DEADLINE`] × 3.
 async fn settled(gw: &Gateway, body: &str) -> (u16, String) {
+    let (last, _) = settled_after(gw, body).await;
+    last
+}
+
+/// [`settled`]'s answer, and the answers of the 503s before it: an event whose done mark
+/// stayed behind a 503 is a `duplicate` at its retry, which alone does not say whether the
+/// first attempt dropped or accepted it.
+async fn settled_after(gw: &Gateway, body: &str) -> ((u16, String), Vec<String>) {
     let c = client(None);
     let deadline = std::time::Instant::now() + POLL_DEADLINE * 3;
+    let mut refused = Vec::new();
     loop {
         let (status, answer) = gw.deliver(&c, body, &unique("req")).await;
         if status != 503 || std::time::Instant::now() >= deadline {
-            return (status, outcome(&answer));
+            return ((status, outcome(&answer)), refused);
         }
+        refused.push(answer.to_string());
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
 }
@@ -262,9 +272,9 @@ async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_eve
             "STOP",
             base + 1_000 + i,
         );
-        let answer = settled(&gw, &again).await;
+        let (answer, refused) = settled_after(&gw, &again).await;
         if answer != (200, "dropped:repeated_stop".to_owned()) {
-            not_held.push((i, answer));
+            not_held.push((i, answer, refused));
         }
     }
     println!(
