@@ -4,34 +4,11 @@
 use std::time::Duration;
 
 use crate::require_broker;
-use crate::spool::assert_retry_later;
+use crate::spool::{accept_until_refused, assert_retry_later, spooling_behind_a_cut_proxy};
 use crate::util::*;
 
 /// How long a test waits for a drain or for readiness before it fails.
 const DRAIN_DEADLINE: Duration = Duration::from_secs(90);
-
-/// Delivers fresh events `evt_<first>`, `evt_<first + 1>`, ... until one is refused:
-/// returns the ids answered 200 `accepted` and the refused one (a 503 with `Retry-After`).
-async fn accept_until_refused(
-    gw: &Gateway,
-    client: &reqwest::Client,
-    first: usize,
-) -> (Vec<String>, String) {
-    let mut accepted = Vec::new();
-    for i in first..first + 500 {
-        let id = format!("evt_{i:03}");
-        let a = gw
-            .deliver_answer(client, &event_body(&id), &format!("req_{id}"))
-            .await;
-        if a.status != 200 {
-            assert_retry_later(&a, &id);
-            return (accepted, id);
-        }
-        assert_eq!(a.body["status"], "accepted", "{id}: {}", a.body);
-        accepted.push(id);
-    }
-    panic!("a full disk took 500 spooled events");
-}
 
 #[tokio::test]
 async fn a_gateway_started_on_a_full_disk_comes_up_refuses_with_503_and_once_there_is_room_takes_deliveries_and_drains(
@@ -40,27 +17,11 @@ async fn a_gateway_started_on_a_full_disk_comes_up_refuses_with_503_and_once_the
     let Some((disk, _dir, broker, mut cfg)) = fixture_on_small_disk().await else {
         return;
     };
-    let proxy = Proxy::to_rabbitmq().await;
-    cfg.amqp_url = proxy.amqp_url("");
-    let mut gw = Gateway::start(&cfg).await;
-    let client = client(None);
+    let (proxy, mut gw, client, mut accepted) = spooling_behind_a_cut_proxy(&mut cfg).await;
 
     // The broker away: accepted events wait in the spool. Then the disk fills.
-    proxy.cut();
-    let (status, why) = gw
-        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
-            b.contains("spooling")
-        })
-        .await;
-    assert_eq!(status, 200, "{why}");
-    let mut accepted = Vec::new();
-    for i in 0..3 {
-        let id = format!("evt_{i:03}");
-        gw.accept(&client, &id).await;
-        accepted.push(id);
-    }
     disk.fill();
-    let (more, refused_before) = accept_until_refused(&gw, &client, 3).await;
+    let (more, refused_before) = accept_until_refused(&gw, &client, 3, 500).await;
     accepted.extend(more);
 
     // A crash, and a start while the disk is still full: the gateway comes up alive, not

@@ -93,6 +93,51 @@ async fn accept_numbered(gw: &Gateway, client: &reqwest::Client, n: usize) -> Ve
     ids
 }
 
+/// A gateway on `cfg` whose broker sits behind a proxy that is cut: ready and spooling,
+/// with `evt_000` to `evt_002` accepted into its spool. The proxy restores the broker.
+pub(crate) async fn spooling_behind_a_cut_proxy(
+    cfg: &mut GatewayConfig,
+) -> (Proxy, Gateway, reqwest::Client, Vec<String>) {
+    let proxy = Proxy::to_rabbitmq().await;
+    cfg.amqp_url = proxy.amqp_url("");
+    let gw = Gateway::start(cfg).await;
+    let client = client(None);
+    proxy.cut();
+    let (status, why) = gw
+        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
+            b.contains("spooling")
+        })
+        .await;
+    assert_eq!(status, 200, "{why}");
+    let accepted = accept_numbered(&gw, &client, 3).await;
+    (proxy, gw, client, accepted)
+}
+
+/// Delivers fresh events `evt_<first>`, `evt_<first + 1>`, ... until one is refused, at
+/// most `at_most` of them: the ids answered 200 `accepted`, and the refused one (a 503
+/// with `Retry-After`).
+pub(crate) async fn accept_until_refused(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    first: usize,
+    at_most: usize,
+) -> (Vec<String>, String) {
+    let mut accepted = Vec::new();
+    for i in first..first + at_most {
+        let id = format!("evt_{i:03}");
+        let a = gw
+            .deliver_answer(client, &event_body(&id), &format!("req_{id}"))
+            .await;
+        if a.status != 200 {
+            assert_retry_later(&a, &format!("{id} on a full disk"));
+            return (accepted, id);
+        }
+        assert_eq!(a.body["status"], "accepted", "{id}: {}", a.body);
+        accepted.push(id);
+    }
+    panic!("a full disk took {at_most} spooled events");
+}
+
 #[tokio::test]
 async fn events_spooled_while_the_broker_is_away_arrive_once_in_order_after_restart() {
     require_broker!();
@@ -597,38 +642,12 @@ async fn on_a_full_disk_spooling_answers_503_and_once_there_is_room_the_gateway_
     let Some((disk, _dir, broker, mut cfg)) = fixture_on_small_disk().await else {
         return;
     };
-    let proxy = Proxy::to_rabbitmq().await;
-    cfg.amqp_url = proxy.amqp_url("");
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-
-    proxy.cut();
-    let (status, why) = gw
-        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
-            b.contains("spooling")
-        })
-        .await;
-    assert_eq!(status, 200, "{why}");
-    let mut accepted = accept_numbered(&gw, &client, 3).await;
+    let (proxy, gw, client, mut accepted) = spooling_behind_a_cut_proxy(&mut cfg).await;
 
     // The disk fills. A spooled event that cannot be flushed is refused, not accepted.
     disk.fill();
-    let mut refused = None;
-    for i in 3..200 {
-        let id = format!("evt_{i:03}");
-        let a = gw
-            .deliver_answer(&client, &event_body(&id), &format!("req_{id}"))
-            .await;
-        if a.status == 200 {
-            assert_eq!(a.body["status"], "accepted", "{}", a.body);
-            accepted.push(id);
-        } else {
-            assert_retry_later(&a, "spool on a full disk");
-            refused = Some(id);
-            break;
-        }
-    }
-    let refused = refused.expect("a full disk took 200 spooled events");
+    let (more, refused) = accept_until_refused(&gw, &client, 3, 197).await;
+    accepted.extend(more);
     let (status, why) = gw.admin_get(&client, "/readyz").await;
     assert_eq!(status, 503, "a spool that cannot write is not ready: {why}");
     let (status, why) = gw.admin_get(&client, "/healthz").await;
