@@ -4,7 +4,9 @@
 use std::time::Duration;
 
 use crate::require_broker;
-use crate::spool::{accept_until_refused, assert_retry_later, spooling_behind_a_cut_proxy};
+use crate::spool::{
+    accept_numbered, accept_until_refused, assert_retry_later, spooling_behind_a_cut_proxy,
+};
 use crate::util::*;
 
 /// How long a test waits for a drain or for readiness before it fails.
@@ -17,9 +19,10 @@ async fn a_gateway_started_on_a_full_disk_comes_up_refuses_with_503_and_once_the
     let Some((disk, _dir, broker, mut cfg)) = fixture_on_small_disk().await else {
         return;
     };
-    let (proxy, mut gw, client, mut accepted) = spooling_behind_a_cut_proxy(&mut cfg).await;
+    let (proxy, mut gw, client) = spooling_behind_a_cut_proxy(&mut cfg).await;
 
     // The broker away: accepted events wait in the spool. Then the disk fills.
+    let mut accepted = accept_numbered(&gw, &client, 3).await;
     disk.fill();
     let (more, refused_before) = accept_until_refused(&gw, &client, 3, 500).await;
     accepted.extend(more);

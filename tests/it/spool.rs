@@ -85,7 +85,11 @@ async fn fixture_broker_away() -> (tempfile::TempDir, Broker, GatewayConfig) {
 }
 
 /// Delivers `n` events, `evt_000` on, each answered 200; their ids in order.
-async fn accept_numbered(gw: &Gateway, client: &reqwest::Client, n: usize) -> Vec<String> {
+pub(crate) async fn accept_numbered(
+    gw: &Gateway,
+    client: &reqwest::Client,
+    n: usize,
+) -> Vec<String> {
     let ids: Vec<String> = (0..n).map(|i| format!("evt_{i:03}")).collect();
     for id in &ids {
         gw.accept(client, id).await;
@@ -93,15 +97,16 @@ async fn accept_numbered(gw: &Gateway, client: &reqwest::Client, n: usize) -> Ve
     ids
 }
 
-/// A gateway on `cfg` whose broker sits behind a proxy that is cut: ready and spooling,
-/// with `evt_000` to `evt_002` accepted into its spool. The proxy restores the broker.
+/// A gateway on `cfg` whose broker sits behind a proxy, connected, then cut: ready and
+/// spooling. The proxy restores the broker.
 pub(crate) async fn spooling_behind_a_cut_proxy(
     cfg: &mut GatewayConfig,
-) -> (Proxy, Gateway, reqwest::Client, Vec<String>) {
+) -> (Proxy, Gateway, reqwest::Client) {
     let proxy = Proxy::to_rabbitmq().await;
     cfg.amqp_url = proxy.amqp_url("");
     let gw = Gateway::start(cfg).await;
     let client = client(None);
+    wait_broker_connected(&client, &gw).await;
     proxy.cut();
     let (status, why) = gw
         .admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
@@ -109,8 +114,7 @@ pub(crate) async fn spooling_behind_a_cut_proxy(
         })
         .await;
     assert_eq!(status, 200, "{why}");
-    let accepted = accept_numbered(&gw, &client, 3).await;
-    (proxy, gw, client, accepted)
+    (proxy, gw, client)
 }
 
 /// Delivers fresh events `evt_<first>`, `evt_<first + 1>`, ... until one is refused, at
@@ -642,7 +646,8 @@ async fn on_a_full_disk_spooling_answers_503_and_once_there_is_room_the_gateway_
     let Some((disk, _dir, broker, mut cfg)) = fixture_on_small_disk().await else {
         return;
     };
-    let (proxy, gw, client, mut accepted) = spooling_behind_a_cut_proxy(&mut cfg).await;
+    let (proxy, gw, client) = spooling_behind_a_cut_proxy(&mut cfg).await;
+    let mut accepted = accept_numbered(&gw, &client, 3).await;
 
     // The disk fills. A spooled event that cannot be flushed is refused, not accepted.
     disk.fill();
@@ -705,19 +710,7 @@ async fn spool_json(gw: &Gateway, client: &reqwest::Client) -> serde_json::Value
 async fn an_event_id_over_255_bytes_spooled_while_the_broker_is_away_arrives_and_nothing_stalls() {
     require_broker!();
     let (dir, broker, mut cfg) = fixture().await;
-    let proxy = Proxy::to_rabbitmq().await;
-    cfg.amqp_url = proxy.amqp_url("");
-    let gw = Gateway::start(&cfg).await;
-    let client = client(None);
-    wait_broker_connected(&client, &gw).await;
-
-    proxy.cut();
-    let (status, why) = gw
-        .admin_until(&client, "/readyz", BROKER_TIMEOUT, |_, b| {
-            b.contains("spooling")
-        })
-        .await;
-    assert_eq!(status, 200, "{why}");
+    let (proxy, gw, client) = spooling_behind_a_cut_proxy(&mut cfg).await;
     // An AMQP short string (message_id) holds 255 bytes; hookgate takes ids up to 512.
     let long_id = format!("evt_{}", "x".repeat(296));
     assert_eq!(long_id.len(), 300);
