@@ -80,7 +80,8 @@ struct Sealed {
     last_seq: Option<u64>,
     /// The byte after its last whole frame read or written.
     end: u64,
-    /// The open found damage in it: it is never written again.
+    /// The open found damage in it: no batch is appended to it, and an open's rewrite
+    /// writes it only as it reads.
     damaged: bool,
 }
 
@@ -219,17 +220,20 @@ impl Wal {
     /// Writes each sealed segment again as it reads and syncs it
     /// ([`disk_seam::rewrite_as_read`]): what the open replayed from them is then on the
     /// disk, pages a failed sync left in the page cache included. Needs no room, since a
-    /// segment's blocks exist. Then writes `mark` (a batch of no records, numbered after
+    /// segment's blocks exist. A damaged segment is written as it reads too, its damage
+    /// included: a later open then finds the same batches and the same damage, where a
+    /// power cut could otherwise take a batch the page cache alone held and leave a gap
+    /// that reads as a loss. Then writes `mark` (a batch of no records, numbered after
     /// every batch read) after the newest segment's last whole frame, zeroes what a commit
     /// a crash cut short left after it, and syncs: damage to the last batch read would
     /// otherwise read, at a later open, as such a commit, and the open would go on without
     /// a batch it answered from; with a batch after it, it is damage that names the
-    /// segment. Without room for `mark` there, or if its number does not follow that
-    /// segment's last, it is committed to the segment being written. False, writing
-    /// nothing, if the open read a damaged segment (its damage accepted by an operator or
-    /// not): that one is never written.
+    /// segment. If that segment is damaged (the mark would cover what follows the damage),
+    /// has no room for `mark`, or if its number does not follow that segment's last,
+    /// `mark` is committed to the segment being written. False, writing nothing, if the
+    /// open read a segment whose damage an operator accepted: that one is never written.
     pub fn rewrite_sealed(&mut self, mark: &mut Frame<'_>) -> Result<bool, Error> {
-        if self.read_accepted || self.sealed.iter().any(|s| s.damaged) {
+        if self.read_accepted {
             return Ok(false);
         }
         for sealed in &self.sealed {
@@ -242,7 +246,8 @@ impl Wal {
         match self.sealed.back_mut() {
             // A frame follows the one before it in its segment, or reads as damage.
             Some(newest)
-                if newest.end + len <= self.segment_bytes
+                if !newest.damaged
+                    && newest.end + len <= self.segment_bytes
                     && newest.last_seq.and_then(|l| l.checked_add(1)) == Some(mark.seq) =>
             {
                 seal(mark);

@@ -66,7 +66,7 @@ impl Shared {
     /// room, followed by a batch of no records that takes the next number, so that damage
     /// to the last batch replayed reads as damage, not as a commit a crash cut short
     /// ([`crate::wal::Wal::rewrite_sealed`]). False, writing nothing, if the open read a
-    /// damaged segment.
+    /// segment whose damage an operator accepted.
     fn rewrite_replayed(&self) -> Result<bool, Error> {
         // The writer's lock before the open batch's, as a commit takes them.
         let mut writer = lock(&self.writer);

@@ -38,6 +38,7 @@ mod tests {
 
     use disk_seam::sim::{Fault, OpKind, SimDisk};
 
+    use super::super::batch::EMPTY_BATCH;
     use super::super::tests::{get, on_sim, open_with, put, temp_store, wait_until};
     use super::super::{Journal, Settings, JOURNAL_DIR};
     use crate::wal::FRAME_HEAD;
@@ -77,10 +78,13 @@ mod tests {
         );
     }
 
-    /// Where each whole frame of the synced segment at `path` starts, and where its
-    /// frames end.
+    /// [`whole_frames`] of the synced segment at `path`.
     fn frames(disk: &SimDisk, path: &Path) -> (Vec<u64>, u64) {
-        let bytes = disk.synced_data(path).expect("segment");
+        whole_frames(&disk.synced_data(path).expect("segment"))
+    }
+
+    /// Where each whole frame of segment `bytes` starts, and where its frames end.
+    fn whole_frames(bytes: &[u8]) -> (Vec<u64>, u64) {
         let mut at = 8;
         let mut starts = Vec::new();
         while let Some(head) = bytes.get(at..at + FRAME_HEAD) {
@@ -174,6 +178,68 @@ mod tests {
 
         // Had the power cut taken the replayed batch, the next segment would start past
         // a batch the damaged bytes may have held: an open that must refuse.
+        let j = Journal::open(
+            store.tree("state").expect("tree"),
+            dir,
+            1_000,
+            on_sim(&disk, 4096),
+        )
+        .expect("the store opens after the power cut");
+        assert_eq!(get(&j, b"kept").as_deref(), Some(&b"1"[..]));
+        assert_eq!(get(&j, b"later").as_deref(), Some(&b"3"[..]));
+    }
+
+    #[test]
+    fn a_replay_is_made_durable_though_bytes_after_its_last_batch_read_as_damage() {
+        let (_dir, store) = temp_store();
+        let disk = SimDisk::new(10);
+        let dir = Path::new("/store");
+        let segment = dir.join(JOURNAL_DIR).join("0000000000000000.wal");
+        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
+        put(&j, b"kept", b"1", i64::MAX, 0);
+        j.write_now().expect("commit");
+        j.flush_to_run().expect("flush");
+        // A batch whose values expire soon reads back from the page cache only.
+        put(&j, b"brief", b"2", 100, 0);
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        assert!(j.write_now().is_err());
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        drop(j);
+        // Bytes that are no frame where the next batch goes and past where it ends: a
+        // write torn by an earlier power cut.
+        let cached = disk_seam::read(&*disk.handle(), &segment).expect("segment");
+        let mark_at = whole_frames(&cached).1;
+        let mark_end = mark_at + EMPTY_BATCH as u64;
+        for at in [mark_at, mark_end] {
+            disk.flip_synced_bit_in(&segment, at..at + 4)
+                .expect("flipped");
+        }
+
+        // The restart replays the batch and writes a mark after it, but zeroing the torn
+        // bytes after the mark fails: the open fails, after making the next segment.
+        let disk = disk.restart();
+        disk.fail_next_matching(OpKind::Write, Fault::Io, &format!(" at {mark_end}, "));
+        let opened = Journal::open(
+            store.tree("state").expect("tree"),
+            dir,
+            1_000,
+            on_sim(&disk, 4096),
+        );
+        assert!(opened.is_err(), "the zeroing failed");
+        drop(opened);
+
+        // The next restart reads the mark from the page cache, then the torn bytes, in a
+        // segment no longer the last: they read as damage, and the mark is made durable
+        // all the same.
+        let disk = disk.restart();
+        let j = open_with(&store, dir, 1_000, on_sim(&disk, 4096));
+        put(&j, b"later", b"3", i64::MAX, 1_000);
+        j.write_now().expect("commit");
+        // This seed's power cut keeps none of the bytes written after the last sync of
+        // the first segment.
+        let disk = disk.crash();
+        drop(j);
+
         let j = Journal::open(
             store.tree("state").expect("tree"),
             dir,
