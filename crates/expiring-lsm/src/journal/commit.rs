@@ -81,8 +81,7 @@ impl Shared {
                 return Err(self.failed(error, failed_below));
             }
             *reusable = pending.drain(..).find_map(Open::into_reusable);
-            self.progress
-                .send_modify(|p| p.durable_below = p.durable_below.max(written_below));
+            self.progress.durable(written_below);
             if !retrying {
                 break;
             }
@@ -122,8 +121,7 @@ impl Shared {
         if !self.failing.swap(true, Ordering::SeqCst) {
             tracing::error!(%error, "state journal cannot be written; retrying");
         }
-        self.progress
-            .send_modify(|p| p.failed_below = p.failed_below.max(attempted_below));
+        self.progress.failed(attempted_below);
         error
     }
 }

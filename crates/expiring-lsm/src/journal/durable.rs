@@ -40,20 +40,11 @@ impl Journal {
     /// most `wait`. An error if the write or the flush that covered it failed, or if it
     /// took longer: the caller must not answer 200 then.
     pub async fn durable(&self, point: SyncPoint, wait: Duration) -> Result<(), Error> {
-        let mut progress = self.shared.progress.subscribe();
-        let reached = tokio::time::timeout(wait, async {
-            progress
-                .wait_for(|p| p.durable_below >= point.0 || p.failed_below >= point.0)
-                .await
-                .map(|p| *p)
-        })
-        .await;
-        match reached {
-            Ok(Ok(p)) if p.durable_below >= point.0 => Ok(()),
-            Ok(Ok(_)) => Err(Error::Unwritable(
+        match tokio::time::timeout(wait, self.shared.progress.settled(point)).await {
+            Ok(p) if p.durable_below >= point.0 => Ok(()),
+            Ok(_) => Err(Error::Unwritable(
                 "state journal cannot be written to disk".into(),
             )),
-            Ok(Err(_)) => Err(Error::Stopped("state journal writer stopped".into())),
             Err(_) => Err(Error::NotDurable(format!(
                 "state journal not on disk within {wait:?}"
             ))),

@@ -82,8 +82,7 @@ impl Shared {
         // Nothing was appended yet: the first batch takes the number after the mark.
         open.seq += 1;
         let durable_below = open.seq;
-        self.progress
-            .send_modify(|p| p.durable_below = p.durable_below.max(durable_below));
+        self.progress.durable(durable_below);
         Ok(true)
     }
 
@@ -91,7 +90,7 @@ impl Shared {
     /// forgets them and deletes the journal batches the run holds. Returns how many went.
     pub(super) fn flush_to_run(&self) -> Result<usize, Error> {
         let _flushing = lock(&self.flushing);
-        let below = self.progress.borrow().durable_below;
+        let below = self.progress.get().durable_below;
         let mut copy = self.copy_written(below);
         if copy.entries.is_empty() {
             return Ok(0);

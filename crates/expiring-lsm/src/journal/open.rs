@@ -5,11 +5,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use tokio::sync::watch;
-
 use super::batch::{decode_batch, decode_seq, Open, LEGACY_PAGE};
 use super::hot::{shard_of, Entry, Shard, SHARDS};
-use super::progress::Progress;
+use super::progress::Published;
 use super::settings::Settings;
 use super::shared::{Asked, Shared, Writer};
 use super::{threads, Journal};
@@ -197,10 +195,7 @@ impl Shared {
             writing_since: Mutex::new(None),
             #[cfg(test)]
             flush_passes: AtomicU64::new(0),
-            progress: watch::Sender::new(Progress {
-                durable_below: replay.next_seq,
-                failed_below: 0,
-            }),
+            progress: Published::new(replay.next_seq),
         }
     }
 }

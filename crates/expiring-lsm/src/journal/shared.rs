@@ -6,11 +6,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use tokio::sync::watch;
-
 use super::batch::Open;
 use super::hot::{shard_of, Shard, HOT_SET_LIMIT_FACTOR, SHARDS};
-use super::progress::Progress;
+use super::progress::Published;
 use super::settings::Settings;
 use crate::runs::Runs;
 use crate::wal::Wal;
@@ -76,7 +74,7 @@ pub(super) struct Shared {
     #[cfg(test)]
     pub(super) flush_passes: AtomicU64,
     /// What is on disk, for [`Journal::durable`](super::Journal::durable).
-    pub(super) progress: watch::Sender<Progress>,
+    pub(super) progress: Published,
 }
 
 impl Shared {

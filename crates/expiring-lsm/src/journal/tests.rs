@@ -352,7 +352,7 @@ async fn a_change_is_durable_once_the_group_commit_flushed_its_batch() {
     j.durable(point, Duration::from_secs(5))
         .await
         .expect("flushed by the writer thread");
-    assert!(j.shared.progress.borrow().durable_below >= point.0);
+    assert!(j.shared.progress.get().durable_below >= point.0);
 }
 
 /// Waits, at most 30 s, until `condition` holds.
