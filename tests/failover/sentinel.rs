@@ -285,7 +285,10 @@ async fn with_wait_replicas_every_200_outlives_the_master_as_a_duplicate_and_eve
         }
     }
     let last = unique("sw_last");
-    assert_eq!(settled(&gw, &event_body(&last)).await, (200, "accepted".to_owned()));
+    assert_eq!(
+        settled(&gw, &event_body(&last)).await,
+        (200, "accepted".to_owned())
+    );
     let published: Vec<String> = broker
         .until_within(&last, POLL_DEADLINE)
         .await
