@@ -534,8 +534,15 @@ fn only_a_key_a_run_may_hold_that_is_neither_hot_nor_remembered_reads_the_disk()
     let j = open_at(&store, dir.path(), 0);
     put(&j, b"on disk", b"v", i64::MAX, 0);
     j.flush_to_run().expect("flush");
+    put(&j, b"on disk and hot", b"v", i64::MAX, 0);
+    j.flush_to_run().expect("flush");
     put(&j, b"hot", b"v", i64::MAX, 0);
-    assert!(!j.may_read_disk(&Digest::of(b"hot")));
+    put(&j, b"on disk and hot", b"w", i64::MAX, 0);
+    assert!(!j.may_read_disk(&Digest::of(b"never written")));
+    assert!(
+        !j.may_read_disk(&Digest::of(b"on disk and hot")),
+        "a run may hold it, but the hot set answers"
+    );
     assert!(j.may_read_disk(&Digest::of(b"on disk")));
     assert_eq!(get(&j, b"on disk").as_deref(), Some(&b"v"[..]));
     assert!(
