@@ -30,6 +30,7 @@ fn claim_and_done(c: &mut Criterion) {
         needs_restart: std::sync::Arc::new(|_| {}),
         disk: disk_seam::real(),
         background: true,
+        page_reads: expiring_lsm::journal::read_here,
     };
     let journal = Journal::open(
         std::sync::Arc::new(LegacyJournal(store.tree("state").expect("tree"))),

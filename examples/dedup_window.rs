@@ -95,6 +95,7 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         needs_restart: std::sync::Arc::new(|_| {}),
         disk: disk_seam::real(),
         background: true,
+        page_reads: expiring_lsm::journal::read_here,
     };
     let journal = Journal::open(
         Arc::new(LegacyJournal(store.tree(JOURNAL_TREE)?)),

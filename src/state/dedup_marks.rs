@@ -15,7 +15,7 @@ impl StateStore {
     /// The state of a dedup key at `now_ms`.
     async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
-            StateStore::Local(s) => s.off_worker(&[key], || s.marks.state(key, now_ms)),
+            StateStore::Local(s) => s.marks.state(key, now_ms),
             StateStore::Redis { redis, .. } => redis.state(key).await,
         }
     }
@@ -29,7 +29,7 @@ impl StateStore {
         lease: Duration,
     ) -> Result<Claim, StoreError> {
         match self {
-            StateStore::Local(s) => s.off_worker(&[key], || s.marks.try_claim(key, token, now_ms)),
+            StateStore::Local(s) => s.marks.try_claim(key, token, now_ms),
             StateStore::Redis { redis, .. } => redis.try_claim(key, token, lease).await,
         }
     }
@@ -97,10 +97,7 @@ impl StateStore {
         let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
         let expires_ms = from_ms.saturating_add(ttl_ms);
         match self {
-            StateStore::Local(s) => {
-                let keys: Vec<&StoreKey> = marks.iter().map(|(k, _)| *k).collect();
-                s.off_worker(&keys, || s.marks.mark_done(marks, expires_ms, now_ms))
-            }
+            StateStore::Local(s) => s.marks.mark_done(marks, expires_ms, now_ms),
             StateStore::Redis { redis, .. } => {
                 let lifetime =
                     Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
@@ -117,7 +114,7 @@ impl StateStore {
         now_ms: i64,
     ) -> Result<Option<StoredMark>, StoreError> {
         match self {
-            StateStore::Local(s) => s.off_worker(&[key], || s.marks.read(key, now_ms)),
+            StateStore::Local(s) => s.marks.read(key, now_ms),
             StateStore::Redis { redis, .. } => redis.read_mark(key, now_ms).await,
         }
     }
@@ -133,9 +130,7 @@ impl StateStore {
         update: impl FnOnce(&[u8]) -> Option<Vec<u8>>,
     ) -> Result<Option<i64>, StoreError> {
         match self {
-            StateStore::Local(s) => {
-                s.off_worker(&[key], || s.marks.update_record(key, now_ms, update))
-            }
+            StateStore::Local(s) => s.marks.update_record(key, now_ms, update),
             // Redis keeps the mark's time left; the expiry is counted from now.
             StateStore::Redis { redis, .. } => {
                 let left = redis.update_record(key, update).await?;
@@ -157,9 +152,7 @@ impl StateStore {
         expires_ms: i64,
     ) -> Result<bool, StoreError> {
         match self {
-            StateStore::Local(s) => s.off_worker(&[key], || {
-                s.marks.mark_done_if_free(key, record, expires_ms, now_ms)
-            }),
+            StateStore::Local(s) => s.marks.mark_done_if_free(key, record, expires_ms, now_ms),
             StateStore::Redis { redis, .. } => {
                 let ttl = Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
                 redis.mark_done_if_free(key, record, ttl).await

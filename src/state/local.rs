@@ -1,6 +1,6 @@
 //! The local backend: one replica's marks and guard state in the `expiring-lsm` journal,
-//! its guard keys locked in process, and the rule that keeps a journal call that reads a
-//! run page from disk off the runtime's workers.
+//! its guard keys locked in process, and the rule that keeps the journal's reads of run
+//! pages off the runtime's workers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,23 +21,22 @@ pub struct LocalState {
     pub(super) lock_wait: Duration,
 }
 
-impl LocalState {
-    /// Runs `call`, a call of the journal about `keys`, on this thread; when it will read a
-    /// run page from disk (a key the hot set lacks that a run's filter may hold) and the
-    /// runtime has several workers, it runs as blocking: the runtime hands this worker's
-    /// other tasks to another thread meanwhile, so a slow disk read (done under the key's
-    /// shard lock) does not stall the requests queued behind it. The call and its locks are
-    /// the same either way.
-    pub(super) fn off_worker<T>(&self, keys: &[&StoreKey], call: impl FnOnce() -> T) -> T {
-        let multi_thread = tokio::runtime::Handle::try_current()
-            .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi_thread && keys.iter().any(|k| self.journal.may_read_disk(&k.digest())) {
-            tokio::task::block_in_place(call)
-        } else {
-            call()
-        }
+/// The journal's `page_reads`: a lookup that reads run pages (a key the hot set lacks that
+/// a run's filter may hold) runs as blocking when the runtime has several workers. The
+/// runtime hands this worker's other tasks to another thread meanwhile, so a slow disk read
+/// (done under the key's shard lock) does not stall the requests queued behind it. The
+/// journal decides this under the lock it reads under: a key is looked up once.
+pub(super) fn off_worker(lookup: &mut dyn FnMut()) {
+    let multi_thread = tokio::runtime::Handle::try_current()
+        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+    if multi_thread {
+        tokio::task::block_in_place(lookup)
+    } else {
+        lookup()
     }
+}
 
+impl LocalState {
     /// Writes guard state that may be forgotten at `expires_ms` (never when `None`).
     pub(super) fn put(
         &self,
@@ -46,9 +45,7 @@ impl LocalState {
         now_ms: i64,
         expires_ms: Option<i64>,
     ) -> Result<(), StoreError> {
-        self.off_worker(&[key], || {
-            let expires_ms = expires_ms.unwrap_or(i64::MAX);
-            Ok(self.journal.put(&key.digest(), value, expires_ms, now_ms)?)
-        })
+        let expires_ms = expires_ms.unwrap_or(i64::MAX);
+        Ok(self.journal.put(&key.digest(), value, expires_ms, now_ms)?)
     }
 }

@@ -71,8 +71,9 @@ async fn values_read_from_runs_off_the_workers_are_the_values_written() {
         .await
         .expect("put");
     local.journal.flush_to_run().expect("flush");
-    assert!(
-        local.journal.may_read_disk(&key.digest()),
+    assert_eq!(
+        (local.journal.hot_len(), local.journal.runs()),
+        (0, 1),
         "the value is in a run"
     );
     assert_eq!(
@@ -87,4 +88,23 @@ async fn values_read_from_runs_off_the_workers_are_the_values_written() {
         state.get(&key).await.expect("get").as_deref(),
         Some(&b"opted in"[..])
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_of_run_pages_on_a_worker_runs_as_blocking() {
+    let mut waited_on_the_thread = false;
+    super::local::off_worker(&mut || {
+        // Only a thread the runtime was told blocks may wait for a future itself: on a
+        // worker this panics.
+        tokio::runtime::Handle::current().block_on(async {});
+        waited_on_the_thread = true;
+    });
+    assert!(waited_on_the_thread);
+}
+
+#[tokio::test]
+async fn a_lookup_of_run_pages_on_a_single_threaded_runtime_runs_in_place() {
+    let mut ran = false;
+    super::local::off_worker(&mut || ran = true);
+    assert!(ran);
 }

@@ -331,6 +331,7 @@ mod tests {
             needs_restart: Arc::new(|_| {}),
             disk: disk_seam::real(),
             background,
+            page_reads: expiring_lsm::journal::read_here,
         };
         let legacy = Arc::new(expiring_lsm::NoLegacy);
         Journal::open(legacy, dir, 0, settings).expect("open")

@@ -81,6 +81,16 @@ impl Runs {
             .clone()
     }
 
+    /// Whether a run's filter says it may hold `key`. Read under the list's lock, without a
+    /// snapshot: every lookup of a key the hot set lacks asks it first.
+    pub fn may_contain(&self, key: &Digest) -> bool {
+        self.list
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .any(|run| run.may_contain(key))
+    }
+
     /// The newest record of `key` on disk.
     pub fn get(&self, key: &Digest) -> Result<Option<Record>, Error> {
         for run in self.snapshot().iter().rev() {

@@ -274,6 +274,7 @@ impl World {
                 commit_interval: Duration::ZERO,
                 disk: self.disk.handle(),
                 background: false,
+                page_reads: expiring_lsm::journal::read_here,
                 needs_restart: Arc::new(|_| {}),
             };
             let legacy = Arc::new(NoLegacy);

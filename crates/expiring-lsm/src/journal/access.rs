@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::change::Change;
 use super::hot::{current_of, on_disk, Entry, Shard};
+use super::settings::PageReads;
 use super::Journal;
 use crate::{Digest, Error};
 
@@ -19,25 +20,17 @@ impl Journal {
         // After the hot set: a flush registers its run before it forgets the entries. Read
         // under the shard lock, as `modify` does, so no write of the key comes between the
         // read and the answer it leaves in `looked_up`.
-        let record = on_disk(&mut shard.looked_up, &key, &self.shared.runs)?;
+        let record = on_disk(
+            &mut shard.looked_up,
+            &key,
+            &self.shared.runs,
+            self.page_reads(),
+        )?;
         Ok(record.map(|r| r.value.clone()))
     }
 
-    /// Whether reading `key` now would read a run page: the hot set lacks it, no answer for
-    /// it is remembered, and a run's filter says it may hold it.
-    pub fn may_read_disk(&self, key: &Digest) -> bool {
-        let key = *key;
-        {
-            let shard = self.shared.shard(&key);
-            if shard.map.contains_key(&key) || shard.looked_up.iter().any(|(k, _)| *k == key) {
-                return false;
-            }
-        }
-        self.shared
-            .runs
-            .snapshot()
-            .iter()
-            .any(|run| run.may_contain(&key))
+    fn page_reads(&self) -> PageReads {
+        self.shared.settings.page_reads
     }
 
     /// Sets `key` durably.
@@ -77,7 +70,7 @@ impl Journal {
         // concurrent claim of the same key waits for this one's decision.
         let on_disk = match &slot {
             MapEntry::Occupied(_) => None,
-            MapEntry::Vacant(_) => on_disk(looked_up, &key, &self.shared.runs)?,
+            MapEntry::Vacant(_) => on_disk(looked_up, &key, &self.shared.runs, self.page_reads())?,
         };
         let (current, current_expires) = current_of(&slot, on_disk);
         let (change, result) = decide(current);

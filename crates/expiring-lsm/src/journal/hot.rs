@@ -6,6 +6,7 @@ use std::collections::HashMap;
 
 use nohash_hasher::BuildNoHashHasher;
 
+use super::settings::PageReads;
 use crate::run::Record;
 use crate::runs::Runs;
 use crate::{Digest, Error};
@@ -171,16 +172,24 @@ pub(super) fn shard_of(key: &Digest) -> usize {
 }
 
 /// The runs' record of `key`, which the hot set lacks: remembered in `looked_up`, or read
-/// and remembered there. The caller holds the key's shard lock.
+/// and remembered there. A key a run's filter may hold is looked up through `page_reads`.
+/// The caller holds the key's shard lock.
 pub(super) fn on_disk<'a>(
     looked_up: &'a mut Vec<(Digest, Option<Record>)>,
     key: &Digest,
     runs: &Runs,
+    page_reads: PageReads,
 ) -> Result<Option<&'a Record>, Error> {
     let at = match looked_up.iter().position(|(k, _)| k == key) {
         Some(at) => at,
         None => {
-            let record = runs.get(key)?;
+            let record = if runs.may_contain(key) {
+                let mut found = None;
+                page_reads(&mut || found = Some(runs.get(key)));
+                found.unwrap_or_else(|| runs.get(key))?
+            } else {
+                None
+            };
             if looked_up.len() == LOOKUPS_KEPT {
                 looked_up.remove(0);
             }

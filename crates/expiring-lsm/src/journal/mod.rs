@@ -56,7 +56,7 @@ use std::thread::JoinHandle;
 
 pub use change::Change;
 pub use progress::SyncPoint;
-pub use settings::Settings;
+pub use settings::{read_here, PageReads, Settings};
 use shared::Shared;
 
 /// Folder of the state's runs, inside the store's directory.

@@ -264,6 +264,7 @@ mod tests {
         disk.fail_next_matching(OpKind::Rename, Fault::NoSpace, "state-journal");
         let settings = Settings {
             background: true,
+            page_reads: crate::journal::read_here,
             ..on_sim(&disk, 4096)
         };
         let j = open_with(&store, dir, 0, settings);

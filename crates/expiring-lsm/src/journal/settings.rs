@@ -33,6 +33,19 @@ pub struct Settings {
     /// [`Journal::merge_now`](super::Journal::merge_now), [`Journal::prepare_spare`](super::Journal::prepare_spare)): the model test drives every
     /// step itself, in an order its seed decides.
     pub background: bool,
+    /// Runs a lookup in the runs that their filters could not rule out: it reads run pages,
+    /// and may wait for the disk. [`read_here`] runs it on the calling thread; a caller on
+    /// an async runtime's worker passes one that tells the runtime this thread blocks.
+    pub page_reads: PageReads,
+}
+
+/// How a lookup that reads run pages is run. It is given the lookup and calls it once; a
+/// lookup it does not call is run on the calling thread after it returns.
+pub type PageReads = fn(&mut dyn FnMut());
+
+/// Runs a lookup that reads run pages on the calling thread.
+pub fn read_here(lookup: &mut dyn FnMut()) {
+    lookup()
 }
 
 impl Settings {

@@ -95,6 +95,7 @@ mod tests {
             needs_restart: Arc::new(|_| {}),
             disk,
             background: false,
+            page_reads: crate::journal::read_here,
         }
     }
 

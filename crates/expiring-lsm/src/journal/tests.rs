@@ -72,6 +72,7 @@ fn settings(hot_entries: usize, now: &Arc<AtomicI64>) -> Settings {
         needs_restart: Arc::new(|_| {}),
         disk: disk_seam::real(),
         background: true,
+        page_reads: crate::journal::read_here,
     }
 }
 
@@ -528,27 +529,73 @@ fn a_group_commit_gives_its_buffer_to_the_batch_after_the_next() {
     assert_eq!(get(&j, b"b").as_deref(), Some(&b"v"[..]));
 }
 
+thread_local! {
+    /// Lookups this thread ran through [`counted_page_reads`].
+    static PAGE_READS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+fn counted_page_reads(lookup: &mut dyn FnMut()) {
+    PAGE_READS.with(|n| n.set(n.get() + 1));
+    lookup();
+}
+
 #[test]
-fn only_a_key_a_run_may_hold_that_is_neither_hot_nor_remembered_reads_the_disk() {
+fn only_a_key_a_run_may_hold_that_is_neither_hot_nor_remembered_is_looked_up_through_page_reads() {
     let (dir, store) = temp_store();
-    let j = open_at(&store, dir.path(), 0);
+    let now = Arc::new(AtomicI64::new(0));
+    let j = open_with(
+        &store,
+        dir.path(),
+        0,
+        Settings {
+            page_reads: counted_page_reads,
+            ..settings(usize::MAX, &now)
+        },
+    );
     put(&j, b"on disk", b"v", i64::MAX, 0);
     j.flush_to_run().expect("flush");
     put(&j, b"on disk and hot", b"v", i64::MAX, 0);
     j.flush_to_run().expect("flush");
     put(&j, b"hot", b"v", i64::MAX, 0);
     put(&j, b"on disk and hot", b"w", i64::MAX, 0);
-    assert!(!j.may_read_disk(&Digest::of(b"never written")));
-    assert!(
-        !j.may_read_disk(&Digest::of(b"on disk and hot")),
+    let reads_of = |key: &[u8]| {
+        let before = PAGE_READS.with(|n| n.get());
+        let value = get(&j, key);
+        (value, PAGE_READS.with(|n| n.get()) - before)
+    };
+    assert_eq!(reads_of(b"never written"), (None, 0), "no filter holds it");
+    assert_eq!(
+        reads_of(b"on disk and hot"),
+        (Some(b"w".to_vec()), 0),
         "a run may hold it, but the hot set answers"
     );
-    assert!(j.may_read_disk(&Digest::of(b"on disk")));
-    assert_eq!(get(&j, b"on disk").as_deref(), Some(&b"v"[..]));
-    assert!(
-        !j.may_read_disk(&Digest::of(b"on disk")),
+    assert_eq!(reads_of(b"on disk"), (Some(b"v".to_vec()), 1));
+    assert_eq!(
+        reads_of(b"on disk"),
+        (Some(b"v".to_vec()), 0),
         "the runs' answer is remembered"
     );
+}
+
+/// A `page_reads` that does not run the lookup it is given.
+fn dropped_page_reads(_: &mut dyn FnMut()) {}
+
+#[test]
+fn a_lookup_page_reads_did_not_run_is_run_by_the_caller() {
+    let (dir, store) = temp_store();
+    let now = Arc::new(AtomicI64::new(0));
+    let j = open_with(
+        &store,
+        dir.path(),
+        0,
+        Settings {
+            page_reads: dropped_page_reads,
+            ..settings(usize::MAX, &now)
+        },
+    );
+    put(&j, b"on disk", b"v", i64::MAX, 0);
+    j.flush_to_run().expect("flush");
+    assert_eq!(get(&j, b"on disk").as_deref(), Some(&b"v"[..]));
 }
 
 #[tokio::test]
@@ -647,6 +694,7 @@ pub(crate) fn on_sim(disk: &SimDisk, segment_bytes: u64) -> Settings {
     Settings {
         disk: disk.handle(),
         background: false,
+        page_reads: crate::journal::read_here,
         segment_bytes,
         ..settings(usize::MAX, &Arc::new(AtomicI64::new(0)))
     }
@@ -859,6 +907,7 @@ fn a_commit_whose_sync_hangs_shows_as_the_writer_busy_until_it_returns() {
     let disk = &folder.disk;
     let settings = Settings {
         background: true,
+        page_reads: crate::journal::read_here,
         ..folder.settings()
     };
     let j = folder.try_open_with(0, settings).expect("open");
