@@ -22,6 +22,8 @@ pub(super) const LEGACY_PAGE: usize = 256;
 pub(super) struct Open {
     pub(super) seq: u64,
     pub(super) buf: Vec<u8>,
+    /// A caller waits for this batch: the writer commits it without gathering more.
+    pub(super) asked: bool,
 }
 
 impl Open {
@@ -35,7 +37,11 @@ impl Open {
     pub(super) fn reusing(seq: u64, mut buf: Vec<u8>) -> Self {
         buf.clear();
         buf.resize(EMPTY_BATCH, 0);
-        Self { seq, buf }
+        Self {
+            seq,
+            buf,
+            asked: false,
+        }
     }
 
     /// This batch's buffer for a later batch, unless a slow flush grew it well past a

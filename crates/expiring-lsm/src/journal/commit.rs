@@ -5,6 +5,7 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 use super::batch::Open;
+use super::progress::SyncPoint;
 use super::shared::{lock, Shared, Writer};
 use crate::wal::{Frame, Wal};
 use crate::{Digest, Error};
@@ -21,11 +22,26 @@ impl Shared {
         let was_empty = open.is_empty();
         let seq = open.append(key, expires_ms, value, now_ms);
         // The writer sleeps while there is nothing to write: wake it for the first record
-        // of a batch (it takes the batch as soon as its last flush ends).
-        if was_empty {
+        // of a batch, so that it commits the batch once a caller waits for it, or after
+        // `UNASKED_WAIT` if none does.
+        if was_empty && self.writer_sleeps.load(Ordering::Relaxed) {
             self.wake.notify_one();
         }
         seq
+    }
+
+    /// A caller waits for `point`: if the open batch is below it, the writer commits that
+    /// batch as soon as its last commit ends. A request's records (its guard state, then
+    /// its marks) thus share one commit, which starts when the request waits, not at its
+    /// first record.
+    pub(super) fn ask_commit(&self, point: SyncPoint) {
+        let mut open = self.lock_open();
+        if point.0 > open.seq && !open.is_empty() && !open.asked {
+            open.asked = true;
+            if self.writer_sleeps.load(Ordering::Relaxed) {
+                self.wake.notify_one();
+            }
+        }
     }
 
     pub(super) fn write_now(&self) -> Result<(), Error> {

@@ -40,6 +40,9 @@ impl Journal {
     /// most `wait`. An error if the write or the flush that covered it failed, or if it
     /// took longer: the caller must not answer 200 then.
     pub async fn durable(&self, point: SyncPoint, wait: Duration) -> Result<(), Error> {
+        if !self.shared.progress.get().settles(point) {
+            self.shared.ask_commit(point);
+        }
         match tokio::time::timeout(wait, self.shared.progress.settled(point)).await {
             Ok(p) if p.durable_below >= point.0 => Ok(()),
             Ok(_) => Err(Error::Unwritable(

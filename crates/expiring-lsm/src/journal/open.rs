@@ -174,6 +174,7 @@ impl Shared {
             shards: replay.shards.into_iter().map(Mutex::new).collect(),
             open: Mutex::new(Open::new(replay.next_seq)),
             wake: Condvar::new(),
+            writer_sleeps: AtomicBool::new(false),
             writer: Mutex::new(Writer {
                 wal,
                 pending: Vec::new(),

@@ -19,8 +19,9 @@ pub struct Settings {
     pub clock: Clock,
     /// Size of a journal segment file.
     pub segment_bytes: u64,
-    /// Commits start at most this often (`store.commit_interval`); a record that arrives
-    /// after a quiet interval is committed at once.
+    /// Commits start at most this often (`store.commit_interval`). A commit starts once a
+    /// caller waits for the open batch ([`Journal::durable`](super::Journal::durable)),
+    /// at once after a quiet interval.
     pub commit_interval: Duration,
     /// Called, with the reason, when a thread of the journal ends before the journal is
     /// dropped: without its writer no change is ever durable again, without its flush and

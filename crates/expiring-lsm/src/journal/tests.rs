@@ -599,6 +599,24 @@ fn a_lookup_page_reads_did_not_run_is_run_by_the_caller() {
 }
 
 #[tokio::test]
+async fn records_nobody_waits_for_are_committed_all_the_same() {
+    let (dir, store) = temp_store();
+    let j = open_at(&store, dir.path(), 0);
+    put(&j, b"a", b"1", 1_000, 0);
+    let point = j.sync_point();
+    // Polled, not waited for with `durable`, which would ask for the commit.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !j.shared.progress.get().settles(point) {
+        assert!(
+            Instant::now() < deadline,
+            "the open batch was never committed"
+        );
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(j.shared.progress.get().durable_below, point.0);
+}
+
+#[tokio::test]
 async fn a_mark_on_disk_is_not_held_up_by_other_keys_open_batch() {
     let (dir, store) = temp_store();
     let now = Arc::new(AtomicI64::new(0));

@@ -17,6 +17,9 @@ use crate::Error;
 /// After a failed write or flush the writer waits this long before it tries again, so a
 /// full disk is not retried in a busy loop.
 const RETRY_PAUSE: Duration = Duration::from_millis(50);
+/// How long records nobody waits for stay in the open batch before the writer commits
+/// them anyway (a request always waits for its own, and asks for the commit as it does).
+const UNASKED_WAIT: Duration = Duration::from_millis(5);
 /// After a failed run flush or merge, the background thread waits this long.
 const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between two merges that keep failing (see [`merge_backoff`]).
@@ -127,22 +130,16 @@ pub(super) fn spawn_watched(
         .map_err(|e| Error::Stopped(format!("cannot start {name}: {e}")))
 }
 
-/// The writer thread: sleeps while nothing was appended; otherwise writes and syncs
-/// everything appended so far at once, and starts again as soon as that sync ends and the
-/// commit interval has passed since the last one started (records that arrive meanwhile
-/// share the next commit). Ends when the journal is dropped.
+/// The writer thread: sleeps until a caller waits for the open batch (or its records have
+/// waited `UNASKED_WAIT`); then writes and syncs everything appended so far at once, no
+/// sooner than the commit interval after the last commit started (records that arrive
+/// meanwhile share the commit). Ends when the journal is dropped.
 fn write_loop(shared: &Shared) {
     let interval = shared.settings.commit_interval;
     let mut last_start: Option<Instant> = None;
     while !shared.stopping() {
-        {
-            let mut open = shared.lock_open();
-            while open.is_empty() && !shared.stopping() {
-                open = shared
-                    .wake
-                    .wait(open)
-                    .unwrap_or_else(PoisonError::into_inner);
-            }
+        if !wait_for_commit(shared) {
+            return;
         }
         if let Some(pause) =
             last_start.and_then(|s| (s + interval).checked_duration_since(Instant::now()))
@@ -156,6 +153,39 @@ fn write_loop(shared: &Shared) {
         // A failure is logged (once), reported to the waiters, and retried by the next round.
         if written.is_err() {
             std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+}
+
+/// Sleeps until the open batch is to be committed: a caller waits for it, or its records
+/// have waited `UNASKED_WAIT` with nobody asking. False once the journal stops.
+fn wait_for_commit(shared: &Shared) -> bool {
+    let mut open = shared.lock_open();
+    loop {
+        if shared.stopping() {
+            return false;
+        }
+        if open.asked {
+            return true;
+        }
+        shared.writer_sleeps.store(true, Ordering::Relaxed);
+        let timed_out = if open.is_empty() {
+            open = shared
+                .wake
+                .wait(open)
+                .unwrap_or_else(PoisonError::into_inner);
+            false
+        } else {
+            let (guard, waited) = shared
+                .wake
+                .wait_timeout(open, UNASKED_WAIT)
+                .unwrap_or_else(PoisonError::into_inner);
+            open = guard;
+            waited.timed_out()
+        };
+        shared.writer_sleeps.store(false, Ordering::Relaxed);
+        if timed_out && !open.is_empty() {
+            return true;
         }
     }
 }
