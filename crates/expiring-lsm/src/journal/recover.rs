@@ -34,12 +34,13 @@ impl Shared {
 #[cfg(test)]
 mod tests {
     use std::path::Path;
+    use std::sync::Arc;
     use std::time::Duration;
 
     use disk_seam::sim::{Fault, OpKind, SimDisk};
 
     use super::super::batch::EMPTY_BATCH;
-    use super::super::tests::{get, on_sim, open_with, put, temp_store, wait_until};
+    use super::super::tests::{get, on_sim, open_with, put, temp_store, wait_until, MemStore};
     use super::super::{Journal, Settings, JOURNAL_DIR};
     use crate::wal::FRAME_HEAD;
     use crate::Digest;
@@ -143,28 +144,51 @@ mod tests {
         }
     }
 
+    /// A journal on `disk` whose `kept` is in a run.
+    fn kept_in_a_run(store: &MemStore, disk: &SimDisk, dir: &Path) -> Arc<Journal> {
+        let j = open_with(store, dir, 0, on_sim(disk, 4096));
+        put(&j, b"kept", b"1", i64::MAX, 0);
+        j.write_now().expect("commit");
+        j.flush_to_run().expect("flush");
+        j
+    }
+
+    /// Closes `j` after a batch whose values expire soon: its fdatasync fails, and so
+    /// does the write when the journal closes, so it reads back from the page cache only.
+    fn close_with_a_brief_batch_in_the_page_cache(j: Arc<Journal>, disk: &SimDisk) {
+        put(&j, b"brief", b"2", 100, 0);
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        assert!(j.write_now().is_err());
+        disk.fail_next(OpKind::Sync, Fault::Io);
+        drop(j);
+    }
+
+    /// The store on `disk` after the power cut holds `kept` and `later`.
+    fn opens_with_kept_and_later(store: &MemStore, disk: &SimDisk, dir: &Path) {
+        let j = Journal::open(
+            store.tree("state").expect("tree"),
+            dir,
+            1_000,
+            on_sim(disk, 4096),
+        )
+        .expect("the store opens after the power cut");
+        assert_eq!(get(&j, b"kept").as_deref(), Some(&b"1"[..]));
+        assert_eq!(get(&j, b"later").as_deref(), Some(&b"3"[..]));
+    }
+
     #[test]
     fn a_batch_replayed_from_the_page_cache_is_made_durable_though_nothing_in_it_is_kept() {
         let (_dir, store) = temp_store();
         let disk = SimDisk::new(14);
         let dir = Path::new("/store");
         let segment = dir.join(JOURNAL_DIR).join("0000000000000000.wal");
-        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
-        put(&j, b"kept", b"1", i64::MAX, 0);
-        j.write_now().expect("commit");
-        j.flush_to_run().expect("flush");
+        let j = kept_in_a_run(&store, &disk, dir);
         // Bytes that are no frame where the next batch goes, as a write torn by an
         // earlier power cut leaves them.
         let (_, end) = frames(&disk, &segment);
         disk.flip_synced_bit_in(&segment, end..end + 4)
             .expect("flipped");
-        // The next batch's values expire soon. Its fdatasync fails, and so does the
-        // write when the journal closes: it reads back from the page cache only.
-        put(&j, b"brief", b"2", 100, 0);
-        disk.fail_next(OpKind::Sync, Fault::Io);
-        assert!(j.write_now().is_err());
-        disk.fail_next(OpKind::Sync, Fault::Io);
-        drop(j);
+        close_with_a_brief_batch_in_the_page_cache(j, &disk);
 
         // The restart replays that batch and forgets its values, expired: nothing is left
         // for a run to hold, yet the next batch is numbered after it.
@@ -178,15 +202,7 @@ mod tests {
 
         // Had the power cut taken the replayed batch, the next segment would start past
         // a batch the damaged bytes may have held: an open that must refuse.
-        let j = Journal::open(
-            store.tree("state").expect("tree"),
-            dir,
-            1_000,
-            on_sim(&disk, 4096),
-        )
-        .expect("the store opens after the power cut");
-        assert_eq!(get(&j, b"kept").as_deref(), Some(&b"1"[..]));
-        assert_eq!(get(&j, b"later").as_deref(), Some(&b"3"[..]));
+        opens_with_kept_and_later(&store, &disk, dir);
     }
 
     #[test]
@@ -195,16 +211,7 @@ mod tests {
         let disk = SimDisk::new(10);
         let dir = Path::new("/store");
         let segment = dir.join(JOURNAL_DIR).join("0000000000000000.wal");
-        let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
-        put(&j, b"kept", b"1", i64::MAX, 0);
-        j.write_now().expect("commit");
-        j.flush_to_run().expect("flush");
-        // A batch whose values expire soon reads back from the page cache only.
-        put(&j, b"brief", b"2", 100, 0);
-        disk.fail_next(OpKind::Sync, Fault::Io);
-        assert!(j.write_now().is_err());
-        disk.fail_next(OpKind::Sync, Fault::Io);
-        drop(j);
+        close_with_a_brief_batch_in_the_page_cache(kept_in_a_run(&store, &disk, dir), &disk);
         // Bytes that are no frame where the next batch goes and past where it ends: a
         // write torn by an earlier power cut.
         let cached = disk_seam::read(&*disk.handle(), &segment).expect("segment");
@@ -239,16 +246,7 @@ mod tests {
         // the first segment.
         let disk = disk.crash();
         drop(j);
-
-        let j = Journal::open(
-            store.tree("state").expect("tree"),
-            dir,
-            1_000,
-            on_sim(&disk, 4096),
-        )
-        .expect("the store opens after the power cut");
-        assert_eq!(get(&j, b"kept").as_deref(), Some(&b"1"[..]));
-        assert_eq!(get(&j, b"later").as_deref(), Some(&b"3"[..]));
+        opens_with_kept_and_later(&store, &disk, dir);
     }
 
     #[tokio::test]

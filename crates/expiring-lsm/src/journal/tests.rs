@@ -539,21 +539,23 @@ fn counted_page_reads(lookup: &mut dyn FnMut()) {
     lookup();
 }
 
-#[test]
-fn only_a_key_a_run_may_hold_that_is_neither_hot_nor_remembered_is_looked_up_through_page_reads() {
+/// A journal with `page_reads` whose key `on disk` is in a run.
+fn on_disk_with(page_reads: PageReads) -> (tempfile::TempDir, MemStore, Arc<Journal>) {
     let (dir, store) = temp_store();
     let now = Arc::new(AtomicI64::new(0));
-    let j = open_with(
-        &store,
-        dir.path(),
-        0,
-        Settings {
-            page_reads: counted_page_reads,
-            ..settings(usize::MAX, &now)
-        },
-    );
+    let settings = Settings {
+        page_reads,
+        ..settings(usize::MAX, &now)
+    };
+    let j = open_with(&store, dir.path(), 0, settings);
     put(&j, b"on disk", b"v", i64::MAX, 0);
     j.flush_to_run().expect("flush");
+    (dir, store, j)
+}
+
+#[test]
+fn only_a_key_a_run_may_hold_that_is_neither_hot_nor_remembered_is_looked_up_through_page_reads() {
+    let (_dir, _store, j) = on_disk_with(counted_page_reads);
     put(&j, b"on disk and hot", b"v", i64::MAX, 0);
     j.flush_to_run().expect("flush");
     put(&j, b"hot", b"v", i64::MAX, 0);
@@ -582,19 +584,7 @@ fn dropped_page_reads(_: &mut dyn FnMut()) {}
 
 #[test]
 fn a_lookup_page_reads_did_not_run_is_run_by_the_caller() {
-    let (dir, store) = temp_store();
-    let now = Arc::new(AtomicI64::new(0));
-    let j = open_with(
-        &store,
-        dir.path(),
-        0,
-        Settings {
-            page_reads: dropped_page_reads,
-            ..settings(usize::MAX, &now)
-        },
-    );
-    put(&j, b"on disk", b"v", i64::MAX, 0);
-    j.flush_to_run().expect("flush");
+    let (_dir, _store, j) = on_disk_with(dropped_page_reads);
     assert_eq!(get(&j, b"on disk").as_deref(), Some(&b"v"[..]));
 }
 
