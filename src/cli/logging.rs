@@ -7,11 +7,14 @@ use clap::ValueEnum;
 use tracing::callsite::DefaultCallsite;
 use tracing::field::{Field, Value, Visit};
 use tracing::metadata::Kind;
-use tracing::{Event, Level, Metadata, Subscriber};
-use tracing_subscriber::filter::filter_fn;
+use tracing::span::{Attributes, Id, Record};
+use tracing::subscriber::Interest;
+use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
 use tracing_subscriber::fmt::{self, MakeWriter};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
+
+use super::span_fields::JsonSpanFields;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -65,38 +68,34 @@ pub fn init_logging(format: LogFormat) -> LogLevel {
 
 type BoxedLayer<S> = Box<dyn Layer<S> + Send + Sync>;
 
-/// The layers that write the log: every event as it is, but lapin's ERROR lines, which go
-/// out at WARN (`LapinAsWarn`).
-fn output<S, W>(json: bool, ansi: bool, writer: W) -> Vec<BoxedLayer<S>>
+/// The layer that writes the log (`Output`), in JSON or text.
+fn output<S, W>(json: bool, ansi: bool, writer: W) -> BoxedLayer<S>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
-    W: for<'w> MakeWriter<'w> + Clone + Send + Sync + 'static,
+    W: for<'w> MakeWriter<'w> + Send + Sync + 'static,
 {
-    let format = |writer: W| -> BoxedLayer<S> {
-        if json {
-            fmt::layer()
-                .json()
-                .flatten_event(true)
-                .with_current_span(false)
-                .with_writer(writer)
-                .boxed()
-        } else {
-            fmt::layer().with_ansi(ansi).with_writer(writer).boxed()
-        }
+    let format = if json {
+        fmt::layer()
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .fmt_fields(JsonSpanFields)
+            .with_writer(writer)
+            .boxed()
+    } else {
+        fmt::layer().with_ansi(ansi).with_writer(writer).boxed()
     };
-    let not_lapin_error = filter_fn(|meta| !is_lapin_error(meta));
-    vec![
-        format(writer.clone()).with_filter(not_lapin_error).boxed(),
-        LapinAsWarn(format(writer)).boxed(),
-    ]
+    Output(format).boxed()
 }
 
-/// lapin logs at ERROR what an operator meets at every broker restart (`Socket was readable
-/// but we read 0…`, `error doing IO`, `Connection error`), while hookgate reports the lost
-/// connection itself at WARN and reconnects: ERROR is for data at risk or an operator who
-/// must act (docs/operations.md). So lapin's ERROR events are written at WARN, with their
-/// message and fields, by this layer, and the writing layer above skips them.
-struct LapinAsWarn<S>(BoxedLayer<S>);
+/// Writes every event as it is, but lapin's ERROR lines, which go out at WARN: lapin logs
+/// at ERROR what an operator meets at every broker restart (`Socket was readable but we
+/// read 0…`, `error doing IO`, `Connection error`), while hookgate reports the lost
+/// connection itself at WARN and reconnects, and ERROR is for data at risk or an operator
+/// who must act (docs/operations.md). One layer, not a filtered one beside a second: a
+/// per-layer filter looks the span up at every enter and exit, and a delivery's span is
+/// entered at every poll.
+struct Output<S>(BoxedLayer<S>);
 
 fn is_lapin_error(meta: &Metadata<'_>) -> bool {
     *meta.level() == Level::ERROR
@@ -113,10 +112,10 @@ static LAPIN_WARN: Metadata<'static> = tracing_core::metadata! {
     kind: Kind::EVENT,
 };
 
-impl<S: Subscriber> Layer<S> for LapinAsWarn<S> {
+impl<S: Subscriber> Layer<S> for Output<S> {
     fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         if !is_lapin_error(event.metadata()) {
-            return;
+            return self.0.on_event(event, ctx);
         }
         let mut text = EventText::default();
         event.record(&mut text);
@@ -134,6 +133,44 @@ impl<S: Subscriber> Layer<S> for LapinAsWarn<S> {
         ];
         self.0
             .on_event(&Event::new(&LAPIN_WARN, &names.value_set(&values)), ctx);
+    }
+
+    // Everything else goes to the writing layer as it is.
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        self.0.on_register_dispatch(subscriber);
+    }
+    fn on_layer(&mut self, subscriber: &mut S) {
+        self.0.on_layer(subscriber);
+    }
+    fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
+        self.0.register_callsite(metadata)
+    }
+    fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
+        self.0.enabled(metadata, ctx)
+    }
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        self.0.on_new_span(attrs, id, ctx);
+    }
+    fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
+        self.0.on_record(span, values, ctx);
+    }
+    fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
+        self.0.on_follows_from(span, follows, ctx);
+    }
+    fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
+        self.0.event_enabled(event, ctx)
+    }
+    fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        self.0.on_enter(id, ctx);
+    }
+    fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        self.0.on_exit(id, ctx);
+    }
+    fn on_close(&self, id: Id, ctx: Context<'_, S>) {
+        self.0.on_close(id, ctx);
+    }
+    fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
+        self.0.on_id_change(old, new, ctx);
     }
 }
 
@@ -244,5 +281,35 @@ mod tests {
         assert_eq!(first["message"], "error doing IO", "{}", json[0]);
         let last: serde_json::Value = serde_json::from_str(&json[4]).unwrap_or_default();
         assert_eq!(last["level"], "ERROR", "{}", json[4]);
+    }
+
+    #[test]
+    fn in_json_a_line_lists_its_spans_with_their_fields_recorded_early_or_late() {
+        let json = lines(true, || {
+            let span = tracing::info_span!(
+                "delivery",
+                trace_id = "0af7651916cd43dd8448eb211c80319c",
+                quoted = "a \"b\"\n",
+                count = 3u64,
+                later = tracing::field::Empty,
+            );
+            span.record("later", true);
+            let _in_span = span.enter();
+            tracing::info!("inside");
+        });
+        assert_eq!(json.len(), 1, "{json:#?}");
+        let line: serde_json::Value = serde_json::from_str(&json[0]).unwrap_or_default();
+        assert_eq!(
+            line["spans"],
+            serde_json::json!([{
+                "name": "delivery",
+                "trace_id": "0af7651916cd43dd8448eb211c80319c",
+                "quoted": "a \"b\"\n",
+                "count": 3,
+                "later": true,
+            }]),
+            "{}",
+            json[0]
+        );
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! A file per command, with its clap arguments beside its body: `run`, `check-config`,
 //! `sign`, `spool`, `reconcile` (with its `replay`) and `inspect`; the admin requests they
-//! make to a running gateway (`admin`), how they exit (`exit`), and logging.
+//! make to a running gateway (`admin`), how they exit (`exit`), and logging (`logging`, with
+//! `span_fields`).
 //!
 //! ## What it promises
 //!
@@ -22,4 +23,5 @@ pub mod reconcile;
 pub mod replay;
 pub mod run;
 pub mod sign;
+mod span_fields;
 pub mod spool;

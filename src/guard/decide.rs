@@ -218,6 +218,8 @@ pub enum Keyword {
 pub struct KeywordLists {
     /// Normalised keyword -> kind, so classifying a message is one normalisation and one lookup.
     words: HashMap<String, Keyword>,
+    /// The longest normalised keyword, in bytes.
+    longest: usize,
 }
 
 impl KeywordLists {
@@ -240,11 +242,22 @@ impl KeywordLists {
                 }
             }
         }
-        Self { words }
+        let longest = words.keys().map(String::len).max().unwrap_or(0);
+        Self { words, longest }
     }
 
     /// The keyword `text` is, if the whole normalised message is exactly one configured word.
     pub fn classify(&self, text: &str) -> Option<Keyword> {
+        if text.is_ascii() {
+            // Most messages: NFKC leaves ASCII as it is and its capitals are ASCII, so the
+            // normal form is the trimmed text in ASCII capitals, and one longer than every
+            // keyword is none of them, decided without a copy of a long text.
+            let trimmed = trim_keyword_text(text);
+            if trimmed.len() > self.longest {
+                return None;
+            }
+            return self.words.get(&trimmed.to_ascii_uppercase()).copied();
+        }
         self.words.get(&normalise_keyword_text(text)).copied()
     }
 }
@@ -275,12 +288,13 @@ pub fn normalise_keyword_text(text: &str) -> String {
     // Composed again after upper-casing: the capital of a composed lower-case letter can
     // come out decomposed ("ῢ" → "Ϋ̀"), and would then differ from the same capital typed
     // composed ("Ϋ̀").
-    folded
-        .trim_start()
+    trim_keyword_text(&folded).to_uppercase().nfkc().collect()
+}
+
+/// `text` without leading white space, nor trailing white space and punctuation.
+fn trim_keyword_text(text: &str) -> &str {
+    text.trim_start()
         .trim_end_matches(|c: char| c.is_whitespace() || is_punctuation(c))
-        .to_uppercase()
-        .nfkc()
-        .collect()
 }
 
 /// Punctuation a texter may put after a keyword. std has no Unicode general-category

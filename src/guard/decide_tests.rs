@@ -624,3 +624,26 @@ proptest! {
         prop_assert!(events.iter().any(|(s, t)| *s == last.status && *t == last.timestamp_ms));
     }
 }
+
+proptest! {
+    /// A message is classified as its full normal form says, whatever shortcut an ASCII
+    /// message takes: keywords and messages drawn from letters of either case, white
+    /// space, punctuation and a few non-ASCII letters, configured words included.
+    #[test]
+    fn classify_is_the_lookup_of_the_normal_form(
+        words in proptest::collection::vec("[sStTopP ñ!.]{0,7}", 0..6),
+        message in "[ \t\nsStTopPxñ!.?,¡]{0,12}",
+        pick in proptest::option::of(0_usize..6),
+    ) {
+        let lists = KeywordLists::new(&words, &strings(&["start"]), &strings(&["help"]));
+        let text = match pick.and_then(|i| words.get(i)) {
+            Some(word) => format!("  {word}!  "),
+            None => message,
+        };
+        prop_assert_eq!(
+            lists.classify(&text),
+            lists.words.get(&normalise_keyword_text(&text)).copied(),
+            "{:?} against {:?}", text, words
+        );
+    }
+}

@@ -16,7 +16,7 @@ impl StateStore {
     async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
         match self {
             StateStore::Local(s) => s.marks.state(key, now_ms),
-            StateStore::Redis { redis, .. } => redis.state(key).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.state(key)).await,
         }
     }
 
@@ -30,7 +30,7 @@ impl StateStore {
     ) -> Result<Claim, StoreError> {
         match self {
             StateStore::Local(s) => s.marks.try_claim(key, token, now_ms),
-            StateStore::Redis { redis, .. } => redis.try_claim(key, token, lease).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.try_claim(key, token, lease)).await,
         }
     }
 
@@ -101,7 +101,7 @@ impl StateStore {
             StateStore::Redis { redis, .. } => {
                 let lifetime =
                     Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
-                redis.mark_done(marks, token, lifetime).await
+                Box::pin(redis.mark_done(marks, token, lifetime)).await
             }
         }
     }
@@ -115,7 +115,7 @@ impl StateStore {
     ) -> Result<Option<StoredMark>, StoreError> {
         match self {
             StateStore::Local(s) => s.marks.read(key, now_ms),
-            StateStore::Redis { redis, .. } => redis.read_mark(key, now_ms).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.read_mark(key, now_ms)).await,
         }
     }
 
@@ -133,7 +133,7 @@ impl StateStore {
             StateStore::Local(s) => s.marks.update_record(key, now_ms, update),
             // Redis keeps the mark's time left; the expiry is counted from now.
             StateStore::Redis { redis, .. } => {
-                let left = redis.update_record(key, update).await?;
+                let left = Box::pin(redis.update_record(key, update)).await?;
                 Ok(left.map(|left| {
                     now_ms.saturating_add(i64::try_from(left.as_millis()).unwrap_or(i64::MAX))
                 }))
@@ -155,7 +155,7 @@ impl StateStore {
             StateStore::Local(s) => s.marks.mark_done_if_free(key, record, expires_ms, now_ms),
             StateStore::Redis { redis, .. } => {
                 let ttl = Duration::from_millis(expires_ms.saturating_sub(now_ms).max(1) as u64);
-                redis.mark_done_if_free(key, record, ttl).await
+                Box::pin(redis.mark_done_if_free(key, record, ttl)).await
             }
         }
     }
@@ -167,7 +167,7 @@ impl StateStore {
                 s.marks.release(key, token);
                 Ok(())
             }
-            StateStore::Redis { redis, .. } => redis.release(key, token).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.release(key, token)).await,
         }
     }
 }

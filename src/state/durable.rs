@@ -33,7 +33,7 @@ impl StateStore {
                 let point = s.journal.point_of(&digests.iter().collect::<Vec<_>>());
                 Ok(s.journal.durable(point, DURABLE_WAIT).await?)
             }
-            StateStore::Redis { redis, .. } => redis.replicated(keys).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.replicated(keys)).await,
         }
     }
 
@@ -58,7 +58,7 @@ impl StateStore {
                     Some(KeyLock::Redis { key, token }) => Some((key, *token)),
                     _ => None,
                 };
-                redis.secure(claims, token, lock, *lock_lease).await
+                Box::pin(redis.secure(claims, token, lock, *lock_lease)).await
             }
         }
     }

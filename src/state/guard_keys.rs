@@ -27,7 +27,7 @@ impl StateStore {
                 lock_wait,
             } => {
                 let token: u64 = rand::random();
-                redis.lock(key, token, *lock_lease, *lock_wait).await?;
+                Box::pin(redis.lock(key, token, *lock_lease, *lock_wait)).await?;
                 Ok(KeyLock::Redis {
                     key: key.clone(),
                     token,
@@ -40,7 +40,7 @@ impl StateStore {
     pub async fn unlock(&self, lock: KeyLock) {
         if let (StateStore::Redis { redis, .. }, KeyLock::Redis { key, token }) = (self, lock) {
             // A failed unlock is not an error for the request: the lease frees the key.
-            if let Err(error) = redis.unlock(&key, token).await {
+            if let Err(error) = Box::pin(redis.unlock(&key, token)).await {
                 tracing::warn!(%error, "guard lock not released; its lease will free it");
             }
         }
@@ -63,7 +63,7 @@ impl StateStore {
             (StateStore::Redis { redis, .. }, KeyLock::Redis { key: locked, token }) => {
                 debug_assert_eq!(&locked, key);
                 let ttl = expires_ms.map(|e| Duration::from_millis((e - now_ms).max(1) as u64));
-                redis.commit_locked(key, token, value, ttl).await
+                Box::pin(redis.commit_locked(key, token, value, ttl)).await
             }
             (StateStore::Local(s), lock) => {
                 let result = s.put(key, value, now_ms, expires_ms);
@@ -83,7 +83,7 @@ impl StateStore {
     pub async fn get(&self, key: &StoreKey) -> Result<Option<Vec<u8>>, StoreError> {
         match self {
             StateStore::Local(s) => Ok(s.journal.get(&key.digest())?),
-            StateStore::Redis { redis, .. } => redis.get(key).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.get(key)).await,
         }
     }
 }

@@ -13,7 +13,7 @@ impl StateStore {
     pub async fn lease(&self, holder: &LeaseHolder, ttl: Duration) -> Result<bool, StoreError> {
         match self {
             StateStore::Local(_) => Ok(true),
-            StateStore::Redis { redis, .. } => redis.lease(holder, ttl).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.lease(holder, ttl)).await,
         }
     }
 
@@ -21,7 +21,7 @@ impl StateStore {
     pub async fn end_lease(&self, holder: &LeaseHolder) -> Result<(), StoreError> {
         match self {
             StateStore::Local(_) => Ok(()),
-            StateStore::Redis { redis, .. } => redis.end_lease(holder).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.end_lease(holder)).await,
         }
     }
 
@@ -36,7 +36,7 @@ impl StateStore {
     ) -> Result<(), StoreError> {
         match self {
             StateStore::Local(s) => s.put(&holder.key, value, now_ms, None),
-            StateStore::Redis { redis, .. } => redis.put_leased(holder, value).await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.put_leased(holder, value)).await,
         }
     }
 }

@@ -97,7 +97,7 @@ impl StateStore {
     pub async fn ping(&self) -> Result<(), StoreError> {
         match self {
             StateStore::Local(_) => Ok(()),
-            StateStore::Redis { redis, .. } => redis.ping().await,
+            StateStore::Redis { redis, .. } => Box::pin(redis.ping()).await,
         }
     }
 

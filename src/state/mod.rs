@@ -71,6 +71,11 @@ pub const JOURNAL_TREE: &str = "state";
 pub const DURABLE_WAIT: Duration = Duration::from_secs(5);
 
 /// The chosen backend.
+///
+/// Every call into Redis is boxed where the facade makes it (`Box::pin(redis.…)`): a Redis
+/// command's future holds kilobytes of the client's state, and unboxed it would be part of
+/// every facade future, local ones included, and so of every delivery's future, which is
+/// moved (copied) as each step starts. The local path pays nothing for the Redis one.
 pub enum StateStore {
     /// Embedded, single replica.
     Local(LocalState),

@@ -1,0 +1,159 @@
+//! A span's fields as the JSON object the JSON log writes for it in `spans[]`, written
+//! straight into the span's text. Every delivery opens a span, so this runs once per
+//! request: the formatter tracing-subscriber ships builds a map of JSON values and a
+//! second string first.
+
+use std::fmt::{self, Write};
+
+use tracing::field::{Field, Visit};
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FormatFields, FormattedFields};
+
+/// Span fields as one JSON object, in the order they are recorded. The JSON log parses the
+/// object back when it writes a line, so a field recorded twice ends as its last value.
+pub struct JsonSpanFields;
+
+impl<'w> FormatFields<'w> for JsonSpanFields {
+    fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
+        writer.write_char('{')?;
+        let mut object = Members::new(&mut writer, false);
+        fields.record(&mut object);
+        object.result?;
+        writer.write_char('}')
+    }
+
+    fn add_fields(
+        &self,
+        current: &'w mut FormattedFields<Self>,
+        fields: &tracing::span::Record<'_>,
+    ) -> fmt::Result {
+        // `{…}` loses its closing brace, takes the new members and gets it back.
+        if current.fields.pop() != Some('}') {
+            current.fields.clear();
+            current.fields.push('{');
+        }
+        let has_members = current.fields.len() > 1;
+        let mut object = Members::new(&mut current.fields, has_members);
+        fields.record(&mut object);
+        let result = object.result;
+        current.fields.push('}');
+        result
+    }
+}
+
+/// Writes each recorded field as a `"name":value` member.
+struct Members<'a, W: Write> {
+    out: &'a mut W,
+    /// Whether a member was written before: the next one needs a comma.
+    follows: bool,
+    result: fmt::Result,
+}
+
+impl<'a, W: Write> Members<'a, W> {
+    fn new(out: &'a mut W, follows: bool) -> Self {
+        Self {
+            out,
+            follows,
+            result: Ok(()),
+        }
+    }
+
+    fn member(&mut self, field: &Field, value: impl FnOnce(&mut W) -> fmt::Result) {
+        if self.result.is_err() {
+            return;
+        }
+        let out = &mut *self.out;
+        self.result = (|| {
+            if self.follows {
+                out.write_char(',')?;
+            }
+            json_string(out, field.name())?;
+            out.write_char(':')?;
+            value(out)
+        })();
+        self.follows = true;
+    }
+}
+
+impl<W: Write> Visit for Members<'_, W> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.member(field, |out| json_string(out, value));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        self.member(field, |out| json_string(out, &format!("{value:?}")));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.member(field, |out| write!(out, "{value}"));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.member(field, |out| write!(out, "{value}"));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.member(field, |out| write!(out, "{value}"));
+    }
+
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        // JSON has no NaN or infinity: such a value is written as null, as serde_json does.
+        if value.is_finite() {
+            self.member(field, |out| write!(out, "{value:?}"));
+        } else {
+            self.member(field, |out| out.write_str("null"));
+        }
+    }
+}
+
+/// `text` as a JSON string: the quote, the backslash and the control characters escaped.
+/// Scanned by byte: every byte to escape is ASCII, and no byte of a longer character is.
+fn json_string(out: &mut impl Write, text: &str) -> fmt::Result {
+    out.write_char('"')?;
+    let mut plain = 0;
+    for (at, &byte) in text.as_bytes().iter().enumerate() {
+        let escape = match byte {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            b'\n' => "\\n",
+            b'\r' => "\\r",
+            b'\t' => "\\t",
+            0..=0x1f => "",
+            _ => continue,
+        };
+        out.write_str(&text[plain..at])?;
+        if escape.is_empty() {
+            write!(out, "\\u{byte:04x}")?;
+        } else {
+            out.write_str(escape)?;
+        }
+        plain = at + 1;
+    }
+    out.write_str(&text[plain..])?;
+    out.write_char('"')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn json_text(text: &str) -> String {
+        let mut out = String::new();
+        let _ = json_string(&mut out, text);
+        out
+    }
+
+    #[test]
+    fn strings_read_back_as_the_text_they_were_made_of() {
+        for text in [
+            "",
+            "0af7651916cd43dd8448eb211c80319c",
+            "quote \" back \\ tab \t nl \n cr \r bell \u{7} nul \u{0} é ✓ \u{7f}",
+        ] {
+            let written = json_text(text);
+            let read: String = serde_json::from_str(&written).unwrap_or_default();
+            assert_eq!(read, text, "{written}");
+        }
+    }
+}
