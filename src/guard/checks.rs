@@ -29,6 +29,14 @@ impl Held {
     pub fn lock(&self) -> &KeyLock {
         &self.lock
     }
+
+    /// The guard key as text: the event's order key ([`RouteGuard::order_key`]), which is
+    /// made of the same parts.
+    ///
+    /// [`RouteGuard::order_key`]: crate::guard::RouteGuard::order_key
+    pub fn key_text(&self) -> Option<&str> {
+        std::str::from_utf8(self.key.as_bytes()).ok()
+    }
 }
 
 /// What the guard says about an event.

@@ -93,6 +93,12 @@ mod tests {
 
     /// The order key of a keyword event from `contact` on `channel`.
     fn keyword_order_key(contact: &str, channel: &str) -> Option<String> {
+        let (guard, event) = keyword_event(contact, channel);
+        guard.order_key("r", &event)
+    }
+
+    /// A route `r` that guards keywords, and a STOP from `contact` on `channel` to it.
+    fn keyword_event(contact: &str, channel: &str) -> (RouteGuard, crate::ingress::event::Event) {
         let yaml = "listen: {addr: 127.0.0.1:0}\nroutes:\n  - name: r\n    path: /r\n    secrets: [{secret: x}]\n    guard: {keywords: {events: [message.received]}}\n";
         let config = crate::config::Config::parse(yaml).expect("config");
         let route = &config.routes[0];
@@ -124,7 +130,38 @@ mod tests {
             TraceContext::new_root(),
         )
         .expect("event");
-        guard.order_key("r", &event)
+        (guard, event)
+    }
+
+    #[tokio::test]
+    async fn a_held_check_names_the_order_key_of_its_event() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = durable_spool::Store::open(dir.path()).expect("store");
+        let config = crate::config::Config::parse(
+            "listen: {addr: 127.0.0.1:0}\nroutes:\n  - name: r\n    path: /r\n    secrets: [{secret: x}]\n",
+        )
+        .expect("config");
+        let state = crate::state::StateStore::open(
+            &crate::state::BackendChoice::Local,
+            &config,
+            &store,
+            std::sync::Arc::new(|| 0),
+            &crate::liveness::Liveness::new(),
+        )
+        .expect("state");
+        let guards = crate::guard::GuardState::new(std::sync::Arc::new(state));
+        for (contact, channel) in [("+15550001111", "+15550002222"), ("a:b", "c\0d")] {
+            let (guard, event) = keyword_event(contact, channel);
+            let check = guards
+                .check("r", &guard, &event, 0, crate::guard::Judging::Delivery)
+                .await
+                .expect("check");
+            let crate::guard::Check::Accept(held) = check else {
+                panic!("a first STOP is accepted");
+            };
+            assert_eq!(held.key_text(), guard.order_key("r", &event).as_deref());
+            guards.abandon(held).await;
+        }
     }
 
     #[test]

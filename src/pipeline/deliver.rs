@@ -4,7 +4,7 @@
 
 use std::borrow::Cow;
 
-use crate::guard::{Check, Judging};
+use crate::guard::{Check, Held, Judging};
 use crate::ingress::event::Event;
 use crate::outbox::spooling::SpoolError;
 use crate::outbox::Delivered;
@@ -85,7 +85,11 @@ impl Pipeline {
             return Err(Failure::before(error));
         }
         let mut msg = message(route, event, &self.settings.routing_key, now_ms);
-        msg.order_key = route.guard.order_key(name, event).map(Cow::Owned);
+        // A held check's key is the order key already; it is made anew only otherwise.
+        msg.order_key = match held.as_ref().and_then(Held::key_text) {
+            Some(key) => Some(Cow::Borrowed(key)),
+            None => route.guard.order_key(name, event).map(Cow::Owned),
+        };
         match self.outbox.deliver(&msg).await {
             Ok(how) => {
                 if let Some(held) = held {
