@@ -21,10 +21,11 @@ impl Shared {
         let mut open = self.lock_open();
         let was_empty = open.is_empty();
         let seq = open.append(key, expires_ms, value, now_ms);
-        // The writer sleeps while there is nothing to write: wake it for the first record
-        // of a batch, so that it commits the batch once a caller waits for it, or after
-        // `UNASKED_WAIT` if none does.
-        if was_empty && self.writer_sleeps.load(Ordering::Relaxed) {
+        // An idle writer sleeps until woken: wake it for the first record of a batch, so
+        // that it commits the batch once a caller waits for it, or after `UNASKED_WAIT` if
+        // none does. A writer that committed lately sleeps `UNASKED_WAIT` at most and needs
+        // no wake-up for this record: only for the caller's wait.
+        if was_empty && self.writer_idles.load(Ordering::Relaxed) {
             self.wake.notify_one();
         }
         seq

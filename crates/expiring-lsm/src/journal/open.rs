@@ -175,6 +175,7 @@ impl Shared {
             open: Mutex::new(Open::new(replay.next_seq)),
             wake: Condvar::new(),
             writer_sleeps: AtomicBool::new(false),
+            writer_idles: AtomicBool::new(false),
             writer: Mutex::new(Writer {
                 wal,
                 pending: Vec::new(),

@@ -41,12 +41,15 @@ pub(super) struct Writer {
 pub(super) struct Shared {
     pub(super) shards: Vec<Mutex<Shard>>,
     pub(super) open: Mutex<Open>,
-    /// Wakes the writer for a batch's first record, and when a caller waits for the open
-    /// batch (waits on `open`).
+    /// Wakes the writer for a batch's first record when it idles, and when a caller waits
+    /// for the open batch (waits on `open`).
     pub(super) wake: Condvar,
     /// Whether the writer sleeps on `wake`; written under the `open` lock. Only then is it
     /// woken: a wake-up costs a system call even when nobody waits.
     pub(super) writer_sleeps: AtomicBool,
+    /// Whether it sleeps with no time set, idle: then a batch's first record must wake it.
+    /// Written under the `open` lock too.
+    pub(super) writer_idles: AtomicBool,
     /// Held while batches are written, so they land in sequence order.
     pub(super) writer: Mutex<Writer>,
     /// Where the journal's segments are (spares are prepared there).

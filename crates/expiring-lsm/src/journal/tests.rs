@@ -592,18 +592,23 @@ fn a_lookup_page_reads_did_not_run_is_run_by_the_caller() {
 async fn records_nobody_waits_for_are_committed_all_the_same() {
     let (dir, store) = temp_store();
     let j = open_at(&store, dir.path(), 0);
-    put(&j, b"a", b"1", 1_000, 0);
-    let point = j.sync_point();
-    // Polled, not waited for with `durable`, which would ask for the commit.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !j.shared.progress.get().settles(point) {
-        assert!(
-            Instant::now() < deadline,
-            "the open batch was never committed"
-        );
-        tokio::time::sleep(Duration::from_millis(1)).await;
+    // The first record finds the writer idle; the second comes while it sleeps a timed
+    // wait after that commit, which nothing wakes; the third after it has idled again.
+    for (key, pause) in [(b"a", 0), (b"b", 0), (b"c", 400)] {
+        tokio::time::sleep(Duration::from_millis(pause)).await;
+        put(&j, key, b"1", 1_000, 0);
+        let point = j.sync_point();
+        // Polled, not waited for with `durable`, which would ask for the commit.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !j.shared.progress.get().settles(point) {
+            assert!(
+                Instant::now() < deadline,
+                "the open batch of {key:?} was never committed"
+            );
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(j.shared.progress.get().durable_below, point.0);
     }
-    assert_eq!(j.shared.progress.get().durable_below, point.0);
 }
 
 #[tokio::test]

@@ -20,6 +20,10 @@ const RETRY_PAUSE: Duration = Duration::from_millis(50);
 /// How long records nobody waits for stay in the open batch before the writer commits
 /// them anyway (a request always waits for its own, and asks for the commit as it does).
 const UNASKED_WAIT: Duration = Duration::from_millis(5);
+/// How long after its last commit the writer keeps waking every `UNASKED_WAIT` instead of
+/// idling: under traffic a batch's first record then costs no wake-up of the writer, and
+/// an idle gateway's writer still sleeps until something arrives.
+const IDLE_AFTER: Duration = Duration::from_millis(200);
 /// After a failed run flush or merge, the background thread waits this long.
 const BACKGROUND_RETRY: Duration = Duration::from_secs(1);
 /// The longest wait between two merges that keep failing (see [`merge_backoff`]).
@@ -138,7 +142,7 @@ fn write_loop(shared: &Shared) {
     let interval = shared.settings.commit_interval;
     let mut last_start: Option<Instant> = None;
     while !shared.stopping() {
-        if !wait_for_commit(shared) {
+        if !wait_for_commit(shared, last_start) {
             return;
         }
         if let Some(pause) =
@@ -158,8 +162,11 @@ fn write_loop(shared: &Shared) {
 }
 
 /// Sleeps until the open batch is to be committed: a caller waits for it, or its records
-/// have waited `UNASKED_WAIT` with nobody asking. False once the journal stops.
-fn wait_for_commit(shared: &Shared) -> bool {
+/// have waited `UNASKED_WAIT` with nobody asking. Within `IDLE_AFTER` of the last commit
+/// (`last_commit`) it sleeps `UNASKED_WAIT` at a time even with nothing to write, so the
+/// next batch's first record need not wake it; later it idles until woken. False once the
+/// journal stops.
+fn wait_for_commit(shared: &Shared, last_commit: Option<Instant>) -> bool {
     let mut open = shared.lock_open();
     loop {
         if shared.stopping() {
@@ -168,8 +175,10 @@ fn wait_for_commit(shared: &Shared) -> bool {
         if open.asked {
             return true;
         }
+        let idle = open.is_empty() && last_commit.is_none_or(|t| t.elapsed() >= IDLE_AFTER);
         shared.writer_sleeps.store(true, Ordering::Relaxed);
-        let timed_out = if open.is_empty() {
+        shared.writer_idles.store(idle, Ordering::Relaxed);
+        let timed_out = if idle {
             open = shared
                 .wake
                 .wait(open)
@@ -184,6 +193,7 @@ fn wait_for_commit(shared: &Shared) -> bool {
             waited.timed_out()
         };
         shared.writer_sleeps.store(false, Ordering::Relaxed);
+        shared.writer_idles.store(false, Ordering::Relaxed);
         if timed_out && !open.is_empty() {
             return true;
         }
