@@ -107,31 +107,16 @@ impl<W: Write> Visit for Members<'_, W> {
     }
 }
 
-/// `text` as a JSON string: the quote, the backslash and the control characters escaped.
-/// Scanned by byte: every byte to escape is ASCII, and no byte of a longer character is.
+/// `text` as a JSON string. A text with nothing to escape (a trace id, an address) is
+/// written as it is; any other goes through serde_json's escaping.
 fn json_string(out: &mut impl Write, text: &str) -> fmt::Result {
-    out.write_char('"')?;
-    let mut plain = 0;
-    for (at, &byte) in text.as_bytes().iter().enumerate() {
-        let escape = match byte {
-            b'"' => "\\\"",
-            b'\\' => "\\\\",
-            b'\n' => "\\n",
-            b'\r' => "\\r",
-            b'\t' => "\\t",
-            0..=0x1f => "",
-            _ => continue,
-        };
-        out.write_str(&text[plain..at])?;
-        if escape.is_empty() {
-            write!(out, "\\u{byte:04x}")?;
-        } else {
-            out.write_str(escape)?;
-        }
-        plain = at + 1;
+    // JSON escapes the bytes below space, the quote and the backslash, nothing else.
+    if text.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.write_char('"')?;
+        out.write_str(text)?;
+        return out.write_char('"');
     }
-    out.write_str(&text[plain..])?;
-    out.write_char('"')
+    out.write_str(&serde_json::to_string(text).map_err(|_| fmt::Error)?)
 }
 
 #[cfg(test)]
