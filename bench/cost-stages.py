@@ -185,19 +185,21 @@ def short(function):
 KERNEL = "kernel"
 
 
-def perf_shares(path):
-    """Component -> share of the profile's samples (self time, kernel included)."""
+def perf_shares(path, pid):
+    """Component -> share of the samples of process `pid` in a machine-wide profile (self
+    time, kernel included)."""
     text = subprocess.run(
-        ["perf", "report", "-i", str(path), "--no-children", "--sort", "sym", "--stdio",
-         "--percent-limit", "0"],
+        ["perf", "report", "-i", str(path), "--pid", str(pid), "--no-children", "--sort",
+         "sym", "--stdio", "--percent-limit", "0"],
         check=True, capture_output=True, text=True).stdout
     shares = {}
     for line in text.splitlines():
         m = re.match(r"^\s*([\d.]+)%\s+\[(.)\]\s+(.+?)\s*$", line)
         if m:
             label = KERNEL if m.group(2) == "k" else component(m.group(3))
-            shares[label] = shares.get(label, 0) + float(m.group(1)) / 100
-    return shares
+            shares[label] = shares.get(label, 0) + float(m.group(1))
+    total = sum(shares.values()) or 1
+    return {label: share / total for label, share in shares.items()}
 
 
 def cpu_table(out, targets):
@@ -205,7 +207,8 @@ def cpu_table(out, targets):
     for t in targets:
         profile, total = out / f"{t}.perf", out / f"{t}-cpu.json"
         if profile.exists() and total.exists():
-            rows[t] = (json.loads(total.read_text())["cpu_us_per_request"], perf_shares(profile))
+            cpu = json.loads(total.read_text())
+            rows[t] = (cpu["cpu_us_per_request"], perf_shares(profile, cpu["pid"]))
     if not rows:
         return
     cols = list(rows)

@@ -16,11 +16,13 @@ pub struct JsonSpanFields;
 
 impl<'w> FormatFields<'w> for JsonSpanFields {
     fn format_fields<R: RecordFields>(&self, mut writer: Writer<'w>, fields: R) -> fmt::Result {
-        writer.write_char('{')?;
-        let mut object = Members::new(&mut writer, false);
+        let mut text = Gathered::new(&mut writer);
+        text.write_char('{')?;
+        let mut object = Members::new(&mut text, false);
         fields.record(&mut object);
         object.result?;
-        writer.write_char('}')
+        text.write_char('}')?;
+        text.flush()
     }
 
     fn add_fields(
@@ -39,6 +41,48 @@ impl<'w> FormatFields<'w> for JsonSpanFields {
         let result = object.result;
         current.fields.push('}');
         result
+    }
+}
+
+/// Text gathered on the stack and written on in one piece: the writer of a new span's
+/// fields appends to an empty string, which would grow at each of the object's pieces,
+/// and is allocated once, at its size, this way.
+struct Gathered<'a, W: Write> {
+    buffer: [u8; 256],
+    len: usize,
+    out: &'a mut W,
+}
+
+impl<'a, W: Write> Gathered<'a, W> {
+    fn new(out: &'a mut W) -> Self {
+        Self {
+            buffer: [0; 256],
+            len: 0,
+            out,
+        }
+    }
+
+    /// Writes what is gathered on.
+    fn flush(&mut self) -> fmt::Result {
+        // Whole `str`s are copied in, so the bytes are always UTF-8.
+        let text = std::str::from_utf8(&self.buffer[..self.len]).map_err(|_| fmt::Error)?;
+        self.out.write_str(text)?;
+        self.len = 0;
+        Ok(())
+    }
+}
+
+impl<W: Write> Write for Gathered<'_, W> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        if self.len + s.len() > self.buffer.len() {
+            self.flush()?;
+            if s.len() > self.buffer.len() {
+                return self.out.write_str(s);
+            }
+        }
+        self.buffer[self.len..self.len + s.len()].copy_from_slice(s.as_bytes());
+        self.len += s.len();
+        Ok(())
     }
 }
 
@@ -140,5 +184,49 @@ mod tests {
             let read: String = serde_json::from_str(&written).unwrap_or_default();
             assert_eq!(read, text, "{written}");
         }
+    }
+
+    /// A writer that keeps each piece written to it.
+    #[derive(Default)]
+    struct Pieces(Vec<String>);
+
+    impl Write for Pieces {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            self.0.push(s.to_owned());
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn gathered_text_reaches_the_writer_whole_and_in_as_few_pieces_as_fit() {
+        let small = [
+            "{",
+            "\"trace_id\"",
+            ":",
+            "\"0af7651916cd43dd8448eb211c80319c\"",
+            "}",
+        ];
+        let mut out = Pieces::default();
+        let mut text = Gathered::new(&mut out);
+        for piece in small {
+            text.write_str(piece).unwrap_or_default();
+        }
+        text.flush().unwrap_or_default();
+        assert_eq!(out.0, vec![small.concat()], "a span's object is one write");
+
+        let pieces = [
+            "é✓".repeat(40),
+            "x".repeat(300),
+            "ü".repeat(100),
+            "y".into(),
+        ];
+        let mut out = Pieces::default();
+        let mut text = Gathered::new(&mut out);
+        for piece in &pieces {
+            text.write_str(piece).unwrap_or_default();
+        }
+        text.flush().unwrap_or_default();
+        assert_eq!(out.0.concat(), pieces.concat());
+        assert!(out.0.iter().all(|p| !p.is_empty()), "{:?}", out.0);
     }
 }

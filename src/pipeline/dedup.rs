@@ -144,7 +144,7 @@ impl Pipeline {
         let Some(request) = &keys.request else {
             return;
         };
-        let record = keys.request_record().encode();
+        let record = keys.request_record();
         let kept = self
             .state
             .mark_done_if_free(request, &record, now_ms, expires_ms)
@@ -178,7 +178,7 @@ impl Pipeline {
         // Both claims are released even when one release fails; the first failure is the
         // answer.
         let mut released = Ok(());
-        for key in keys.all() {
+        for key in keys.all().iter() {
             let r = self.state.release(key, token).await;
             released = released.and(r);
         }
@@ -200,15 +200,23 @@ impl Pipeline {
         // Only a webhook's request id is on a ticket; reconciliation's and a replay's are
         // made here and say nothing the source does not.
         let request = (source == Source::Webhook).then_some(event.request_id.as_str());
-        let event_record = EventRecord::first(received_ms, decided, source, request).encode();
-        let request_record = keys.request_record().encode();
-        let mut marks: Vec<(&StoreKey, &[u8])> = vec![(&keys.event, &event_record)];
-        if let Some(request) = &keys.request {
-            marks.push((request, &request_record));
-        }
+        let event_record = EventRecord::encode_first(received_ms, decided, source, request);
+        let event_mark = (&keys.event, event_record.as_slice());
+        let request_record = keys
+            .request
+            .as_ref()
+            .map(|key| (key, keys.request_record()));
+        let both;
+        let marks: &[(&StoreKey, &[u8])] = match &request_record {
+            Some((key, record)) => {
+                both = [event_mark, (key, record.as_slice())];
+                &both
+            }
+            None => std::slice::from_ref(&event_mark),
+        };
         let (now, ttl) = (self.now_ms(), self.settings.ttl);
         self.state
-            .mark_done(&marks, token, now, event.timestamp_ms, ttl)
+            .mark_done(marks, token, now, event.timestamp_ms, ttl)
             .await?;
         // The guard state and the marks are on disk before the 200 (contract §4). If they
         // cannot be, the answer is 503 and the retry finds the marks in memory.

@@ -36,18 +36,38 @@ impl DedupKeys {
         }
     }
 
-    /// What the request id's mark records: the event key it was decided under.
-    pub(super) fn request_record(&self) -> RequestRecord {
-        RequestRecord {
-            event_id: self.event_id.0.clone(),
-            by_message: self.event_id.1,
-        }
+    /// The bytes of what the request id's mark records: the event key it was decided
+    /// under.
+    pub(super) fn request_record(&self) -> Vec<u8> {
+        RequestRecord::encode_of(&self.event_id.0, self.event_id.1)
     }
 
     /// The keys, the event's first.
-    pub(super) fn all(&self) -> Vec<&StoreKey> {
-        std::iter::once(&self.event)
-            .chain(self.request.as_ref())
-            .collect()
+    pub(super) fn all(&self) -> KeyRefs<'_> {
+        match &self.request {
+            Some(request) => KeyRefs {
+                keys: [&self.event, request],
+                len: 2,
+            },
+            None => KeyRefs {
+                keys: [&self.event; 2],
+                len: 1,
+            },
+        }
+    }
+}
+
+/// An event's keys by reference, kept where they are used: a list of them for every
+/// delivery need not be on the heap.
+pub(super) struct KeyRefs<'a> {
+    keys: [&'a StoreKey; 2],
+    len: usize,
+}
+
+impl<'a> std::ops::Deref for KeyRefs<'a> {
+    type Target = [&'a StoreKey];
+
+    fn deref(&self) -> &Self::Target {
+        &self.keys[..self.len]
     }
 }

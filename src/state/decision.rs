@@ -113,25 +113,33 @@ impl EventRecord {
 
     /// The record's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(48);
-        out.extend([VERSION, KIND_EVENT]);
-        put_varint(&mut out, zigzag(self.first_seen_ms));
-        let (outcome, reason) = match self.decided {
-            Decided::Published => (1, 0),
-            Decided::Spooled => (2, 0),
-            Decided::Dropped(reason) => (3, reason_code(reason)),
-            Decided::Held => (4, 0),
-        };
-        out.extend([outcome, reason]);
         let seen = self
             .sources
             .iter()
             .fold(0u8, |mask, s| mask | (1 << source_code(*s)));
-        out.push(source_code(self.first_source) | (seen << 2));
-        put_varint(&mut out, u64::from(self.deliveries));
-        put_request_id(&mut out, self.first_request.as_deref());
-        put_request_id(&mut out, self.last_request.as_deref());
-        out
+        encode_event(
+            EventHead::from(self),
+            seen,
+            self.first_request.as_deref(),
+            self.last_request.as_deref(),
+        )
+    }
+
+    /// The bytes of [`EventRecord::first`]'s record, made without the record: every
+    /// decided delivery writes one.
+    pub fn encode_first(
+        first_seen_ms: i64,
+        decided: Decided,
+        source: Source,
+        request: Option<&str>,
+    ) -> Vec<u8> {
+        let head = EventHead {
+            first_seen_ms,
+            decided,
+            first_source: source,
+            deliveries: 1,
+        };
+        encode_event(head, 1 << source_code(source), request, None)
     }
 
     /// Reads [`EventRecord::encode`]'s bytes; `None` for anything else.
@@ -170,6 +178,51 @@ impl EventRecord {
     }
 }
 
+/// The fixed part of an event record, for [`encode_event`].
+struct EventHead {
+    first_seen_ms: i64,
+    decided: Decided,
+    first_source: Source,
+    deliveries: u32,
+}
+
+/// The fixed part of `record`.
+impl From<&EventRecord> for EventHead {
+    fn from(record: &EventRecord) -> Self {
+        Self {
+            first_seen_ms: record.first_seen_ms,
+            decided: record.decided,
+            first_source: record.first_source,
+            deliveries: record.deliveries,
+        }
+    }
+}
+
+/// An event record's bytes: its fixed part, the set of its sources (a mask of their
+/// codes) and its request ids.
+fn encode_event(
+    head: EventHead,
+    seen: u8,
+    first_request: Option<&str>,
+    last_request: Option<&str>,
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(48);
+    out.extend([VERSION, KIND_EVENT]);
+    put_varint(&mut out, zigzag(head.first_seen_ms));
+    let (outcome, reason) = match head.decided {
+        Decided::Published => (1, 0),
+        Decided::Spooled => (2, 0),
+        Decided::Dropped(reason) => (3, reason_code(reason)),
+        Decided::Held => (4, 0),
+    };
+    out.extend([outcome, reason]);
+    out.push(source_code(head.first_source) | (seen << 2));
+    put_varint(&mut out, u64::from(head.deliveries));
+    put_request_id(&mut out, first_request);
+    put_request_id(&mut out, last_request);
+    out
+}
+
 /// What a request id's done mark records: the event its delivery was decided as.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RequestRecord {
@@ -183,10 +236,15 @@ pub struct RequestRecord {
 impl RequestRecord {
     /// The record's bytes.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(4 + self.event_id.len());
-        out.extend([VERSION, KIND_REQUEST, u8::from(self.by_message)]);
-        put_varint(&mut out, self.event_id.len() as u64);
-        out.extend_from_slice(self.event_id.as_bytes());
+        Self::encode_of(&self.event_id, self.by_message)
+    }
+
+    /// The bytes of the record of `event_id`, made without the record.
+    pub fn encode_of(event_id: &str, by_message: bool) -> Vec<u8> {
+        let mut out = Vec::with_capacity(4 + event_id.len());
+        out.extend([VERSION, KIND_REQUEST, u8::from(by_message)]);
+        put_varint(&mut out, event_id.len() as u64);
+        out.extend_from_slice(event_id.as_bytes());
         out
     }
 
@@ -256,7 +314,11 @@ fn put_request_id(out: &mut Vec<u8>, id: Option<&str>) {
     // Only a form that prints back to the same text is packed: the record must give
     // the id exactly as the sender's ticket shows it.
     if let Ok(uuid) = uuid::Uuid::parse_str(id) {
-        if uuid.hyphenated().to_string() == id {
+        if *uuid
+            .hyphenated()
+            .encode_lower(&mut uuid::Uuid::encode_buffer())
+            == *id
+        {
             out.push(ID_UUID);
             out.extend_from_slice(uuid.as_bytes());
             return;
@@ -377,6 +439,33 @@ mod tests {
                 assert_eq!(EventRecord::decode(&r.encode()), Some(r.clone()), "{id:?}");
             }
         }
+    }
+
+    #[test]
+    fn a_first_record_is_encoded_alike_with_or_without_the_record() {
+        let ids = [
+            None,
+            Some("3f1c2a9e-8b7d-4c6a-9f0e-1d2c3b4a5f60"),
+            Some("3F1C2A9E-8B7D-4C6A-9F0E-1D2C3B4A5F60"),
+            Some("{3f1c2a9e-8b7d-4c6a-9f0e-1d2c3b4a5f60}"),
+            Some("req_01HZX3J8Q4K7M2N5P9R6S8T0VW"),
+        ];
+        let decided = [Decided::Held, Decided::Dropped("repeated_stop")];
+        for (id, d, source) in ids
+            .into_iter()
+            .flat_map(|id| decided.map(|d| (id, d)))
+            .flat_map(|(id, d)| Source::ALL.map(|s| (id, d, s)))
+        {
+            let record = EventRecord::first(-5, d, source, id);
+            let bytes = EventRecord::encode_first(-5, d, source, id);
+            assert_eq!(bytes, record.encode(), "{id:?} {d:?} {source:?}");
+            assert_eq!(EventRecord::decode(&bytes), Some(record));
+        }
+        let request = RequestRecord {
+            event_id: "evt_1".into(),
+            by_message: true,
+        };
+        assert_eq!(RequestRecord::encode_of("evt_1", true), request.encode());
     }
 
     #[test]
