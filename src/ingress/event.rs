@@ -208,10 +208,10 @@ impl RequestId {
         };
         // A sender's id that looks like reconciliation's or a replay's would make its
         // message say `x-source: reconcile` or `replay`; it is replaced like a missing one.
-        let usable = |v: &String| v.len() <= MAX_ID_BYTES && Source::of(v) == Source::Webhook;
+        let usable = |v: &&str| v.len() <= MAX_ID_BYTES && Source::of(v) == Source::Webhook;
         match header_text(headers, name).filter(usable) {
             Some(value) => Self {
-                value,
+                value: value.to_owned(),
                 from_sender: true,
             },
             None => Self::generated(),
@@ -276,6 +276,7 @@ pub fn parse(
             .header_fallbacks
             .then(|| header_text(headers, name))
             .flatten()
+            .map(str::to_owned)
     };
     let id = text(fields.event_id)
         .or_else(|| unsigned(EVENT_ID))
@@ -296,7 +297,7 @@ pub fn parse(
         None | Some(Field::Null) => None,
         Some(v) => Some(parse_timestamp(v).ok_or(ParseError::BadTimestamp)?),
     };
-    let attempt = header_text(headers, DELIVERY_ATTEMPT).and_then(|v| v.trim().parse().ok());
+    let attempt = header_text(headers, DELIVERY_ATTEMPT).and_then(|v| v.parse().ok());
     Ok(Event {
         id,
         event_type,
@@ -323,9 +324,7 @@ fn parse_own(
 ) -> Result<Event, ParseError> {
     let Verified(delivery) = verified;
     let content_type = header_text(&delivery.headers, http::header::CONTENT_TYPE.as_str());
-    let json = content_type
-        .as_deref()
-        .is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
+    let json = content_type.is_some_and(|t| t.to_ascii_lowercase().starts_with("application/json"));
     let found = if json {
         fields
             .plan
@@ -355,7 +354,8 @@ fn parse_own(
     // A content type is an AMQP short string; one that cannot be one is replaced.
     let content_type = content_type
         .filter(|t| t.len() <= 255 && t.is_ascii())
-        .unwrap_or_else(|| FORM_CONTENT_TYPE.to_owned());
+        .unwrap_or(FORM_CONTENT_TYPE)
+        .to_owned();
     Ok(Event {
         id,
         event_type: event_type.to_owned(),
@@ -400,13 +400,13 @@ fn unix_number_ms(f: f64) -> Option<i64> {
     }
 }
 
-fn header_text(headers: &HeaderMap, name: &str) -> Option<String> {
+/// A header's text, trimmed; `None` when it is missing, empty or not visible ASCII.
+fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(str::to_owned)
 }
 
 #[cfg(test)]
