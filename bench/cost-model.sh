@@ -22,7 +22,8 @@
 # the instruction counts overstate hashing; the cpu kind shows what it costs natively.
 #
 # Env (defaults in brackets): REQUESTS [4000] VG_REQUESTS [1000] CPU_REQUESTS [40000] WARM [300]
-#   CONNECTIONS [16] OUT [target/bench-cost] NO_BUILD [empty; 1 = use built binaries]
+#   CONNECTIONS [16] CPU_CONNECTIONS [64, the load bench's; for the cpu kind] OUT [target/bench-cost]
+#   NO_BUILD [empty; 1 = use built binaries]
 #   KINDS ["cpu syscalls instr heap"] TARGETS ["hookgate durable publish"]
 #   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
 # Needs RabbitMQ, strace and valgrind; leaves the broker running, deletes its own exchange.
@@ -33,6 +34,7 @@ REQUESTS=${REQUESTS:-4000}
 VG_REQUESTS=${VG_REQUESTS:-1000}
 WARM=${WARM:-300}
 CONNECTIONS=${CONNECTIONS:-16}
+CPU_CONNECTIONS=${CPU_CONNECTIONS:-64}
 OUT=${OUT:-target/bench-cost}
 CPU_REQUESTS=${CPU_REQUESTS:-40000}
 KINDS=${KINDS:-cpu syscalls instr heap}
@@ -110,10 +112,10 @@ stop() {
     kill -TERM "$SERVER" 2>/dev/null || true
     wait "$SERVER" 2>/dev/null || true
 }
-# send N JSON: N new deliveries, closed loop; the load tool's report in JSON.
+# send N JSON [CONNECTIONS]: N new deliveries, closed loop; the load tool's report in JSON.
 send() {
     LOAD_SECRET=$SECRET "$LOAD" --url "https://127.0.0.1:$PORT/webhooks/botix" \
-        --ca "$TMP/tls.crt" --connections "$CONNECTIONS" --requests "$1" --duration 3600s \
+        --ca "$TMP/tls.crt" --connections "${3:-$CONNECTIONS}" --requests "$1" --duration 3600s \
         --warmup 0s --duplicates 0 --out-of-order 0 --json "$2" >/dev/null
     jq -e '.completed > 0 and (.errors | length) == 0' "$2" >/dev/null ||
         { echo "cost-model: the load run failed: $(jq -c '{completed, errors, statuses}' "$2")" >&2; exit 1; }
@@ -124,26 +126,38 @@ switches() { cat /proc/"$SERVER"/task/*/status 2>/dev/null |
 
 TICK=$(getconf CLK_TCK)
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
+# The server's CPU ticks by thread name, as a JSON object: which thread the time goes to
+# (the runtime's workers, the journal's writer, lapin's I/O loop).
+thread_ticks() {
+    for task in /proc/"$SERVER"/task/*; do
+        printf '%s\t%s\n' "$(<"$task/comm")" "$(awk '{print $14 + $15}' "$task/stat")"
+    done | jq -Rn '[inputs | split("\t") | {(.[0]): (.[1] | tonumber)}]
+        | reduce .[] as $t ({}; reduce ($t | to_entries[]) as $e (.; .[$e.key] += $e.value))'
+}
 
 for target in $TARGETS; do
     if [[ " $KINDS " == *" cpu "* ]]; then
-        echo "== $target: CPU time and its profile over $CPU_REQUESTS deliveries"
+        echo "== $target: CPU time and its profile over $CPU_REQUESTS deliveries, $CPU_CONNECTIONS connections"
         start "$target" target/release
         warm
         before=$(cpu_ticks)
+        threads_before=$(thread_ticks)
         # System-wide, then split by the server's pid: a profile of one process's threads
         # (`-p`) adds perf's own work to every context switch of those threads, and the
         # servers differ in how often they switch.
         perf record -q -a -e cpu-clock -F 999 -o "$OUT/$target.perf" 2>/dev/null &
         recorder=$!
-        send "$CPU_REQUESTS" "$OUT/$target-cpu-load.json"
+        send "$CPU_REQUESTS" "$OUT/$target-cpu-load.json" "$CPU_CONNECTIONS"
         after=$(cpu_ticks)
+        threads_after=$(thread_ticks)
         kill -INT "$recorder"
         wait "$recorder" || true
         stop
         jq -n --argjson n "$CPU_REQUESTS" --argjson c "$((after - before))" --argjson t "$TICK" \
-            --argjson pid "$SERVER" \
-            '{requests: $n, pid: $pid, cpu_us_per_request: ($c / $t / $n * 1e6)}' >"$OUT/$target-cpu.json"
+            --argjson pid "$SERVER" --argjson b "$threads_before" --argjson a "$threads_after" \
+            '{requests: $n, pid: $pid, cpu_us_per_request: ($c / $t / $n * 1e6),
+              by_thread: ($a | with_entries(.value = ((.value - ($b[.key] // 0)) / $t / $n * 1e6)))}' \
+            >"$OUT/$target-cpu.json"
     fi
     if [[ " $KINDS " == *" syscalls "* ]]; then
         echo "== $target: system calls and context switches over $REQUESTS deliveries"

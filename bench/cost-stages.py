@@ -222,6 +222,24 @@ def cpu_table(out, targets):
             print(f"| {label} | " + " | ".join(
                 f"{rows[t][0] * rows[t][1].get(label, 0):.1f}" for t in cols) + " |")
     print("| **total** | " + " | ".join(f"**{rows[t][0]:.1f}**" for t in cols) + " |\n")
+    thread_table(out, cols)
+
+
+def thread_table(out, cols):
+    """CPU per delivery by thread name (the runtime's workers, the journal's writer...)."""
+    by_thread = {t: json.loads((out / f"{t}-cpu.json").read_text()).get("by_thread", {})
+                 for t in cols}
+    names = sorted({name for t in cols for name, us in by_thread[t].items() if us >= 0.05},
+                   key=lambda name: -max(by_thread[t].get(name, 0) for t in cols))
+    if not names:
+        return
+    print("### CPU time per delivery, µs, by thread\n")
+    print("| thread | " + " | ".join(cols) + " |")
+    print("|---|" + "---:|" * len(cols))
+    for name in names:
+        print(f"| {name} | " + " | ".join(
+            f"{by_thread[t][name]:.1f}" if name in by_thread[t] else "" for t in cols) + " |")
+    print()
 
 
 def dhat_totals(path):
