@@ -2,11 +2,9 @@
 //! a library's lines at the level their meaning has for an operator.
 
 use std::io::IsTerminal;
-use std::sync::OnceLock;
 
 use clap::ValueEnum;
 use tracing::callsite::DefaultCallsite;
-use tracing::dispatcher::WeakDispatch;
 use tracing::field::{Field, Value, Visit};
 use tracing::metadata::Kind;
 use tracing::span::{Attributes, Id, Record};
@@ -17,7 +15,6 @@ use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use super::span_fields::JsonSpanFields;
-use hookgate::ingress::trace::TraceId;
 
 #[derive(Clone, Copy, ValueEnum)]
 pub enum LogFormat {
@@ -88,11 +85,7 @@ where
     } else {
         fmt::layer().with_ansi(ansi).with_writer(writer).boxed()
     };
-    Output {
-        format,
-        dispatch: OnceLock::new(),
-    }
-    .boxed()
+    Output(format).boxed()
 }
 
 /// Writes every event as it is, but lapin's ERROR lines, which go out at WARN: lapin logs
@@ -100,18 +93,9 @@ where
 /// read 0…`, `error doing IO`, `Connection error`), while hookgate reports the lost
 /// connection itself at WARN and reconnects, and ERROR is for data at risk or an operator
 /// who must act (docs/operations.md). One layer, not a filtered one beside a second: a
-/// per-layer filter looks the span up at every enter and exit.
-///
-/// A line written while a delivery is handled (see [`TraceId::scope`]) is written inside a
-/// `delivery` span naming its trace, opened for that line alone: a span held for every
-/// delivery would cost each one its creation, an enter and exit at every poll and its
-/// close, though most deliveries log nothing.
-struct Output<S> {
-    format: BoxedLayer<S>,
-    /// The subscriber this layer is part of, to open the `delivery` span in. Weak: the
-    /// subscriber holds this layer.
-    dispatch: OnceLock<WeakDispatch>,
-}
+/// per-layer filter looks the span up at every enter and exit, and a delivery's span is
+/// entered at every poll.
+struct Output<S>(BoxedLayer<S>);
 
 fn is_lapin_error(meta: &Metadata<'_>) -> bool {
     *meta.level() == Level::ERROR
@@ -128,38 +112,10 @@ static LAPIN_WARN: Metadata<'static> = tracing_core::metadata! {
     kind: Kind::EVENT,
 };
 
-static DELIVERY_SPAN_CALLSITE: DefaultCallsite = DefaultCallsite::new(&DELIVERY_SPAN);
-static DELIVERY_SPAN: Metadata<'static> = tracing_core::metadata! {
-    name: "delivery",
-    target: "hookgate::pipeline::delivery",
-    level: Level::INFO,
-    fields: &["trace_id"],
-    callsite: &DELIVERY_SPAN_CALLSITE,
-    kind: Kind::SPAN,
-};
-
-/// Runs `write` inside a new `delivery` span of `trace`. The span is opened through the
-/// subscriber itself: a span made with the macros while a line is being written would go
-/// to no subscriber (tracing does not re-enter one).
-fn in_delivery_span(dispatch: &Dispatch, trace: TraceId, write: impl FnOnce()) {
-    let names = DELIVERY_SPAN.fields();
-    let Some(field) = names.field("trace_id") else {
-        return write();
-    };
-    let text = trace.as_str();
-    let values: [(&Field, Option<&dyn Value>); 1] = [(&field, Some(&text as &dyn Value))];
-    let id = dispatch.new_span(&Attributes::new(&DELIVERY_SPAN, &names.value_set(&values)));
-    dispatch.enter(&id);
-    write();
-    dispatch.exit(&id);
-    dispatch.try_close(id);
-}
-
-impl<S: Subscriber> Output<S> {
-    /// Writes `event`, lapin's ERROR lines as WARN.
-    fn write(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+impl<S: Subscriber> Layer<S> for Output<S> {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         if !is_lapin_error(event.metadata()) {
-            return self.format.on_event(event, ctx);
+            return self.0.on_event(event, ctx);
         }
         let mut text = EventText::default();
         event.record(&mut text);
@@ -175,60 +131,46 @@ impl<S: Subscriber> Output<S> {
                 (!text.fields.is_empty()).then_some(&fields_text as &dyn Value),
             ),
         ];
-        self.format
+        self.0
             .on_event(&Event::new(&LAPIN_WARN, &names.value_set(&values)), ctx);
-    }
-}
-
-impl<S: Subscriber> Layer<S> for Output<S> {
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
-        let dispatch = self.dispatch.get().and_then(WeakDispatch::upgrade);
-        match (TraceId::current(), dispatch) {
-            (Some(trace), Some(dispatch)) => {
-                in_delivery_span(&dispatch, trace, || self.write(event, ctx));
-            }
-            _ => self.write(event, ctx),
-        }
     }
 
     // Everything else goes to the writing layer as it is.
     fn on_register_dispatch(&self, subscriber: &Dispatch) {
-        // The first subscriber only: a layer belongs to one.
-        let _ = self.dispatch.set(subscriber.downgrade());
-        self.format.on_register_dispatch(subscriber);
+        self.0.on_register_dispatch(subscriber);
     }
     fn on_layer(&mut self, subscriber: &mut S) {
-        self.format.on_layer(subscriber);
+        self.0.on_layer(subscriber);
     }
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        self.format.register_callsite(metadata)
+        self.0.register_callsite(metadata)
     }
     fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
-        self.format.enabled(metadata, ctx)
+        self.0.enabled(metadata, ctx)
     }
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        self.format.on_new_span(attrs, id, ctx);
+        self.0.on_new_span(attrs, id, ctx);
     }
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        self.format.on_record(span, values, ctx);
+        self.0.on_record(span, values, ctx);
     }
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
-        self.format.on_follows_from(span, follows, ctx);
+        self.0.on_follows_from(span, follows, ctx);
     }
     fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
-        self.format.event_enabled(event, ctx)
+        self.0.event_enabled(event, ctx)
     }
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        self.format.on_enter(id, ctx);
+        self.0.on_enter(id, ctx);
     }
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        self.format.on_exit(id, ctx);
+        self.0.on_exit(id, ctx);
     }
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        self.format.on_close(id, ctx);
+        self.0.on_close(id, ctx);
     }
     fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
-        self.format.on_id_change(old, new, ctx);
+        self.0.on_id_change(old, new, ctx);
     }
 }
 
@@ -254,7 +196,6 @@ impl Visit for EventText {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use hookgate::ingress::trace::TraceContext;
     use std::sync::{Arc, Mutex};
     use tracing_subscriber::layer::SubscriberExt;
 
@@ -340,56 +281,6 @@ mod tests {
         assert_eq!(first["message"], "error doing IO", "{}", json[0]);
         let last: serde_json::Value = serde_json::from_str(&json[4]).unwrap_or_default();
         assert_eq!(last["level"], "ERROR", "{}", json[4]);
-    }
-
-    /// Lines logged inside and outside the handling of a delivery of a new trace; the
-    /// trace's id.
-    fn delivery_lines(json: bool) -> (Vec<String>, String) {
-        let trace = TraceContext::new_root().trace_id();
-        let lines = lines(json, || {
-            let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
-                return;
-            };
-            runtime.block_on(trace.scope(async {
-                tracing::warn!(event_id = "evt_1", "inside");
-                tokio::task::yield_now().await;
-                tracing::warn!("inside, after a pause");
-            }));
-            tracing::warn!("outside");
-        });
-        (lines, trace.as_str().to_owned())
-    }
-
-    #[test]
-    fn in_json_a_line_logged_for_a_delivery_names_its_trace_in_a_delivery_span() {
-        let (json, trace) = delivery_lines(true);
-        assert_eq!(json.len(), 3, "{json:#?}");
-        let line =
-            |i: usize| -> serde_json::Value { serde_json::from_str(&json[i]).unwrap_or_default() };
-        for (i, text) in json.iter().enumerate().take(2) {
-            assert_eq!(
-                line(i)["spans"],
-                serde_json::json!([{"name": "delivery", "trace_id": trace}]),
-                "{text}"
-            );
-        }
-        assert_eq!(line(0)["event_id"], "evt_1", "{}", json[0]);
-        assert_eq!(line(2)["message"], "outside", "{}", json[2]);
-        assert!(line(2).get("spans").is_none(), "{}", json[2]);
-    }
-
-    #[test]
-    fn in_text_a_line_logged_for_a_delivery_names_its_trace() {
-        let (text, trace) = delivery_lines(false);
-        assert_eq!(text.len(), 3, "{text:#?}");
-        let named = format!("delivery{{trace_id=\"{trace}\"}}");
-        assert!(
-            text[0].contains(&named) && text[0].contains("inside"),
-            "{}",
-            text[0]
-        );
-        assert!(text[1].contains(&named), "{}", text[1]);
-        assert!(!text[2].contains("delivery{"), "{}", text[2]);
     }
 
     #[test]

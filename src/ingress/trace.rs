@@ -104,26 +104,7 @@ impl TraceContext {
 }
 
 /// The trace id of a [`TraceContext`]: 32 lowercase hex digits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceId([u8; 32]);
-
-tokio::task_local! {
-    /// The trace of the delivery the running task handles. The log names it on every line
-    /// written meanwhile (`cli::logging`), so a delivery that logs nothing costs no span.
-    static DELIVERY_TRACE: TraceId;
-}
-
-impl TraceId {
-    /// Runs `future` as the handling of a delivery of this trace: lines it logs name it.
-    pub async fn scope<F: std::future::Future>(self, future: F) -> F::Output {
-        DELIVERY_TRACE.scope(self, future).await
-    }
-
-    /// The trace of the delivery handled where this is called, if any.
-    pub fn current() -> Option<TraceId> {
-        DELIVERY_TRACE.try_with(|trace| *trace).ok()
-    }
-}
 
 impl TraceId {
     pub fn as_str(&self) -> &str {

@@ -6,6 +6,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tracing::Instrument;
+
 use crate::budget::Charge;
 use crate::ingress::event::{self, Delivery, Event, RequestId};
 use crate::ingress::trace::TraceContext;
@@ -63,11 +65,13 @@ impl Pipeline {
         delivery: Delivery,
         charge: Charge,
     ) -> (Outcome, String) {
+        let name = route.config.name.as_str();
         let request_id = RequestId::of(&delivery.headers, route.config.profile);
         let now_ms = self.now_ms();
         let echoed = request_id.value.clone();
         let trace = TraceContext::of(&delivery.headers);
-        let trace_id = trace.trace_id();
+        // Every line logged for this delivery names its trace (INFO: WARN lines need it).
+        let span = tracing::info_span!("delivery", trace_id = trace.trace_id().as_str());
         let received = Received {
             delivery,
             charge,
@@ -75,22 +79,11 @@ impl Pipeline {
             trace,
             now_ms,
         };
-        // Every line logged for this delivery names its trace. Not boxed here: the whole
-        // delivery is in one box already (`handle_to_end`), which holds the kilobytes of its
-        // state machine where they are polled, never moved.
-        trace_id
-            .scope(async {
-                let outcome = self.run(route, received).await;
-                Self::count(route, &outcome);
-                (outcome, echoed)
-            })
-            .await
-    }
-
-    /// Counts a delivery's outcome in the route's metrics.
-    fn count(route: &RouteRuntime, outcome: &Outcome) {
-        let name = route.config.name.as_str();
-        match outcome {
+        // Not boxed here: the whole delivery is in one box already (`handle_to_end`), which
+        // holds the kilobytes of its state machine where they are polled, never moved.
+        let outcome = self.run(route, received).instrument(span.clone()).await;
+        let _in_span = span.enter();
+        match &outcome {
             Outcome::Duplicate { .. } => {
                 route.counters.dedup_hits.inc();
             }
@@ -105,6 +98,7 @@ impl Pipeline {
             }
             _ => {}
         }
+        (outcome, echoed)
     }
 
     /// A delivery from its signature to its outcome; a failing store makes it a 503.
