@@ -5,7 +5,7 @@
 # a busy machine changes it little:
 #   cpu       CPU time per request of the server (/proc/PID/stat) over CPU_REQUESTS, split by
 #             component from a sampled profile of the machine (perf record -a -e cpu-clock,
-#             kernel included) cut to the server's pid:
+#             kernel included) cut to the server's pid, and by thread (/proc/PID/task/*/stat):
 #             the one figure here that is a time, so it wants a quiet machine
 #   syscalls  system calls per request, by call (strace -c -f), and context switches per
 #             request of all the server's threads (/proc/PID/task/*/status)
@@ -131,8 +131,7 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
 thread_ticks() {
     for task in /proc/"$SERVER"/task/*; do
         printf '%s\t%s\n' "$(<"$task/comm")" "$(awk '{print $14 + $15}' "$task/stat")"
-    done | jq -Rn '[inputs | split("\t") | {(.[0]): (.[1] | tonumber)}]
-        | reduce .[] as $t ({}; reduce ($t | to_entries[]) as $e (.; .[$e.key] += $e.value))'
+    done | jq -Rn 'reduce (inputs | split("\t")) as [$name, $ticks] ({}; .[$name] += ($ticks | tonumber))'
 }
 
 for target in $TARGETS; do
