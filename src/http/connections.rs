@@ -188,8 +188,15 @@ where
             age: activity.accepted + self.limits.max_connection_age,
             closing: None,
         };
+        // One timer and one cancellation wait for the connection's life: each wake-up of
+        // the connection polls them, and building them anew would register a timer each
+        // time a deadline is picked.
+        let stopped = self.stop.cancelled();
+        let mut stopped = pin!(stopped);
+        let (mut deadline, _) = deadlines.next_deadline();
+        let timer = tokio::time::sleep_until(deadline);
+        let mut timer = pin!(timer);
         loop {
-            let (deadline, reason) = deadlines.next_deadline();
             tokio::select! {
                 result = conn.as_mut() => {
                     if let Err(error) = result {
@@ -200,13 +207,12 @@ where
                     }
                     return;
                 }
-                _ = activity.changed.notified() => {}
-                _ = self.stop.cancelled(), if deadlines.closing.is_none() => {
+                _ = stopped.as_mut(), if deadlines.closing.is_none() => {
                     conn.as_mut().graceful_shutdown();
                     // The listener's shutdown grace bounds the rest.
                     deadlines.closing = Some(far_future());
                 }
-                _ = tokio::time::sleep_until(deadline) => match deadlines.passed(reason) {
+                _ = timer.as_mut() => match deadlines.passed() {
                     Passed::Moved => {}
                     Passed::Drop(reason) => {
                         if let Some(reason) = reason {
@@ -220,6 +226,11 @@ where
                         deadlines.closing = Some(deadlines.after_asking());
                     }
                 },
+            }
+            let (next, _) = deadlines.next_deadline();
+            if next != deadline || timer.is_elapsed() {
+                timer.as_mut().reset(next);
+                deadline = next;
             }
         }
     }

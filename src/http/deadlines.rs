@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Notify;
 use tokio::time::Instant as TokioInstant;
 
 use crate::config::Limits;
@@ -24,8 +23,8 @@ pub(super) struct Deadlines<'a> {
 
 /// What the watcher does when a deadline passes.
 pub(super) enum Passed {
-    /// A request started since the deadline was picked, or ended as it passed: pick the
-    /// next one.
+    /// The deadline moved since it was picked (it was a look-again, or a request started
+    /// or ended meanwhile): wait for the next one.
     Moved,
     /// Drop the connection, counting the close under its reason if it has one.
     Drop(Option<CloseReason>),
@@ -48,12 +47,14 @@ impl Deadlines<'_> {
         }
     }
 
-    /// What to do now that the deadline of `reason` has passed.
-    pub(super) fn passed(&self, reason: Option<CloseReason>) -> Passed {
+    /// What to do now that the deadline picked last has passed. The reason is read now:
+    /// what the connection did since the deadline was picked may have moved it.
+    pub(super) fn passed(&self) -> Passed {
+        let (due, reason) = self.next_deadline();
+        if due > TokioInstant::now() {
+            return Passed::Moved;
+        }
         match reason {
-            Some(_) if self.activity.due(self.limits).0.min(self.age) > TokioInstant::now() => {
-                Passed::Moved
-            }
             None => {
                 tracing::debug!("connection did not close after being asked; dropped");
                 Passed::Drop(None)
@@ -99,11 +100,6 @@ pub(super) struct Activity {
     in_flight: AtomicUsize,
     /// Milliseconds from `accepted` to the end of the last request.
     last_end_ms: AtomicU64,
-    /// Woken when a request ends, so the watcher picks its next deadline. A start wakes
-    /// nobody: it only moves a deadline later, and the watcher, woken at the earlier one,
-    /// finds it moved ([`Passed::Moved`]). A wake-up at the start would poll the
-    /// connection, and the request just started in it, once more for nothing.
-    pub(super) changed: Notify,
 }
 
 impl Activity {
@@ -113,15 +109,22 @@ impl Activity {
             requests: AtomicU64::new(0),
             in_flight: AtomicUsize::new(0),
             last_end_ms: AtomicU64::new(0),
-            changed: Notify::new(),
         }
     }
 
     /// The next deadline of an open connection and what it means.
+    ///
+    /// Nothing wakes the watcher when a request starts or ends: a wake-up per request
+    /// would poll the connection, and the request in it, once more for nothing. Instead
+    /// no deadline picked here is later than the true one, whatever happens before it:
+    /// a connection with a request in flight, or with none yet, is looked at again
+    /// within `idle_timeout` of now, the earliest an idle deadline can fall. A watcher
+    /// woken early finds the deadline moved ([`Passed::Moved`]) and picks the next.
     fn due(&self, limits: &Limits) -> (TokioInstant, CloseReason) {
+        let look_again = TokioInstant::now() + limits.idle_timeout;
         if self.requests.load(Ordering::Acquire) == 0 {
             let setup_due = self.accepted + limits.header_read_timeout;
-            (setup_due, CloseReason::SetupTimeout)
+            (setup_due.min(look_again), CloseReason::SetupTimeout)
         } else if self.in_flight.load(Ordering::Acquire) == 0 {
             let last = Duration::from_millis(self.last_end_ms.load(Ordering::Acquire));
             (
@@ -129,7 +132,7 @@ impl Activity {
                 CloseReason::Idle,
             )
         } else {
-            (far_future(), CloseReason::Idle)
+            (look_again, CloseReason::Idle)
         }
     }
 }
@@ -153,6 +156,5 @@ impl Drop for InFlight {
         let since = a.accepted.elapsed().as_millis() as u64;
         a.last_end_ms.fetch_max(since, Ordering::AcqRel);
         a.in_flight.fetch_sub(1, Ordering::AcqRel);
-        a.changed.notify_one();
     }
 }
