@@ -67,19 +67,26 @@ pub(super) fn header_str<'a>(
     value.to_str().map_err(|_| SignatureError::Malformed)
 }
 
-/// A SHA-256 MAC as the header encodes it.
-pub(super) fn decode(text: &str, encoding: Encoding) -> Result<Vec<u8>, SignatureError> {
-    let bytes = match encoding {
-        Encoding::Hex => hex::decode(text).map_err(|_| SignatureError::Malformed)?,
-        Encoding::Base64 => base64::engine::general_purpose::STANDARD
-            .decode(text)
-            .map_err(|_| SignatureError::Malformed)?,
-    };
-    // A SHA-256 MAC is 32 bytes; anything else cannot match and is malformed.
-    if bytes.len() != 32 {
-        return Err(SignatureError::Malformed);
+/// A SHA-256 MAC as the header encodes it. A MAC is 32 bytes; a text of any other length
+/// cannot match and is malformed. Decoded into place: no buffer of its own.
+pub(super) fn decode(text: &str, encoding: Encoding) -> Result<[u8; 32], SignatureError> {
+    let mut mac = [0; 32];
+    match encoding {
+        // Fails unless the text is exactly 64 hex digits.
+        Encoding::Hex => {
+            hex::decode_to_slice(text, &mut mac).map_err(|_| SignatureError::Malformed)?
+        }
+        Encoding::Base64 => {
+            // The decoder wants room for its estimate, rounded up to whole groups of 3.
+            let mut room = [0; 33];
+            let len = base64::engine::general_purpose::STANDARD
+                .decode_slice(text, &mut room)
+                .map_err(|_| SignatureError::Malformed)?;
+            let decoded = room.get(..len).filter(|d| d.len() == mac.len());
+            mac.copy_from_slice(decoded.ok_or(SignatureError::Malformed)?);
+        }
     }
-    Ok(bytes)
+    Ok(mac)
 }
 
 /// A MAC written as `encoding` says.
@@ -114,5 +121,38 @@ impl SignedWindow {
             return Err(SignatureError::Stale);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine;
+
+    use super::*;
+
+    #[test]
+    fn a_mac_decodes_only_at_its_32_bytes() {
+        let b64 = |n: usize| base64::engine::general_purpose::STANDARD.encode(vec![7u8; n]);
+        let mac = [7u8; 32];
+        assert_eq!(decode(&hex::encode(mac), Encoding::Hex), Ok(mac));
+        assert_eq!(decode(&b64(32), Encoding::Base64), Ok(mac));
+        for (text, encoding) in [
+            (hex::encode([7u8; 31]), Encoding::Hex),
+            (hex::encode([7u8; 33]), Encoding::Hex),
+            (format!("{}zz", &hex::encode(mac)[2..]), Encoding::Hex),
+            (String::new(), Encoding::Hex),
+            (b64(31), Encoding::Base64),
+            (b64(33), Encoding::Base64),
+            (b64(64), Encoding::Base64),
+            (b64(32).trim_end_matches('=').to_owned(), Encoding::Base64),
+            (format!("{}!", &b64(32)[1..]), Encoding::Base64),
+            (String::new(), Encoding::Base64),
+        ] {
+            assert_eq!(
+                decode(&text, encoding),
+                Err(SignatureError::Malformed),
+                "{text:?}"
+            );
+        }
     }
 }

@@ -60,7 +60,7 @@ impl Verify for StandardWebhooksScheme {
         let id = header_str(headers, WEBHOOK_ID)?;
         let ts_text = header_str(headers, WEBHOOK_TIMESTAMP)?;
         SignedWindow::new(delivery.now_secs, self.tolerance_secs).check(ts_text)?;
-        let candidates: Vec<Vec<u8>> = header_str(headers, WEBHOOK_SIGNATURE)?
+        let candidates: Vec<[u8; 32]> = header_str(headers, WEBHOOK_SIGNATURE)?
             .split_whitespace()
             .filter_map(|s| s.strip_prefix("v1,"))
             .filter_map(|b| decode(b, Encoding::Base64).ok())
