@@ -273,14 +273,16 @@ pub async fn load_through_failover(
     for event in &unanswered {
         let deadline = Instant::now() + claim_left_over + POLL_DEADLINE;
         loop {
-            let (status, _) = post(&c, &gws[0], event).await;
+            let (status, answer) = post(&c, &gws[0], event).await;
             if status == 200 {
                 answered.insert(event.clone(), start.elapsed().as_millis() as u64);
                 break;
             }
             assert!(
                 Instant::now() < deadline,
-                "{event} never got a 200 after the failover"
+                "{event} never got a 200 after the failover; the last answer {status} {answer} \
+                 at {:.1}s",
+                start.elapsed().as_secs_f64()
             );
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
