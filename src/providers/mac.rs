@@ -82,8 +82,10 @@ pub(super) fn decode(text: &str, encoding: Encoding) -> Result<[u8; 32], Signatu
             let len = base64::engine::general_purpose::STANDARD
                 .decode_slice(text, &mut room)
                 .map_err(|_| SignatureError::Malformed)?;
-            let decoded = room.get(..len).filter(|d| d.len() == mac.len());
-            mac.copy_from_slice(decoded.ok_or(SignatureError::Malformed)?);
+            if len != mac.len() {
+                return Err(SignatureError::Malformed);
+            }
+            mac.copy_from_slice(&room[..len]);
         }
     }
     Ok(mac)

@@ -123,9 +123,8 @@ const HOT_ENTRIES: usize = 1024;
 /// 1 MiB); the runs cost about one byte of filter per entry (two entries per event: event
 /// id and request id, so well under 1 MiB for the events a minute brings); the rest is
 /// allocator and cache noise. Threads added meanwhile are allowed for on top
-/// ([`RSS_PER_ADDED_THREAD_KIB`]). Everything kept in memory
-/// instead grows by about 290 bytes an entry, 580 an event: 18.1 MiB for 35,555 events
-/// (`store.hot_entries: 100000000`).
+/// ([`RSS_PER_ADDED_THREAD_KIB`]). Everything kept in memory instead grows by about 290
+/// bytes an entry, 580 an event: 18.1 MiB for 35,555 events (`store.hot_entries: 100000000`).
 const MAX_RSS_GROWTH_KIB: u64 = 8 * 1024;
 
 /// Concurrent senders.
