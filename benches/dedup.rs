@@ -27,6 +27,7 @@ fn claim_and_done(c: &mut Criterion) {
         clock: std::sync::Arc::new(move || now),
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
+        durable_wait: Duration::from_secs(5),
         needs_restart: std::sync::Arc::new(|_| {}),
         disk: disk_seam::real(),
         background: true,

@@ -92,6 +92,7 @@ fn open(dir: &Path, now: &Arc<AtomicI64>) -> anyhow::Result<Window> {
         clock: Arc::new(move || clock_now.load(Ordering::SeqCst)),
         segment_bytes: 4 << 20,
         commit_interval: Duration::from_millis(1),
+        durable_wait: Duration::from_secs(5),
         needs_restart: std::sync::Arc::new(|_| {}),
         disk: disk_seam::real(),
         background: true,

@@ -5,18 +5,18 @@
 use crate::state::keys::StoreKey;
 use crate::store_error::StoreError;
 
-use super::{KeyLock, StateStore, DURABLE_WAIT};
+use super::{KeyLock, StateStore};
 
 impl StateStore {
     /// Waits until every change made so far (and every value read so far) is durable, so
-    /// an answer that depends on them may go out. Local: the journal's group commit, at most
-    /// [`DURABLE_WAIT`]. Redis: its writes were acknowledged; how durable they are is
+    /// an answer that depends on them may go out. Local: the journal's group commit, given up
+    /// after [`DURABLE_WAIT`] without progress. Redis: its writes were acknowledged; how durable they are is
     /// Redis's own `appendfsync` setting.
     pub async fn sync(&self) -> Result<(), StoreError> {
         match self {
             StateStore::Local(s) => {
                 let point = s.journal.sync_point();
-                Ok(s.journal.durable(point, DURABLE_WAIT).await?)
+                Ok(s.journal.durable(point).await?)
             }
             StateStore::Redis { .. } => Ok(()),
         }
@@ -24,14 +24,14 @@ impl StateStore {
 
     /// Waits until the current records of `keys` are durable: for an answer that rests on
     /// these keys alone (a duplicate), which are on disk already unless a concurrent request
-    /// wrote one moments ago. Local: at most [`DURABLE_WAIT`]; Redis: as [`StateStore::sync`],
+    /// wrote one moments ago. Local: as [`StateStore::sync`]; Redis: as [`StateStore::sync`],
     /// and with `redis.wait_replicas` until that many replicas have the marks.
     pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         match self {
             StateStore::Local(s) => {
                 let digests: Vec<_> = keys.iter().map(|k| k.digest()).collect();
                 let point = s.journal.point_of(&digests.iter().collect::<Vec<_>>());
-                Ok(s.journal.durable(point, DURABLE_WAIT).await?)
+                Ok(s.journal.durable(point).await?)
             }
             StateStore::Redis { redis, .. } => Box::pin(redis.replicated(keys)).await,
         }

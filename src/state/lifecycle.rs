@@ -39,6 +39,7 @@ impl StateStore {
                     clock,
                     segment_bytes: config.store.journal_segment,
                     commit_interval: config.store.commit_interval,
+                    durable_wait: super::DURABLE_WAIT,
                     needs_restart: {
                         let liveness = liveness.clone();
                         Arc::new(move |reason| liveness.needs_restart(reason))

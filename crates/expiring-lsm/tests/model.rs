@@ -185,8 +185,6 @@ struct World {
     crashes: u64,
     reopens: u64,
     restarts: u64,
-    /// Runs [`Journal::durable`], the acknowledgement gate.
-    gate: tokio::runtime::Runtime,
     /// Durable writes not yet through the gate: the key, how many of its history the
     /// write makes acknowledged, and its sync point.
     waiting: Vec<(usize, usize, SyncPoint)>,
@@ -215,10 +213,6 @@ impl World {
             crashes: 0,
             reopens: 0,
             restarts: 0,
-            gate: tokio::runtime::Builder::new_current_thread()
-                .enable_time()
-                .build()
-                .map_err(|e| format!("no runtime: {e}"))?,
             waiting: Vec::new(),
             damage_seen: false,
             damage: Damage::default(),
@@ -272,6 +266,7 @@ impl World {
                 clock: Arc::new(move || now.load(Ordering::SeqCst)),
                 segment_bytes: SEGMENT_BYTES,
                 commit_interval: Duration::ZERO,
+                durable_wait: Duration::from_secs(5),
                 disk: self.disk.handle(),
                 background: false,
                 page_reads: expiring_lsm::journal::read_here,
@@ -365,9 +360,7 @@ impl World {
     /// Whether [`Journal::durable`] answers at once that `point` is on disk: polled once,
     /// as a commit that has not happened yet would keep it waiting.
     fn through(&self, journal: &Journal, point: SyncPoint) -> bool {
-        // Its wait's timer needs a runtime; nothing here waits on it.
-        let _runtime = self.gate.enter();
-        let waited = std::pin::pin!(journal.durable(point, Duration::from_secs(60)));
+        let waited = std::pin::pin!(journal.durable(point));
         let mut context = Context::from_waker(Waker::noop());
         matches!(waited.poll(&mut context), Poll::Ready(Ok(())))
     }

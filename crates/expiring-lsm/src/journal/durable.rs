@@ -1,7 +1,7 @@
 //! The points in the journal a caller's answer rests on, and the wait until they are on
 //! disk.
 
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
 use super::hot::Entry;
 use super::progress::SyncPoint;
@@ -36,21 +36,33 @@ impl Journal {
         SyncPoint(keys.iter().map(batch_end).max().unwrap_or(0))
     }
 
-    /// Waits until everything before `point` is on disk (the writer's group commit), at
-    /// most `wait`. An error if the write or the flush that covered it failed, or if it
-    /// took longer: the caller must not answer 200 then.
-    pub async fn durable(&self, point: SyncPoint, wait: Duration) -> Result<(), Error> {
-        if !self.shared.progress.get().settles(point) {
+    /// Waits until everything before `point` is on disk (the writer's group commit). An
+    /// error if the write or the flush that covered it failed, or if the journal made no
+    /// progress for [`Settings::durable_wait`] meanwhile: the caller must not answer 200
+    /// then. No timer per wait: the journal's watchdog thread gives up on stalled waits
+    /// (see `threads::watch_loop`).
+    ///
+    /// [`Settings::durable_wait`]: super::Settings::durable_wait
+    pub async fn durable(&self, point: SyncPoint) -> Result<(), Error> {
+        let mut progress = self.shared.progress.get();
+        if !progress.settles(point) {
             self.shared.ask_commit(point);
+            self.shared
+                .waited_below
+                .fetch_max(point.0, Ordering::SeqCst);
+            progress = self.shared.progress.settled(point).await;
         }
-        match tokio::time::timeout(wait, self.shared.progress.settled(point)).await {
-            Ok(p) if p.durable_below >= point.0 => Ok(()),
-            Ok(_) => Err(Error::Unwritable(
+        if progress.durable_below >= point.0 {
+            Ok(())
+        } else if progress.failed_below >= point.0 {
+            Err(Error::Unwritable(
                 "state journal cannot be written to disk".into(),
-            )),
-            Err(_) => Err(Error::NotDurable(format!(
-                "state journal not on disk within {wait:?}"
-            ))),
+            ))
+        } else {
+            Err(Error::NotDurable(format!(
+                "state journal made no progress for {:?}",
+                self.shared.settings.durable_wait
+            )))
         }
     }
 }

@@ -198,6 +198,7 @@ impl Shared {
             #[cfg(test)]
             flush_passes: AtomicU64::new(0),
             progress: Published::new(replay.next_seq),
+            waited_below: AtomicU64::new(0),
         }
     }
 }

@@ -22,12 +22,17 @@ pub(super) struct Progress {
     pub(super) durable_below: u64,
     /// The last failed write or flush covered every batch below this sequence number.
     pub(super) failed_below: u64,
+    /// The journal made no progress for the durable wait while a point below this sequence
+    /// number was waited for (see `threads::watch_loop`).
+    pub(super) stalled_below: u64,
 }
 
 impl Progress {
-    /// Whether a waiter for `point` has its answer: on disk, or failed.
+    /// Whether a waiter for `point` has its answer: on disk, failed, or given up on.
     pub(super) fn settles(&self, point: SyncPoint) -> bool {
-        self.durable_below >= point.0 || self.failed_below >= point.0
+        self.durable_below >= point.0
+            || self.failed_below >= point.0
+            || self.stalled_below >= point.0
     }
 }
 
@@ -41,6 +46,7 @@ const CHANNELS: u64 = 8;
 pub(super) struct Published {
     durable_below: AtomicU64,
     failed_below: AtomicU64,
+    stalled_below: AtomicU64,
     channels: [Notify; CHANNELS as usize],
 }
 
@@ -49,6 +55,7 @@ impl Published {
         Self {
             durable_below: AtomicU64::new(durable_below),
             failed_below: AtomicU64::new(0),
+            stalled_below: AtomicU64::new(0),
             channels: std::array::from_fn(|_| Notify::new()),
         }
     }
@@ -57,6 +64,7 @@ impl Published {
         Progress {
             durable_below: self.durable_below.load(Ordering::SeqCst),
             failed_below: self.failed_below.load(Ordering::SeqCst),
+            stalled_below: self.stalled_below.load(Ordering::SeqCst),
         }
     }
 
@@ -72,6 +80,15 @@ impl Published {
         // Points a failure reaches may lie below the durable mark's waiters' points only
         // if they are settled already; from the lower of the two marks is enough.
         let from = before.min(self.durable_below.load(Ordering::SeqCst));
+        self.wake(from, below);
+    }
+
+    /// The journal made no progress for the durable wait while the points below `below`
+    /// were waited for: wakes their waiters, who give up.
+    pub(super) fn stalled(&self, below: u64) {
+        let before = self.stalled_below.fetch_max(below, Ordering::SeqCst);
+        // Waiters at or below either mark have their answer already.
+        let from = before.max(self.durable_below.load(Ordering::SeqCst));
         self.wake(from, below);
     }
 

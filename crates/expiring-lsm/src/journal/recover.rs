@@ -35,7 +35,6 @@ impl Shared {
 mod tests {
     use std::path::Path;
     use std::sync::Arc;
-    use std::time::Duration;
 
     use disk_seam::sim::{Fault, OpKind, SimDisk};
 
@@ -44,8 +43,6 @@ mod tests {
     use super::super::{Journal, Settings, JOURNAL_DIR};
     use crate::wal::FRAME_HEAD;
     use crate::Digest;
-
-    const WAIT: Duration = Duration::from_secs(5);
 
     #[tokio::test]
     async fn a_store_opened_without_room_for_its_replay_run_makes_the_replay_durable_where_it_is() {
@@ -66,7 +63,7 @@ mod tests {
         let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
         assert_eq!(j.runs(), 0, "no run was written");
         let stop = Digest::of(b"stop");
-        j.durable(j.point_of(&[&stop]), WAIT)
+        j.durable(j.point_of(&[&stop]))
             .await
             .expect("answered from at once");
         let disk = disk.crash();
@@ -274,7 +271,7 @@ mod tests {
         // The flush thread makes the segment, with no request to wait for.
         wait_until("the journal can be written again", || !j.is_failing());
         put(&j, b"new", b"2", i64::MAX, 0);
-        j.durable(j.sync_point(), WAIT).await.expect("committed");
+        j.durable(j.sync_point()).await.expect("committed");
         drop(j);
         let j = open_with(&store, dir, 0, on_sim(&disk, 4096));
         assert_eq!(get(&j, b"kept").as_deref(), Some(&b"1"[..]));

@@ -23,6 +23,11 @@ pub struct Settings {
     /// caller waits for the open batch ([`Journal::durable`](super::Journal::durable)),
     /// at once after a quiet interval.
     pub commit_interval: Duration,
+    /// How long a caller of [`Journal::durable`](super::Journal::durable) waits while the
+    /// journal makes no progress (a hung `fdatasync`, a writer that ended) before it gets
+    /// [`Error::NotDurable`](crate::Error::NotDurable). Needs the background threads:
+    /// without them the caller drives every commit and a wait has no bound.
+    pub durable_wait: Duration,
     /// Called, with the reason, when a thread of the journal ends before the journal is
     /// dropped: without its writer no change is ever durable again, without its flush and
     /// merge threads the hot set fills and stays full. Only a restart cures it.

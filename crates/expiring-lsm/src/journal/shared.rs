@@ -82,6 +82,9 @@ pub(super) struct Shared {
     pub(super) flush_passes: AtomicU64,
     /// What is on disk, for [`Journal::durable`](super::Journal::durable).
     pub(super) progress: Published,
+    /// The highest point a caller of [`Journal::durable`](super::Journal::durable) has
+    /// waited for: the watchdog gives up on the waits when the journal stalls.
+    pub(super) waited_below: AtomicU64,
 }
 
 impl Shared {

@@ -92,6 +92,7 @@ mod tests {
             clock: Arc::new(|| 0),
             segment_bytes: 1 << 16,
             commit_interval: Duration::from_millis(1),
+            durable_wait: Duration::from_secs(5),
             needs_restart: Arc::new(|_| {}),
             disk,
             background: false,

@@ -69,6 +69,7 @@ fn settings(hot_entries: usize, now: &Arc<AtomicI64>) -> Settings {
         clock: Arc::new(move || now.load(Ordering::SeqCst)),
         segment_bytes: 1 << 20,
         commit_interval: Duration::from_millis(1),
+        durable_wait: Duration::from_secs(5),
         needs_restart: Arc::new(|_| {}),
         disk: disk_seam::real(),
         background: true,
@@ -344,13 +345,11 @@ async fn a_change_is_durable_once_the_group_commit_flushed_its_batch() {
     let j = open_at(&store, dir.path(), 0);
     // Nothing appended: nothing to wait for.
     let idle = j.sync_point();
-    j.durable(idle, Duration::from_secs(5))
-        .await
-        .expect("nothing pending");
+    j.durable(idle).await.expect("nothing pending");
     put(&j, b"a", b"1", 1_000, 0);
     let point = j.sync_point();
     assert!(point.0 > idle.0, "a change moves the point");
-    j.durable(point, Duration::from_secs(5))
+    j.durable(point)
         .await
         .expect("flushed by the writer thread");
     assert!(j.shared.progress.get().durable_below >= point.0);
@@ -624,16 +623,19 @@ async fn a_mark_on_disk_is_not_held_up_by_other_keys_open_batch() {
     let j = open_with(&store, dir.path(), 0, settings);
     let (a, b) = (Digest::of(b"a"), Digest::of(b"b"));
     put(&j, b"a", b"1", 1_000, 0);
-    j.durable(j.sync_point(), Duration::from_secs(5))
+    j.durable(j.sync_point())
         .await
         .expect("the first commit starts at once");
     put(&j, b"b", b"1", 1_000, 0);
     let soon = Duration::from_millis(1);
-    j.durable(j.point_of(&[&a]), soon)
+    tokio::time::timeout(soon, j.durable(j.point_of(&[&a])))
         .await
-        .expect("a is on disk: its answer waits for no commit");
+        .expect("a is on disk: its answer waits for no commit")
+        .expect("on disk");
     assert!(
-        j.durable(j.point_of(&[&a, &b]), soon).await.is_err(),
+        tokio::time::timeout(soon, j.durable(j.point_of(&[&a, &b])))
+            .await
+            .is_err(),
         "b is still in the open batch"
     );
     assert_eq!(j.point_of(&[&Digest::of(b"absent")]), SyncPoint(0));
@@ -649,16 +651,13 @@ async fn commits_start_no_more_often_than_the_interval() {
         ..settings(usize::MAX, &now)
     };
     let j = open_with(&store, dir.path(), 0, settings);
-    let wait = Duration::from_secs(5);
     // The first commit starts after this instant; the next one an interval after the
     // first started, at the earliest.
     let first_asked = Instant::now();
     put(&j, b"a", b"1", 1_000, 0);
-    j.durable(j.sync_point(), wait).await.expect("first commit");
+    j.durable(j.sync_point()).await.expect("first commit");
     put(&j, b"b", b"1", 1_000, 0);
-    j.durable(j.sync_point(), wait)
-        .await
-        .expect("second commit");
+    j.durable(j.sync_point()).await.expect("second commit");
     let between = first_asked.elapsed();
     assert!(
         between >= interval,
@@ -937,6 +936,67 @@ fn a_commit_whose_sync_hangs_shows_as_the_writer_busy_until_it_returns() {
     wait(true);
     disk.release_syncs();
     wait(false);
+}
+
+#[tokio::test]
+async fn a_wait_for_a_journal_whose_sync_hangs_gives_up_after_the_durable_wait() {
+    let folder = SimFolder::new(11, "/store", 4096);
+    let disk = &folder.disk;
+    let wait = Duration::from_millis(300);
+    let settings = Settings {
+        background: true,
+        page_reads: crate::journal::read_here,
+        durable_wait: wait,
+        ..folder.settings()
+    };
+    let j = folder.try_open_with(0, settings).expect("open");
+    let answer = |point| tokio::time::timeout(Duration::from_secs(30), j.durable(point));
+    put(&j, b"before", b"v", i64::MAX, 0);
+    answer(j.sync_point())
+        .await
+        .expect("answered")
+        .expect("on disk");
+
+    disk.hold_syncs();
+    // Should an assertion fail, the held sync is let go before the journal is dropped:
+    // dropping it waits for its writer.
+    struct LetGo<'a>(&'a SimDisk);
+    impl Drop for LetGo<'_> {
+        fn drop(&mut self) {
+            self.0.release_syncs();
+        }
+    }
+    let _let_go = LetGo(disk);
+    put(&j, b"first", b"v", i64::MAX, 0);
+    let asked = std::time::Instant::now();
+    let error = answer(j.sync_point())
+        .await
+        .expect("a stalled wait is given up on")
+        .expect_err("its sync never returned");
+    let waited = asked.elapsed();
+    assert!(matches!(error, Error::NotDurable(_)), "{error}");
+    // The watchdog looks five times per wait: it cannot give up sooner than one look short
+    // of the wait.
+    assert!(
+        waited >= wait * 4 / 5,
+        "given up after {waited:?}, before the {wait:?} wait"
+    );
+    // A wait that begins while the journal is stalled is given up on too (at once, as the
+    // journal has made no progress for longer than the wait).
+    put(&j, b"second", b"v", i64::MAX, 0);
+    let error = answer(j.sync_point())
+        .await
+        .expect("given up on")
+        .expect_err("still stalled");
+    assert!(matches!(error, Error::NotDurable(_)), "{error}");
+
+    disk.release_syncs();
+    put(&j, b"after", b"v", i64::MAX, 0);
+    answer(j.sync_point())
+        .await
+        .expect("answered")
+        .expect("the disk is back");
+    assert_eq!(get(&j, b"first").as_deref(), Some(&b"v"[..]));
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! The journal's threads: the writer, which group-commits the open batch, and the flush
-//! and merge threads, which run at a lower priority and take work from [`Asked`]. Each
+//! The journal's threads: the writer, which group-commits the open batch, the flush and
+//! merge threads, which run at a lower priority and take work from [`Asked`], and the
+//! watchdog, which gives up on waits for a journal that makes no progress. Each
 //! reports its early end through `Settings::needs_restart`. Dropping the journal stops
 //! them, then writes what is left.
 
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use backoff::Doubling;
 
+use super::progress::SyncPoint;
 use super::shared::{lock, Asked, Shared};
 use super::Journal;
 use crate::Error;
@@ -46,6 +48,7 @@ pub(super) fn start(shared: &Arc<Shared>) -> Result<Vec<JoinHandle<()>>, Error> 
         ("state-journal", write_loop as fn(&Shared)),
         ("state-flush", flush_loop),
         ("state-merge", merge_loop),
+        ("state-watch", watch_loop),
     ]
     .into_iter()
     .map(|(name, work)| spawn_watched(name, shared, work))
@@ -157,6 +160,31 @@ fn write_loop(shared: &Shared) {
         // A failure is logged (once), reported to the waiters, and retried by the next round.
         if written.is_err() {
             std::thread::sleep(RETRY_PAUSE);
+        }
+    }
+}
+
+/// How many looks the watchdog takes per durable wait: a stalled wait gives up between
+/// `durable_wait` and a fifth of it later than the journal's last progress.
+const WATCH_LOOKS_PER_WAIT: u32 = 5;
+
+/// The watchdog: gives up on the waits of [`Journal::durable`] when the journal has made
+/// no progress for `Settings::durable_wait` while some point was waited for (the writer's
+/// `fdatasync` hangs, or the writer ended), so that those requests answer 503 instead of
+/// hanging. One look per fifth of the wait, instead of a timer for every wait. It never
+/// touches the disk, so a hung disk cannot hold it up.
+fn watch_loop(shared: &Shared) {
+    let wait = shared.settings.durable_wait;
+    let look_every = (wait / WATCH_LOOKS_PER_WAIT).max(Duration::from_millis(1));
+    let mut last_progress = (shared.progress.get().durable_below, Instant::now());
+    while !shared.stopping() {
+        shared.pause(look_every);
+        let progress = shared.progress.get();
+        let waited = SyncPoint(shared.waited_below.load(Ordering::SeqCst));
+        if progress.durable_below != last_progress.0 || progress.settles(waited) {
+            last_progress = (progress.durable_below, Instant::now());
+        } else if last_progress.1.elapsed() >= wait {
+            shared.progress.stalled(waited.0);
         }
     }
 }
