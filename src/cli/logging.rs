@@ -14,6 +14,7 @@ use tracing_subscriber::fmt::{self, MakeWriter};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
+use super::log_filter::{level_filter, LogLevel};
 use super::span_fields::JsonSpanFields;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -21,30 +22,6 @@ pub enum LogFormat {
     Auto,
     Text,
     Json,
-}
-
-/// lapin logs a returned message with its whole body at WARN; a body must never reach a log,
-/// and hookgate reports unroutable messages itself.
-const QUIET_LAPIN: &str = "lapin::returned_messages=off";
-
-/// The log filter, set once the config is read. `RUST_LOG`, when set, wins over both the
-/// first `info` and the config's `log.level`.
-pub struct LogLevel(
-    tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>,
-);
-
-impl LogLevel {
-    pub fn set(&self, level: &str) {
-        if let Err(error) = self.0.reload(filter(level)) {
-            tracing::warn!(%error, "cannot apply log.level");
-        }
-    }
-}
-
-fn filter(level: &str) -> tracing_subscriber::EnvFilter {
-    let directives = std::env::var("RUST_LOG").unwrap_or_else(|_| level.to_owned());
-    tracing_subscriber::EnvFilter::try_new(format!("{directives},{QUIET_LAPIN}"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(format!("info,{QUIET_LAPIN}")))
 }
 
 /// Logs to stderr: JSON when asked or when stderr is no terminal; text otherwise, with
@@ -58,12 +35,12 @@ pub fn init_logging(format: LogFormat) -> LogLevel {
         LogFormat::Text => false,
         LogFormat::Auto => !terminal,
     };
-    let (level, handle) = tracing_subscriber::reload::Layer::new(filter("info"));
+    let (filter, level) = level_filter();
     tracing_subscriber::registry()
-        .with(level)
+        .with(filter)
         .with(output(json, terminal, std::io::stderr))
         .init();
-    LogLevel(handle)
+    level
 }
 
 type BoxedLayer<S> = Box<dyn Layer<S> + Send + Sync>;

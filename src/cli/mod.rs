@@ -18,6 +18,7 @@ pub mod admin;
 pub mod check_config;
 pub mod exit;
 pub mod inspect;
+mod log_filter;
 pub mod logging;
 pub mod reconcile;
 pub mod replay;
