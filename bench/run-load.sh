@@ -226,10 +226,24 @@ load() {
 
 echo "== machine: $(nproc) cores, $(uptime)"
 # Rounds alternate the targets, so a slow minute of this shared VM hits all of them, and
-# the summary takes medians.
+# the summary takes medians. The order changes from round to round, so no target always
+# runs first after a pause or right after the same other one: a round's first run meets a
+# broker still settling from the phase before, and a run the queue its predecessor left.
+# round_order ROUND TARGET...: the targets from the (ROUND - 1)th on, wrapping around, and
+# backwards in even rounds.
+round_order() {
+    local round=$1
+    shift
+    local n=$# i at
+    for ((i = 0; i < n; i++)); do
+        at=$(((round - 1 + i) % n + 1))
+        printf '%s\n' "${!at}"
+    done | if ((round % 2 == 0)); then tac; else cat; fi
+}
 if [[ -z $OPEN_RATE ]]; then
     for round in $(seq 1 "$ROUNDS"); do
-        for t in $TARGETS; do
+        # shellcheck disable=SC2086 # the list is split on purpose
+        for t in $(round_order "$round" $TARGETS); do
             load "$t" "$OUT/$t-closed-$round.json" --connections "$CONNECTIONS" --requests "$CLOSED_REQUESTS"
         done
     done
@@ -245,9 +259,12 @@ elif [[ " $TARGETS " == *" hookgate "* ]]; then
     echo "== open loop at $HALF req/s (half of hookgate's median $MAX)"
 fi
 if [[ -n ${HALF:-} ]]; then
+    OPEN_TARGETS=()
+    for t in hookgate baseline durable publish http; do
+        [[ " $TARGETS " != *" $t "* ]] || OPEN_TARGETS+=("$t")
+    done
     for round in $(seq 1 "$ROUNDS"); do
-        for t in hookgate baseline durable publish http; do
-            [[ " $TARGETS " == *" $t "* ]] || continue
+        for t in $(round_order "$round" "${OPEN_TARGETS[@]}"); do
             load "$t" "$OUT/$t-half-$round.json" --connections "$CONNECTIONS" --rate "$HALF"
         done
     done
