@@ -37,11 +37,11 @@ impl LogLevel {
 }
 
 /// The filter layer, starting at `info`, and the handle that changes its level.
-pub fn level_filter() -> (LevelFilter, LogLevel) {
-    level_filter_of(&directives("info"))
+pub fn log_filter() -> (LogFilter, LogLevel) {
+    log_filter_of(&directives("info"))
 }
 
-fn level_filter_of(directives: &str) -> (LevelFilter, LogLevel) {
+fn log_filter_of(directives: &str) -> (LogFilter, LogLevel) {
     let (filter, spans_matter) = parsed(directives);
     let (layer, handle) = reload::Layer::new(filter);
     let spans_matter = Arc::new(AtomicBool::new(spans_matter));
@@ -50,7 +50,7 @@ fn level_filter_of(directives: &str) -> (LevelFilter, LogLevel) {
         spans_matter: spans_matter.clone(),
     };
     (
-        LevelFilter {
+        LogFilter {
             inner: layer,
             spans_matter,
         },
@@ -79,18 +79,18 @@ fn parsed(directives: &str) -> (EnvFilter, bool) {
 /// reload handle's and the filter's map of spans), and a delivery's span is entered and
 /// left at every poll. A change of level replaces the whole filter, so one made with span
 /// directives starts with no spans to forget.
-pub struct LevelFilter {
+pub struct LogFilter {
     inner: reload::Layer<EnvFilter, Registry>,
     spans_matter: Arc<AtomicBool>,
 }
 
-impl LevelFilter {
+impl LogFilter {
     fn spans_matter(&self) -> bool {
         self.spans_matter.load(Ordering::Acquire)
     }
 }
 
-impl Layer<Registry> for LevelFilter {
+impl Layer<Registry> for LogFilter {
     fn on_register_dispatch(&self, subscriber: &Dispatch) {
         self.inner.on_register_dispatch(subscriber);
     }
@@ -173,7 +173,7 @@ mod tests {
 
     /// The lines `emit` writes under a filter of `directives`; `emit` may change them.
     fn written(directives: &str, emit: impl FnOnce(&LogLevel)) -> Vec<String> {
-        let (filter, level) = level_filter_of(directives);
+        let (filter, level) = log_filter_of(directives);
         let seen = Seen::default();
         let subscriber = tracing_subscriber::registry()
             .with(filter)

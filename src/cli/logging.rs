@@ -14,7 +14,7 @@ use tracing_subscriber::fmt::{self, MakeWriter};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
-use super::log_filter::{level_filter, LogLevel};
+use super::log_filter::{log_filter, LogLevel};
 use super::span_fields::JsonSpanFields;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -35,7 +35,7 @@ pub fn init_logging(format: LogFormat) -> LogLevel {
         LogFormat::Text => false,
         LogFormat::Auto => !terminal,
     };
-    let (filter, level) = level_filter();
+    let (filter, level) = log_filter();
     tracing_subscriber::registry()
         .with(filter)
         .with(output(json, terminal, std::io::stderr))

@@ -981,8 +981,8 @@ async fn a_wait_for_a_journal_whose_sync_hangs_gives_up_after_the_durable_wait()
         waited >= wait * 4 / 5,
         "given up after {waited:?}, before the {wait:?} wait"
     );
-    // A wait that begins while the journal is stalled is given up on too (at once, as the
-    // journal has made no progress for longer than the wait).
+    // A wait that begins while the journal is stalled is given up on too, at the
+    // watchdog's next look: the journal has made no progress for longer than the wait.
     put(&j, b"second", b"v", i64::MAX, 0);
     let error = answer(j.sync_point())
         .await
