@@ -9,9 +9,10 @@ use super::{KeyLock, StateStore};
 
 impl StateStore {
     /// Waits until every change made so far (and every value read so far) is durable, so
-    /// an answer that depends on them may go out. Local: the journal's group commit, given up
-    /// after [`DURABLE_WAIT`] without progress. Redis: its writes were acknowledged; how durable they are is
-    /// Redis's own `appendfsync` setting.
+    /// an answer that depends on them may go out. Local: the journal's group commit, given
+    /// up once the journal has made no progress for [`DURABLE_WAIT`](super::DURABLE_WAIT).
+    /// Redis: its writes were acknowledged; how durable they are is Redis's own
+    /// `appendfsync` setting.
     pub async fn sync(&self) -> Result<(), StoreError> {
         match self {
             StateStore::Local(s) => {
@@ -24,8 +25,8 @@ impl StateStore {
 
     /// Waits until the current records of `keys` are durable: for an answer that rests on
     /// these keys alone (a duplicate), which are on disk already unless a concurrent request
-    /// wrote one moments ago. Local: as [`StateStore::sync`]; Redis: as [`StateStore::sync`],
-    /// and with `redis.wait_replicas` until that many replicas have the marks.
+    /// wrote one moments ago. As [`StateStore::sync`], and on Redis with
+    /// `redis.wait_replicas` until that many replicas have the marks.
     pub async fn sync_keys(&self, keys: &[&StoreKey]) -> Result<(), StoreError> {
         match self {
             StateStore::Local(s) => {
