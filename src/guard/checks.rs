@@ -207,7 +207,9 @@ impl GuardState {
                     .transpose()
             }
             Verdict::Drop(reason) => {
-                self.remember_drop(key, lock, stored, seen, reason).await;
+                // Boxed: drops are the rare way out, and every accepted event's future
+                // would otherwise carry the kilobyte of this one's state.
+                Box::pin(self.remember_drop(key, lock, stored, seen, reason)).await;
                 return Ok(Check::Drop(reason));
             }
         };

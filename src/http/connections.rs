@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::{Request, Response};
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -134,12 +135,10 @@ where
         let tracked = activity.clone();
         let service = service_fn(move |req: Request<Incoming>| {
             let in_flight = InFlight::start(tracked.clone());
-            let answer = handler(peer, req);
-            async move {
-                let answer = answer.await;
-                drop(in_flight);
-                answer
-            }
+            // A combinator, not an `async` block: a block would hold the handler's future
+            // twice (as it was captured and as it is awaited), and hyper moves this future
+            // by value for every request.
+            handler(peer, req).inspect(move |_| drop(in_flight))
         });
         let Some(tls) = self.tls.clone() else {
             let conn = self

@@ -110,22 +110,25 @@ pub async fn serve_webhooks(
     accept_loop(listener, conns, grace).await;
 }
 
-/// A panic in one request becomes a 500 for that request, never a dead process.
-async fn guarded(fut: impl Future<Output = FullResponse>) -> FullResponse {
-    match std::panic::AssertUnwindSafe(fut).catch_unwind().await {
-        Ok(answer) => answer,
-        Err(_) => {
-            tracing::error!("request handler panicked; answered 500");
-            with_request_id(
-                json(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    r#"{"error":"internal"}"#.into(),
-                    None,
-                ),
-                &RequestId::generated().value,
-            )
-        }
-    }
+/// A panic in one request becomes a 500 for that request, never a dead process. A
+/// combinator, not an `async fn`: that would hold `fut` twice, as its argument and as the
+/// future it awaits.
+fn guarded(fut: impl Future<Output = FullResponse>) -> impl Future<Output = FullResponse> {
+    std::panic::AssertUnwindSafe(fut)
+        .catch_unwind()
+        .map(|caught| {
+            caught.unwrap_or_else(|_| {
+                tracing::error!("request handler panicked; answered 500");
+                with_request_id(
+                    json(
+                        StatusCode::INTERNAL_SERVER_ERROR,
+                        r#"{"error":"internal"}"#.into(),
+                        None,
+                    ),
+                    &RequestId::generated().value,
+                )
+            })
+        })
 }
 
 async fn handle_webhook(

@@ -2,6 +2,7 @@
 //! the event ended: marked done with their decision records and synced, or released. The
 //! claims of an event that left are never released.
 
+use crate::guard::Judging;
 use crate::ingress::event::Event;
 use crate::outbox::Delivered;
 use crate::pipeline::dedup_keys::DedupKeys;
@@ -17,8 +18,8 @@ use crate::store_error::StoreError;
 use super::Pipeline;
 
 impl Pipeline {
-    /// Claims the event's dedup keys, decides and delivers it if the claim is this
-    /// request's, and settles the claim.
+    /// Claims the event's dedup keys, runs the guard's check and delivers the event if the
+    /// claim is this request's, and settles the claim.
     pub(super) async fn process(
         &self,
         route: &RouteRuntime,
@@ -33,9 +34,18 @@ impl Pipeline {
         if let Some(answered) = self.claim(&keys, token, event).await? {
             return Ok(answered);
         }
-        let result = self
-            .decide_and_deliver(route, event, now_ms, (&keys, token, began))
+        let name = route.config.name.as_str();
+        let checked = self
+            .guards
+            .check(name, &route.guard, event, now_ms, Judging::Delivery)
             .await;
+        let result = match checked {
+            Ok(check) => {
+                self.deliver_checked(route, event, check, now_ms, (&keys.all(), token, began))
+                    .await
+            }
+            Err(error) => Err(Failure::before(error)),
+        };
         match result {
             Ok(decided) => {
                 let result = Ok(decided);
@@ -69,7 +79,7 @@ impl Pipeline {
     /// when the claim is this request's; else the outcome: a duplicate, or busy.
     async fn claim(
         &self,
-        keys: &DedupKeys,
+        keys: &DedupKeys<'_>,
         token: u64,
         event: &Event,
     ) -> Result<Option<Outcome>, StoreError> {
@@ -117,7 +127,7 @@ impl Pipeline {
     /// so it is only logged.
     pub(super) async fn count_delivery(
         &self,
-        keys: &DedupKeys,
+        keys: &DedupKeys<'_>,
         source: Source,
         request: Option<&str>,
         now_ms: i64,
@@ -140,7 +150,7 @@ impl Pipeline {
     /// event decided before), pointing to its event, until its event's mark expires, so
     /// `inspect request` finds it and its own retries are answered from it. Logged only
     /// when it fails, like the count.
-    async fn keep_request(&self, keys: &DedupKeys, now_ms: i64, expires_ms: i64) {
+    async fn keep_request(&self, keys: &DedupKeys<'_>, now_ms: i64, expires_ms: i64) {
         let Some(request) = &keys.request else {
             return;
         };
@@ -158,7 +168,7 @@ impl Pipeline {
     /// marked done with their decision records and synced, any other ending releases them.
     async fn settle(
         &self,
-        keys: &DedupKeys,
+        keys: &DedupKeys<'_>,
         token: u64,
         event: &Event,
         received_ms: i64,
@@ -190,7 +200,7 @@ impl Pipeline {
     /// waits until that is durable.
     async fn mark(
         &self,
-        keys: &DedupKeys,
+        keys: &DedupKeys<'_>,
         token: u64,
         event: &Event,
         received_ms: i64,

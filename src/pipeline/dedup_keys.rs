@@ -1,5 +1,7 @@
 //! The store keys an event is deduplicated under, made once per event.
 
+use std::borrow::Cow;
+
 use crate::ingress::event::Event;
 use crate::pipeline::route::RouteRuntime;
 use crate::state::decision::RequestRecord;
@@ -7,24 +9,24 @@ use crate::state::keys::StoreKey;
 
 /// The store keys an event is deduplicated under: its own, and the sender's request id
 /// when the route's profile says the sender sends one.
-pub(super) struct DedupKeys {
+pub(super) struct DedupKeys<'e> {
     pub(super) event: StoreKey,
     pub(super) request: Option<StoreKey>,
     /// The id the event key is made of, and whether it is an inbound message's.
-    event_id: (String, bool),
+    event_id: (Cow<'e, str>, bool),
 }
 
-impl DedupKeys {
-    pub(super) fn of(route: &RouteRuntime, event: &Event) -> Self {
+impl<'e> DedupKeys<'e> {
+    pub(super) fn of(route: &RouteRuntime, event: &'e Event) -> Self {
         let name = route.config.name.as_str();
         // On a route that reconciles, an inbound message is one event whichever path
         // brought it: its dedup key is its message id, not the event id of either path.
         let (event_key, event_id) = match route.fields.inbound_message_id(event) {
-            Some(message_id) => (
-                StoreKey::message(name, &message_id),
-                (message_id.into_owned(), true),
+            Some(message_id) => (StoreKey::message(name, &message_id), (message_id, true)),
+            None => (
+                StoreKey::event(name, &event.id),
+                (Cow::Borrowed(event.id.as_str()), false),
             ),
-            None => (StoreKey::event(name, &event.id), (event.id.clone(), false)),
         };
         let request = event
             .request_id_from_sender

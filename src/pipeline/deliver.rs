@@ -1,14 +1,12 @@
-//! An event the pipeline owns, decided and delivered: the guard's check, the leases
-//! secured, the publish (or spool) and the guard's commit; or the guard's drop and its
-//! audit copy.
+//! An event the guard has judged, delivered: the leases secured, the publish (or spool)
+//! and the guard's commit; or the guard's drop and its audit copy.
 
 use std::borrow::Cow;
 
-use crate::guard::{Check, Held, Judging};
+use crate::guard::{Check, Held};
 use crate::ingress::event::Event;
 use crate::outbox::spooling::SpoolError;
 use crate::outbox::Delivered;
-use crate::pipeline::dedup_keys::DedupKeys;
 use crate::pipeline::event_message::message;
 use crate::pipeline::outcome::Outcome;
 use crate::pipeline::route::RouteRuntime;
@@ -18,23 +16,6 @@ use crate::store_error::StoreError;
 use super::Pipeline;
 
 impl Pipeline {
-    pub(super) async fn decide_and_deliver(
-        &self,
-        route: &RouteRuntime,
-        event: &Event,
-        now_ms: i64,
-        (keys, token, began): (&DedupKeys, u64, tokio::time::Instant),
-    ) -> Result<(Outcome, Option<Delivered>), Failure> {
-        let name = route.config.name.as_str();
-        let check = self
-            .guards
-            .check(name, &route.guard, event, now_ms, Judging::Delivery)
-            .await
-            .map_err(Failure::before)?;
-        self.deliver_checked(route, event, check, now_ms, (&keys.all(), token, began))
-            .await
-    }
-
     /// Publishes (or spools) an event the guard accepted and commits its check, or answers
     /// the guard's drop; with how an accepted event went out. Before the publish, the
     /// leases it goes out under (`claims`, the claims their token holds, and the guard key's
@@ -146,7 +127,7 @@ pub(super) struct Failure {
 
 impl Failure {
     /// A failure before anything left.
-    fn before(error: StoreError) -> Self {
+    pub(super) fn before(error: StoreError) -> Self {
         Self { error, left: None }
     }
 }

@@ -14,6 +14,7 @@ use crate::ingress::trace::TraceContext;
 use crate::pipeline::outcome::Outcome;
 use crate::pipeline::route::RouteRuntime;
 use crate::pipeline::runs_to_end::RunsToEnd;
+use crate::store_error::StoreError;
 
 use super::Pipeline;
 
@@ -41,10 +42,9 @@ impl Pipeline {
         delivery: Delivery,
         charge: Charge,
     ) -> RunsToEnd<impl Future<Output = (Outcome, String)> + Send + 'static> {
-        let pipeline = self.clone();
         RunsToEnd::new(
             self.tasks
-                .track_future(async move { pipeline.handle(&route, delivery, charge).await }),
+                .track_future(self.clone().handle(route, delivery, charge)),
         )
     }
 
@@ -60,8 +60,8 @@ impl Pipeline {
     /// unverified body budget and is given back once the signature is checked. Returns the
     /// outcome and the request id to echo in `X-Request-Id`.
     async fn handle(
-        &self,
-        route: &RouteRuntime,
+        self: Arc<Self>,
+        route: Arc<RouteRuntime>,
         delivery: Delivery,
         charge: Charge,
     ) -> (Outcome, String) {
@@ -79,9 +79,24 @@ impl Pipeline {
             trace,
             now_ms,
         };
-        // Not boxed here: the whole delivery is in one box already (`handle_to_end`), which
-        // holds the kilobytes of its state machine where they are polled, never moved.
-        let outcome = self.run(route, received).instrument(span.clone()).await;
+        // The steps are awaited here, not in an `async fn` of their own: the whole delivery
+        // is in one box (`handle_to_end`), and each `async fn` on the way would be one more
+        // copy of the futures inside it.
+        let outcome = 'outcome: {
+            let event = match span.in_scope(|| self.verified_event(&route, received)) {
+                Ok(event) => event,
+                Err(refused) => break 'outcome refused,
+            };
+            if let Some(refused) = self.refusal(&route, &event, now_ms) {
+                break 'outcome refused;
+            }
+            let processed = self
+                .process(&route, &event, now_ms)
+                .instrument(span.clone())
+                .await;
+            processed
+                .unwrap_or_else(|error| span.in_scope(|| self.store_failed(&route, &event, error)))
+        };
         let _in_span = span.enter();
         match &outcome {
             Outcome::Duplicate { .. } => {
@@ -101,32 +116,22 @@ impl Pipeline {
         (outcome, echoed)
     }
 
-    /// A delivery from its signature to its outcome; a failing store makes it a 503.
-    async fn run(&self, route: &RouteRuntime, received: Received) -> Outcome {
-        let now_ms = received.now_ms;
-        let event = match self.verified_event(route, received) {
-            Ok(event) => event,
-            Err(refused) => return refused,
-        };
-        match self.admit(route, &event, now_ms).await {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                self.store_errors.inc();
-                // WARN per request; an outage of the shared store is reported once at ERROR
-                // by the health check, so the log is not flooded while the sender retries.
-                // The fault, and whether waiting may cure it, tell the operator what to do.
-                tracing::warn!(
-                    route = route.config.name.as_str(),
-                    event_id = %event.id,
-                    %error,
-                    fault = error.fault(),
-                    transient = error.is_transient(),
-                    "store failed; answering 503"
-                );
-                Outcome::Unavailable {
-                    retry_after: error.retry_after_secs(),
-                }
-            }
+    /// The 503 of a delivery whose state store failed.
+    fn store_failed(&self, route: &RouteRuntime, event: &Event, error: StoreError) -> Outcome {
+        self.store_errors.inc();
+        // WARN per request; an outage of the shared store is reported once at ERROR by the
+        // health check, so the log is not flooded while the sender retries. The fault, and
+        // whether waiting may cure it, tell the operator what to do.
+        tracing::warn!(
+            route = route.config.name.as_str(),
+            event_id = %event.id,
+            %error,
+            fault = error.fault(),
+            transient = error.is_transient(),
+            "store failed; answering 503"
+        );
+        Outcome::Unavailable {
+            retry_after: error.retry_after_secs(),
         }
     }
 

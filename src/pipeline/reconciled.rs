@@ -2,7 +2,7 @@
 //! a delivery past its signature, and an operator's replay, taken past the dedup marks.
 
 use crate::guard::Judging;
-use crate::ingress::event::{Event, ParseError};
+use crate::ingress::event::Event;
 use crate::pipeline::dedup_keys::DedupKeys;
 use crate::pipeline::outcome::Outcome;
 use crate::pipeline::route::RouteRuntime;
@@ -19,7 +19,10 @@ impl Pipeline {
     pub async fn handle_listed(&self, route: &RouteRuntime, event: Event) -> Outcome {
         let name = route.config.name.as_str();
         let now_ms = self.now_ms();
-        match self.admit(route, &event, now_ms).await {
+        if let Some(refused) = self.refusal(route, &event, now_ms) {
+            return refused;
+        }
+        match self.process(route, &event, now_ms).await {
             Ok(outcome) => outcome,
             Err(error) => {
                 self.store_errors.inc();
@@ -43,14 +46,8 @@ impl Pipeline {
     pub async fn handle_replayed(&self, route: &RouteRuntime, event: &Event) -> Outcome {
         let name = route.config.name.as_str();
         let now_ms = self.now_ms();
-        if !self.routing_keys_fit(route, event) {
-            return Outcome::BadRequest(ParseError::RoutingKeyTooLong);
-        }
-        if let Some(reason) = self.freshness(event, now_ms) {
-            return Outcome::Dropped {
-                event_id: event.id.clone(),
-                reason: reason.as_str(),
-            };
+        if let Some(refused) = self.refusal(route, event, now_ms) {
+            return refused;
         }
         let delivered = match self
             .guards
