@@ -89,24 +89,34 @@ impl<S> Verdict<S> {
 /// Rank table from config (status name -> rank); lookups are case-insensitive (store lowercase).
 #[derive(Debug, Clone)]
 pub struct StatusRanks {
-    /// Keys are lowercased once here so each lookup only lowercases the event's status.
-    ranks: HashMap<String, u32>,
+    /// Names lowercased once here so each lookup only lowercases the event's status. A
+    /// list: a table has a handful of statuses, and a scan of them costs less than hashing
+    /// the status.
+    ranks: Vec<(String, u32)>,
 }
 
 impl StatusRanks {
     /// Builds the table; names are lowercased. If a name appears twice (in any case), the
     /// last entry wins, as it would for a YAML map.
     pub fn new(ranks: impl IntoIterator<Item = (String, u32)>) -> Self {
-        let ranks = ranks
-            .into_iter()
-            .map(|(name, rank)| (name.to_lowercase(), rank))
-            .collect();
-        Self { ranks }
+        let mut table: Vec<(String, u32)> = Vec::new();
+        for (name, rank) in ranks {
+            let name = name.to_lowercase();
+            match table.iter_mut().find(|(known, _)| *known == name) {
+                Some(entry) => entry.1 = rank,
+                None => table.push((name, rank)),
+            }
+        }
+        Self { ranks: table }
     }
 
     /// The rank of `status` (any case), or `None` if the table does not know it.
     pub fn rank(&self, status: &str) -> Option<u32> {
-        self.ranks.get(lowercase(status).as_ref()).copied()
+        let status = lowercase(status);
+        self.ranks
+            .iter()
+            .find(|(name, _)| *name == status)
+            .map(|&(_, rank)| rank)
     }
 }
 

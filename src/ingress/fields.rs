@@ -47,6 +47,14 @@ impl Field {
 pub struct Extracted(Vec<Option<Field>>);
 
 impl Extracted {
+    /// `slots` values, none found yet. Filled by `resize_with`: `vec![None; n]` would
+    /// clone its `None` through `Field`'s `Clone` for every slot, on every delivery.
+    fn empty(slots: usize) -> Self {
+        let mut values = Vec::with_capacity(slots);
+        values.resize_with(slots, || None);
+        Self(values)
+    }
+
     /// The value at `slot`, if the body has one.
     pub fn get(&self, slot: Slot) -> Option<&Field> {
         self.0.get(slot.0)?.as_ref()
@@ -126,7 +134,7 @@ impl FieldPlan {
         // JSON is UTF-8 throughout: checked here once, in one pass, rather than string by
         // string as the slice reader does.
         let body = std::str::from_utf8(body).map_err(|_| NotAnObject)?;
-        let mut out = Extracted(vec![None; self.slots]);
+        let mut out = Extracted::empty(self.slots);
         let mut de = serde_json::Deserializer::from_str(body);
         Walk {
             node: &self.root,
@@ -145,7 +153,7 @@ impl FieldPlan {
     /// a field, and gets its value as text (the last one if the field repeats); the whole
     /// document and deeper pointers find nothing. Any bytes are a form, so this cannot fail.
     pub fn extract_form(&self, body: &[u8]) -> Extracted {
-        let mut out = Extracted(vec![None; self.slots]);
+        let mut out = Extracted::empty(self.slots);
         for (name, value) in form_urlencoded::parse(body) {
             let child = self.root.children.iter().find(|c| c.token == name);
             if let Some(slot) = child.and_then(|c| c.node.slot) {
