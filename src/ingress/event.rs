@@ -4,6 +4,7 @@ use crate::source::Source;
 use std::borrow::Cow;
 
 use bytes::Bytes;
+use http::header::{AsHeaderName, HeaderName};
 use http::HeaderMap;
 
 use crate::config::{Fields, Profile, Route};
@@ -16,6 +17,8 @@ use crate::providers::{NamedEvent, OwnEvents, Scheme, SignatureError};
 pub const BOTIX_EVENT: &str = "x-botix-event";
 /// Sender's attempt counter.
 pub const DELIVERY_ATTEMPT: &str = "x-delivery-attempt";
+/// [`DELIVERY_ATTEMPT`] checked when compiled: a lookup by text checks the name first.
+const DELIVERY_ATTEMPT_HEADER: HeaderName = HeaderName::from_static(DELIVERY_ATTEMPT);
 /// Optional copy of the body's event id.
 pub const EVENT_ID: &str = "x-event-id";
 /// Optional copy of the body's event type.
@@ -297,7 +300,7 @@ pub fn parse(
         None | Some(Field::Null) => None,
         Some(v) => Some(parse_timestamp(v).ok_or(ParseError::BadTimestamp)?),
     };
-    let attempt = header_text(headers, DELIVERY_ATTEMPT).and_then(|v| v.parse().ok());
+    let attempt = header_text(headers, &DELIVERY_ATTEMPT_HEADER).and_then(|v| v.parse().ok());
     Ok(Event {
         id,
         event_type,
@@ -401,7 +404,7 @@ fn unix_number_ms(f: f64) -> Option<i64> {
 }
 
 /// A header's text, trimmed; `None` when it is missing, empty or not visible ASCII.
-fn header_text<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+fn header_text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())

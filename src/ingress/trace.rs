@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 
+use http::header::HeaderName;
 use http::HeaderMap;
 
 /// Header of the W3C trace position, `00-<trace id>-<parent id>-<flags>`, on the request
@@ -11,6 +12,10 @@ use http::HeaderMap;
 pub const TRACEPARENT: &str = "traceparent";
 /// Header of the vendors' W3C trace state, carried along with a valid `traceparent`.
 pub const TRACESTATE: &str = "tracestate";
+
+/// The two names checked when compiled: a lookup by text checks the name first.
+const TRACEPARENT_HEADER: HeaderName = HeaderName::from_static(TRACEPARENT);
+const TRACESTATE_HEADER: HeaderName = HeaderName::from_static(TRACESTATE);
 
 /// Longest `tracestate` carried; the W3C format asks that at least 512 characters be
 /// propagated, and a longer one may be dropped whole.
@@ -43,7 +48,7 @@ impl TraceContext {
     /// The context of a request: its `traceparent` and `tracestate` when the
     /// `traceparent` is valid (exactly one), else a new trace with no state.
     pub fn of(headers: &HeaderMap) -> Self {
-        let mut parents = headers.get_all(TRACEPARENT).iter();
+        let mut parents = headers.get_all(&TRACEPARENT_HEADER).iter();
         let parent = match (parents.next(), parents.next()) {
             (Some(value), None) => value.to_str().ok().filter(|v| is_valid_traceparent(v)),
             _ => None,
@@ -141,7 +146,7 @@ pub fn is_valid_traceparent(value: &str) -> bool {
 /// when it is printable ASCII of at most [`MAX_TRACESTATE_BYTES`]; else none.
 fn tracestate(headers: &HeaderMap) -> Option<String> {
     let mut joined = String::new();
-    for value in headers.get_all(TRACESTATE) {
+    for value in headers.get_all(&TRACESTATE_HEADER) {
         let text = value.to_str().ok()?.trim();
         if text.is_empty() {
             continue;
