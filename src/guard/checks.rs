@@ -99,7 +99,8 @@ impl GuardState {
             let Some(message_id) = event.field(r.message_id) else {
                 return Ok(Check::Unguarded);
             };
-            let status = status_of(&event.event_type, event.field(r.status).as_deref());
+            let status_field = event.field(r.status);
+            let status = status_of(&event.event_type, status_field.as_deref());
             let key = StoreKey::guard(route, "status", &[&message_id]);
             let (lock, stored) = self.lock_and_load::<StatusState>(&key, now_ms).await?;
             let state = stored.as_ref().map(|s| &s.state);
@@ -108,7 +109,7 @@ impl GuardState {
                 event_id: event.id.clone(),
                 at_ms: now_ms,
                 // `status_of` lowercased it already.
-                what: status,
+                what: status.into_owned(),
                 reason: None,
             };
             let expires_ms = Some(now_ms + r.retention_ms);

@@ -148,14 +148,14 @@ impl Default for StatusRanks {
 /// Surrounding white space is trimmed first, so a status field of only white space counts as
 /// absent. An event type without a dot is used whole; one ending in a dot gives `""`, which no
 /// rank table knows, so the event passes with the state unchanged.
-pub fn status_of(event_type: &str, status_field: Option<&str>) -> String {
+pub fn status_of<'a>(event_type: &'a str, status_field: Option<&'a str>) -> Cow<'a, str> {
     let from_field = status_field.map(str::trim).filter(|s| !s.is_empty());
     let status = match from_field {
         Some(status) => status,
         // rsplit always yields at least one item; the fallback only satisfies the type.
         None => event_type.rsplit('.').next().unwrap_or(event_type).trim(),
     };
-    status.to_lowercase()
+    lowercase(status)
 }
 
 /// Guard state of one message: the last accepted status, its rank, and its timestamp.

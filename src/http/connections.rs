@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::num::NonZeroU64;
 use std::pin::pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -28,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::config::Limits;
+use crate::http::close_requests::CloseRequests;
 use crate::http::deadlines::{far_future, Activity, Deadlines, InFlight, Passed};
 use crate::metrics::{CloseReason, ReasonCounters};
 use crate::tls::TlsReloader;
@@ -86,6 +88,8 @@ pub(crate) struct Connections<F> {
     /// Connections open now (the webhook listener's is registered, the admin's is not).
     open: Gauge,
     stop: CancellationToken,
+    /// Asked when `stop` is cancelled.
+    close_requests: CloseRequests,
     handler: F,
 }
 
@@ -118,6 +122,7 @@ where
             closed,
             open,
             stop,
+            close_requests: CloseRequests::default(),
             handler,
         })
     }
@@ -187,17 +192,36 @@ where
             age: activity.accepted + self.limits.max_connection_age,
             closing: None,
         };
-        // One timer and one cancellation wait for the connection's life: each wake-up of
-        // the connection polls them, and building them anew would register a timer each
-        // time a deadline is picked.
-        let stopped = self.stop.cancelled();
+        // One timer and one close request for the connection's life: building them anew
+        // would register a timer each time a deadline is picked.
+        let stopped = self.close_requests.register();
         let mut stopped = pin!(stopped);
         let (mut deadline, _) = deadlines.next_deadline();
         let timer = tokio::time::sleep_until(deadline);
         let mut timer = pin!(timer);
+        let mut timer_polled = false;
         loop {
-            tokio::select! {
-                result = conn.as_mut() => {
+            let woke = std::future::poll_fn(|cx| {
+                if let Poll::Ready(result) = conn.as_mut().poll(cx) {
+                    return Poll::Ready(Woke::Ended(result));
+                }
+                if deadlines.closing.is_none() && stopped.as_mut().poll(cx).is_ready() {
+                    return Poll::Ready(Woke::Stopped);
+                }
+                // Polled once, and again only when it fired: it keeps this task's waker
+                // across resets, and polling it at every wake-up of the connection (every
+                // request) would only hand it the same waker again.
+                if !timer_polled || timer.is_elapsed() {
+                    timer_polled = true;
+                    if timer.as_mut().poll(cx).is_ready() {
+                        return Poll::Ready(Woke::Deadline);
+                    }
+                }
+                Poll::Pending
+            })
+            .await;
+            match woke {
+                Woke::Ended(result) => {
                     if let Err(error) = result {
                         tracing::debug!(%error, "connection ended with an error");
                     }
@@ -206,12 +230,12 @@ where
                     }
                     return;
                 }
-                _ = stopped.as_mut(), if deadlines.closing.is_none() => {
+                Woke::Stopped => {
                     conn.as_mut().graceful_shutdown();
                     // The listener's shutdown grace bounds the rest.
                     deadlines.closing = Some(far_future());
                 }
-                _ = timer.as_mut() => match deadlines.passed() {
+                Woke::Deadline => match deadlines.passed() {
                     Passed::Moved => {}
                     Passed::Drop(reason) => {
                         if let Some(reason) = reason {
@@ -233,6 +257,16 @@ where
             }
         }
     }
+}
+
+/// What woke a watched connection.
+enum Woke<E> {
+    /// The connection ended.
+    Ended(Result<(), E>),
+    /// The listener stops.
+    Stopped,
+    /// The deadline picked last has passed.
+    Deadline,
 }
 
 /// One open connection in the connections gauge, for as long as it lives.
@@ -295,6 +329,7 @@ pub(crate) async fn accept_loop<F, Fut>(
         );
     }
     drop(listener);
+    conns.close_requests.ask_all();
     // Every open connection holds a permit: all of them back means all closed.
     let all = u32::try_from(max).unwrap_or(u32::MAX);
     if tokio::time::timeout(grace, permits.acquire_many(all))

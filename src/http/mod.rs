@@ -20,10 +20,12 @@
 //! `admin_endpoints.rs` answers the admin endpoints and `admin_listener.rs` serves them,
 //! allowing changes only to a loopback peer with the token (`token.rs`). Both listeners
 //! run on `connections.rs` (the accept loop and one task per connection), which closes
-//! connections at the deadlines of `deadlines.rs`.
+//! connections at the deadlines of `deadlines.rs` and asks them to close when the listener
+//! stops (`close_requests.rs`).
 
 pub mod admin_endpoints;
 mod admin_listener;
+mod close_requests;
 mod connections;
 mod deadlines;
 pub mod token;

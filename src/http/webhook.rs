@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -179,8 +180,9 @@ async fn handle_webhook(
     }
     route.counters.count(outcome.label());
     let elapsed = started.elapsed();
-    tracing::debug!(route = %route.config.name, outcome = outcome.label().as_str(), request_id = %request_id, elapsed_us = elapsed.as_micros() as u64, "request");
-    answer(&outcome, &request_id)
+    let id_text = request_id.as_ref().and_then(|v| v.to_str().ok());
+    tracing::debug!(route = %route.config.name, outcome = outcome.label().as_str(), request_id = id_text.unwrap_or_default(), elapsed_us = elapsed.as_micros() as u64, "request");
+    answer(&outcome, request_id)
 }
 
 /// The 404 of a path no route has.
@@ -302,13 +304,26 @@ async fn read_body(
         charge.shrink_to(buf.len() as u32);
         Ok(buf.freeze())
     };
-    let result = tokio::time::timeout(limits.body_read_timeout, read)
+    let result = within(limits.body_read_timeout, read)
         .await
         .unwrap_or(Err(BodyError::Timeout));
     if matches!(result, Err(BodyError::Timeout)) && waited.load(Ordering::Relaxed) {
         metrics.refused(RefusalReason::BodyBudget);
     }
     result
+}
+
+/// `read`'s output if it ends within `limit`. A body that came with its request head is
+/// read whole at the first poll, and then no timer is made: a timer per request is a
+/// registration in the runtime's timer wheel (and its removal) for nothing.
+async fn within<F: Future>(limit: Duration, read: F) -> Option<F::Output> {
+    let started = tokio::time::Instant::now();
+    let mut read = std::pin::pin!(read);
+    let first = std::future::poll_fn(|cx| Poll::Ready(read.as_mut().poll(cx))).await;
+    match first {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => tokio::time::timeout_at(started + limit, read).await.ok(),
+    }
 }
 
 /// Grows `charge` to `want` bytes, waiting for the budget if it must; the first wait of a
@@ -328,7 +343,7 @@ async fn reserve(
 }
 
 /// Maps an outcome to the contract §2 answer.
-fn answer(outcome: &Outcome, request_id: &str) -> FullResponse {
+fn answer(outcome: &Outcome, request_id: Option<HeaderValue>) -> FullResponse {
     let (status, body, retry_after) = match outcome {
         Outcome::Accepted { event_id } => (
             StatusCode::OK,
@@ -368,15 +383,20 @@ fn answer(outcome: &Outcome, request_id: &str) -> FullResponse {
             Some(*retry_after),
         ),
     };
-    with_request_id(json(status, body, retry_after), request_id)
+    with_echo(json(status, body, retry_after), request_id)
 }
 
-/// Sets `X-Request-Id`. Ids from a sender are checked to be header-safe text when read, so
-/// the fallback to a generated id only guards against a value this process never makes.
-fn with_request_id(mut resp: FullResponse, request_id: &str) -> FullResponse {
-    let value = HeaderValue::from_str(request_id)
-        .or_else(|_| HeaderValue::from_str(&RequestId::generated().value));
-    if let Ok(v) = value {
+/// Sets `X-Request-Id`.
+fn with_request_id(resp: FullResponse, request_id: &str) -> FullResponse {
+    with_echo(resp, HeaderValue::from_str(request_id).ok())
+}
+
+/// Sets `X-Request-Id` to `echo`. Ids from a sender are checked to be header-safe text when
+/// read, so the fallback to a generated id only guards against a value this process never
+/// makes.
+fn with_echo(mut resp: FullResponse, echo: Option<HeaderValue>) -> FullResponse {
+    let value = echo.or_else(|| HeaderValue::from_str(&RequestId::generated().value).ok());
+    if let Some(v) = value {
         // From a constant: a name neither parsed nor allocated per answer.
         resp.headers_mut()
             .insert(HeaderName::from_static(X_REQUEST_ID), v);
@@ -496,7 +516,7 @@ mod tests {
             &Outcome::Accepted {
                 event_id: "e".into(),
             },
-            "r1",
+            Some(HeaderValue::from_static("r1")),
         );
         assert_eq!(a.status(), 200);
         assert_eq!(a.headers()["x-request-id"], "r1");
@@ -505,21 +525,22 @@ mod tests {
             body_text(a).await,
             r#"{"event_id":"e","status":"accepted"}"#
         );
+        let echo = |id: &'static str| Some(HeaderValue::from_static(id));
         let d = answer(
             &Outcome::Dropped {
                 event_id: "e".into(),
                 reason: "stale_status",
             },
-            "r",
+            Some(HeaderValue::from_static("r")),
         );
         let v: serde_json::Value = serde_json::from_str(&body_text(d).await).expect("json");
         assert_eq!(v["reason"], "stale_status");
-        assert_eq!(answer(&Outcome::InvalidSignature, "r").status(), 401);
+        assert_eq!(answer(&Outcome::InvalidSignature, echo("r")).status(), 401);
         assert_eq!(
-            answer(&Outcome::BadRequest(ParseError::NoEventId), "r").status(),
+            answer(&Outcome::BadRequest(ParseError::NoEventId), echo("r")).status(),
             400
         );
-        let u = answer(&Outcome::Unavailable { retry_after: 5 }, "r");
+        let u = answer(&Outcome::Unavailable { retry_after: 5 }, echo("r"));
         assert_eq!(
             (
                 u.status().as_u16(),
@@ -528,7 +549,7 @@ mod tests {
             (503, Some("5"))
         );
         assert_eq!(
-            answer(&Outcome::RateLimited { retry_after: 1 }, "r").status(),
+            answer(&Outcome::RateLimited { retry_after: 1 }, echo("r")).status(),
             429
         );
     }

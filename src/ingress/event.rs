@@ -5,7 +5,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use http::header::{AsHeaderName, HeaderName};
-use http::HeaderMap;
+use http::{HeaderMap, HeaderValue};
 
 use crate::config::{Fields, Profile, Route};
 use crate::ingress::fields::{Extracted, Field, FieldPlan, Slot};
@@ -201,6 +201,8 @@ pub struct RequestId {
     pub value: String,
     /// Whether the sender sent it (only then it is a dedup key and an event-id fallback).
     pub from_sender: bool,
+    /// The sender's header, when it holds `value` byte for byte: echoed as it came.
+    header: Option<HeaderValue>,
 }
 
 impl RequestId {
@@ -212,10 +214,12 @@ impl RequestId {
         // A sender's id that looks like reconciliation's or a replay's would make its
         // message say `x-source: reconcile` or `replay`; it is replaced like a missing one.
         let usable = |v: &&str| v.len() <= MAX_ID_BYTES && Source::of(v) == Source::Webhook;
-        match header_text(headers, name).filter(usable) {
+        let header = headers.get(name);
+        match header.and_then(visible_text).filter(usable) {
             Some(value) => Self {
                 value: value.to_owned(),
                 from_sender: true,
+                header: header.filter(|h| h.as_bytes() == value.as_bytes()).cloned(),
             },
             None => Self::generated(),
         }
@@ -223,10 +227,24 @@ impl RequestId {
 
     /// A fresh id for a delivery that came without one.
     pub fn generated() -> Self {
+        Self::made(uuid::Uuid::new_v4().to_string())
+    }
+
+    /// An id the gateway made (a reconciliation walk's, a replay's).
+    fn made(value: String) -> Self {
         Self {
-            value: uuid::Uuid::new_v4().to_string(),
+            value,
             from_sender: false,
+            header: None,
         }
+    }
+
+    /// The id as `X-Request-Id` echoes it: the sender's header itself when it is the id (a
+    /// clone of its bytes' handle, not a copy), else a header made of the id.
+    pub fn echo(&self) -> Option<HeaderValue> {
+        self.header
+            .clone()
+            .or_else(|| HeaderValue::from_str(&self.value).ok())
     }
 }
 
@@ -247,10 +265,7 @@ pub fn parse_listed(
     parse(
         verified,
         fields,
-        RequestId {
-            value: request_id,
-            from_sender: false,
-        },
+        RequestId::made(request_id),
         // No request brought it: a new trace, which its consumers can continue.
         TraceContext::new_root(),
     )
@@ -267,12 +282,20 @@ pub fn parse(
         return parse_own(verified, fields, own, request_id, trace);
     }
     let Verified(delivery) = verified;
-    let found = fields
+    let mut found = fields
         .plan
         .extract(&delivery.body)
         .map_err(|_| ParseError::NotAnObject)?;
     let headers = &delivery.headers;
-    let text = |slot| found.get(slot).and_then(Field::text).map(Cow::into_owned);
+    // The id and the type are moved out of their slots unless another pointer reads the
+    // same slot (the guard's, say): nothing else reads them afterwards.
+    let mut text = |slot| {
+        if fields.plan.is_shared(slot) {
+            found.get(slot).and_then(Field::text).map(Cow::into_owned)
+        } else {
+            found.take_text(slot)
+        }
+    };
     // Headers the signature does not cover are read only where the route opted in.
     let unsigned = |name| {
         fields
@@ -405,18 +428,18 @@ fn unix_number_ms(f: f64) -> Option<i64> {
 
 /// A header's text, trimmed; `None` when it is missing, empty or not visible ASCII.
 fn header_text(headers: &HeaderMap, name: impl AsHeaderName) -> Option<&str> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
+    headers.get(name).and_then(visible_text)
+}
+
+/// A header value as trimmed text; `None` when it is empty or not visible ASCII.
+fn visible_text(value: &HeaderValue) -> Option<&str> {
+    value.to_str().ok().map(str::trim).filter(|s| !s.is_empty())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::providers::{BOTIX_REQUEST_ID as REQUEST_ID, TWILIO_IDEMPOTENCY_TOKEN};
-    use http::HeaderValue;
 
     fn verified(body: &str, headers: &[(&'static str, &str)]) -> Verified {
         let mut h = HeaderMap::new();
@@ -462,6 +485,35 @@ mod tests {
         }
         let v = verified("{}", &[(REQUEST_ID, "req_replay:1")]);
         assert!(RequestId::of(&v.0.headers, Profile::Botix).from_sender);
+    }
+
+    #[test]
+    fn the_echo_is_the_senders_header_as_it_came_or_the_id_it_was_read_as() {
+        let v = verified("{}", &[(REQUEST_ID, "req_01")]);
+        let sent = RequestId::of(&v.0.headers, Profile::Botix);
+        assert_eq!(sent.echo(), v.0.headers.get(REQUEST_ID).cloned());
+        let v = verified("{}", &[(REQUEST_ID, "  req_02 ")]);
+        let padded = RequestId::of(&v.0.headers, Profile::Botix);
+        assert_eq!(padded.value, "req_02");
+        assert_eq!(padded.echo(), Some(HeaderValue::from_static("req_02")));
+        let made = RequestId::generated();
+        let echo = made.echo().expect("a generated id is header text");
+        assert_eq!(echo.to_str().ok(), Some(made.value.as_str()));
+    }
+
+    #[test]
+    fn an_id_and_type_another_pointer_reads_too_stay_in_their_slots() {
+        let mut fields = EventFields::new(&Fields::default());
+        let id_again = fields.add(&Fields::default().event_id);
+        let body = r#"{"id":"e9","event":"message.status"}"#;
+        let v = verified(body, &[]);
+        let request_id = RequestId::generated();
+        let e = parse(v, &fields, request_id, TraceContext::new_root()).expect("ok");
+        assert_eq!(
+            (e.id.as_str(), e.event_type.as_str()),
+            ("e9", "message.status")
+        );
+        assert_eq!(e.field(id_again).as_deref(), Some("e9"));
     }
 
     fn twilio_fields() -> EventFields {

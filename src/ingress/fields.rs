@@ -59,6 +59,16 @@ impl Extracted {
     pub fn get(&self, slot: Slot) -> Option<&Field> {
         self.0.get(slot.0)?.as_ref()
     }
+
+    /// The value at `slot` as owned text (as [`Field::text`] gives it), taken out: the
+    /// slot is empty afterwards. For a slot only one reader looks at
+    /// ([`FieldPlan::is_shared`]), whose string need not be copied.
+    pub fn take_text(&mut self, slot: Slot) -> Option<String> {
+        match self.0.get_mut(slot.0)?.take()? {
+            Field::Text(text) => Some(text),
+            other => other.text().map(Cow::into_owned),
+        }
+    }
 }
 
 /// Why a body could not be read: not JSON, not an object, or nested too deep.
@@ -70,6 +80,8 @@ pub struct NotAnObject;
 pub struct FieldPlan {
     root: Node,
     slots: usize,
+    /// The slots handed out for more than one pointer added.
+    shared: Vec<usize>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -122,11 +134,18 @@ impl FieldPlan {
             node = &mut node.children[at].node;
         }
         if let Some(existing) = node.slot {
+            self.shared.push(existing);
             return Slot(existing);
         }
         self.slots += 1;
         node.slot = Some(slot.0);
         slot
+    }
+
+    /// Whether `slot` was handed out for more than one pointer added: then more than one
+    /// reader looks at its value.
+    pub fn is_shared(&self, slot: Slot) -> bool {
+        self.shared.contains(&slot.0)
     }
 
     /// Reads `body`, which must be one JSON object, and keeps the values of the pointers.
@@ -449,6 +468,24 @@ mod tests {
         assert_eq!(form.get(again), None);
     }
 
+    #[test]
+    fn a_slot_is_shared_once_a_second_pointer_reads_it_and_taking_empties_it() {
+        let mut plan = FieldPlan::default();
+        let status = plan.add("/data/status");
+        let id = plan.add("/id");
+        let count = plan.add("/n");
+        assert!(!plan.is_shared(status) && !plan.is_shared(id));
+        assert_eq!(plan.add("/data/status"), status);
+        assert!(plan.is_shared(status) && !plan.is_shared(id));
+        let mut got = plan
+            .extract(br#"{"id":"e","n":7,"data":{"status":"sent"}}"#)
+            .expect("object");
+        assert_eq!(got.take_text(id).as_deref(), Some("e"));
+        assert_eq!(got.get(id), None);
+        assert_eq!(got.take_text(id), None);
+        // Numbers are taken as the text JSON writes them, as `Field::text` gives them.
+        assert_eq!(got.take_text(count).as_deref(), Some("7"));
+    }
     #[test]
     fn a_repeated_member_counts_once_as_its_last_value() {
         for body in [

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http::HeaderValue;
 use tracing::Instrument;
 
 use crate::budget::Charge;
@@ -41,11 +42,14 @@ impl Pipeline {
         route: Arc<RouteRuntime>,
         delivery: Delivery,
         charge: Charge,
-    ) -> RunsToEnd<impl Future<Output = (Outcome, String)> + Send + 'static> {
-        RunsToEnd::new(
-            self.tasks
-                .track_future(self.clone().handle(route, delivery, charge)),
-        )
+    ) -> RunsToEnd<impl Future<Output = (Outcome, Option<HeaderValue>)> + Send + 'static> {
+        let trace = TraceContext::of(&delivery.headers);
+        // Every line logged for this delivery names its trace (INFO: WARN lines need it).
+        // One span over the whole delivery, entered at each poll: no clone of it and no
+        // second entry for the steps that run before the first wait.
+        let span = tracing::info_span!("delivery", trace_id = trace.trace_id().as_str());
+        let handled = self.clone().handle(route, delivery, charge, trace);
+        RunsToEnd::new(self.tasks.track_future(handled.instrument(span)))
     }
 
     /// Waits, at most `grace`, for the deliveries still running (their clients may have
@@ -56,22 +60,20 @@ impl Pipeline {
         tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
     }
 
-    /// Handles one delivery on `route`. `charge` holds the body's bytes in the
-    /// unverified body budget and is given back once the signature is checked. Returns the
-    /// outcome and the request id to echo in `X-Request-Id`.
+    /// Handles one delivery on `route`, in its trace's span. `charge` holds the body's
+    /// bytes in the unverified body budget and is given back once the signature is
+    /// checked. Returns the outcome and the request id header to echo in `X-Request-Id`.
     async fn handle(
         self: Arc<Self>,
         route: Arc<RouteRuntime>,
         delivery: Delivery,
         charge: Charge,
-    ) -> (Outcome, String) {
+        trace: TraceContext,
+    ) -> (Outcome, Option<HeaderValue>) {
         let name = route.config.name.as_str();
         let request_id = RequestId::of(&delivery.headers, route.config.profile);
         let now_ms = self.now_ms();
-        let echoed = request_id.value.clone();
-        let trace = TraceContext::of(&delivery.headers);
-        // Every line logged for this delivery names its trace (INFO: WARN lines need it).
-        let span = tracing::info_span!("delivery", trace_id = trace.trace_id().as_str());
+        let echoed = request_id.echo();
         let received = Received {
             delivery,
             charge,
@@ -83,21 +85,16 @@ impl Pipeline {
         // is in one box (`handle_to_end`), and each `async fn` on the way would be one more
         // copy of the futures inside it.
         let outcome = 'outcome: {
-            let event = match span.in_scope(|| self.verified_event(&route, received)) {
+            let event = match self.verified_event(&route, received) {
                 Ok(event) => event,
                 Err(refused) => break 'outcome refused,
             };
             if let Some(refused) = self.refusal(&route, &event, now_ms) {
                 break 'outcome refused;
             }
-            let processed = self
-                .process(&route, &event, now_ms)
-                .instrument(span.clone())
-                .await;
-            processed
-                .unwrap_or_else(|error| span.in_scope(|| self.store_failed(&route, &event, error)))
+            let processed = self.process(&route, &event, now_ms).await;
+            processed.unwrap_or_else(|error| self.store_failed(&route, &event, error))
         };
-        let _in_span = span.enter();
         match &outcome {
             Outcome::Duplicate { .. } => {
                 route.counters.dedup_hits.inc();
