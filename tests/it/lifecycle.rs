@@ -38,6 +38,50 @@ async fn sigint_shuts_down_cleanly_like_sigterm() {
 }
 
 #[tokio::test]
+async fn sigterm_asks_an_idle_kept_alive_connection_to_close_without_waiting_for_the_grace() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    // A grace and connection deadlines beyond the poll deadline (hyper's header timer ends
+    // a kept-alive connection that sends no request after `header_read_timeout`): only a
+    // connection asked to close lets the gateway exit in time.
+    cfg.extra =
+        "shutdown_grace: 60s\nlimits:\n  header_read_timeout: 60s\n  idle_timeout: 120s\n".into();
+    let mut gw = Gateway::start(&cfg).await;
+    let client = client(None);
+    wait_broker_connected(&client, &gw).await;
+
+    let body = event_body("evt_kept_alive");
+    let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+    let request = format!(
+        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\n\r\n{body}",
+        body.len(),
+        sign(SECRET, body.as_bytes())
+    );
+    s.write_all(request.as_bytes()).await.expect("request");
+    let answer = read_until(&mut s, b"\"status\":\"accepted\"}").await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
+
+    gw.signal("TERM");
+    let status = gw
+        .wait_exit(POLL_DEADLINE)
+        .await
+        .expect("still running: the idle connection was not asked to close");
+    assert_eq!(status.code(), Some(0));
+    assert!(
+        !gw.logs()
+            .iter()
+            .any(|l| l.contains("connections still open after the shutdown grace")),
+        "logs:\n{}",
+        gw.logs().join("\n")
+    );
+    assert!(
+        read_until_closed(&mut s, POLL_DEADLINE).await.is_some(),
+        "the kept-alive connection is closed"
+    );
+    broker.delete().await;
+}
+
+#[tokio::test]
 async fn a_request_still_arriving_when_the_grace_runs_out_is_cut_and_the_gateway_exits() {
     require_broker!();
     let (_dir, broker, mut cfg) = fixture().await;
