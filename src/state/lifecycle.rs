@@ -46,7 +46,7 @@ impl StateStore {
                     },
                     disk: disk_seam::real(),
                     background: true,
-                    page_reads: super::local::off_worker,
+                    page_reads: super::local::page_lookup,
                 };
                 let legacy = Arc::new(super::engine::LegacyJournal(store.tree(JOURNAL_TREE)?));
                 let journal = Journal::open(legacy, store.dir(), now_ms, settings)?;

@@ -10,6 +10,7 @@ use crate::state::backend::BackendChoice;
 use crate::state::keys::StoreKey;
 use durable_spool::Store;
 
+use super::local::{PageLookups, Ran};
 use super::{LeaseHolder, StateStore};
 
 /// The local backend on `store`, with one route and `extra` config (whole YAML lines).
@@ -90,21 +91,46 @@ async fn values_read_from_runs_off_the_workers_are_the_values_written() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_lookup_of_run_pages_on_a_worker_runs_as_blocking() {
-    let mut waited_on_the_thread = false;
-    super::local::off_worker(&mut || {
-        // Only a thread the runtime was told blocks may wait for a future itself: on a
-        // worker this panics.
-        tokio::runtime::Handle::current().block_on(async {});
-        waited_on_the_thread = true;
+/// Whether a lookup may wait for a future itself: only on a thread the runtime was told
+/// blocks (on a worker `block_on` panics).
+fn may_block(lookups: &PageLookups) -> (Ran, bool) {
+    let mut blocking = false;
+    let ran = lookups.run(&mut || {
+        blocking = std::panic::catch_unwind(|| {
+            tokio::runtime::Handle::current().block_on(async {});
+        })
+        .is_ok();
     });
-    assert!(waited_on_the_thread);
+    (ran, blocking)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lookups_of_run_pages_run_in_place_until_the_disk_answers_them_then_as_blocking() {
+    assert_eq!(may_block(&PageLookups::default()), (Ran::InPlace, false));
+    let lookups = PageLookups::default();
+    // A lookup the disk answered takes longer than the page cache ever does.
+    let slow = || std::thread::sleep(Duration::from_millis(2));
+    assert_eq!(
+        lookups.run(&mut || {}),
+        Ran::InPlace,
+        "the page cache answers"
+    );
+    // One slow lookup (a thread preempted on a busy machine) changes nothing.
+    assert_eq!(lookups.run(&mut { slow }), Ran::InPlace);
+    for _ in 0..40 {
+        assert_eq!(lookups.run(&mut || {}), Ran::InPlace);
+    }
+    // Slow ones, many and often (8 of 49 lookups): the disk answers.
+    for _ in 1..8 {
+        assert_eq!(lookups.run(&mut { slow }), Ran::InPlace);
+    }
+    assert_eq!(may_block(&lookups), (Ran::Blocking, true));
+    assert_eq!(lookups.run(&mut || {}), Ran::Blocking);
 }
 
 #[tokio::test]
 async fn a_lookup_of_run_pages_on_a_single_threaded_runtime_runs_in_place() {
     let mut ran = false;
-    super::local::off_worker(&mut || ran = true);
+    PageLookups::default().run(&mut || ran = true);
     assert!(ran);
 }
