@@ -509,9 +509,25 @@ async fn a_full_spool_answers_503_and_the_senders_retry_is_accepted_later() {
     let mut gw = Gateway::start(&cfg).await;
     let client = client(None);
 
-    let (accepted, (id, body, request_id), refused) = fill_until_refused(&gw, &client).await;
+    let (mut accepted, (id, body, request_id), refused) = fill_until_refused(&gw, &client).await;
     assert!(!accepted.is_empty(), "nothing fitted in the spool");
     assert_retry_later(&refused, "spool full");
+    // The room left is topped up with small events, so that no retry of the refused one
+    // fits: its message may come out a few bytes shorter (the receipt time leaves out
+    // trailing zeros).
+    for i in 0.. {
+        assert!(i < 100, "a 4KiB spool took 100 small events");
+        let small = format!("s{i}");
+        let small_body = serde_json::json!({"id": small, "event": "e"}).to_string();
+        let a = gw
+            .deliver_answer(&client, &small_body, &format!("req_{small}"))
+            .await;
+        if a.status != 200 {
+            assert_retry_later(&a, "a small event, spool full");
+            break;
+        }
+        accepted.push(small);
+    }
     // The refused event was not recorded as seen: its retry is judged afresh (still full).
     let again = gw.deliver_answer(&client, &body, &request_id).await;
     assert_retry_later(&again, "retry while still full");
