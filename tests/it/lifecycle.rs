@@ -37,6 +37,16 @@ async fn sigint_shuts_down_cleanly_like_sigterm() {
     broker.delete().await;
 }
 
+/// The head of a signed HTTP/1.1 delivery of `body` to the botix route, with `extra`
+/// header lines.
+fn signed_head(body: &str, extra: &str) -> String {
+    format!(
+        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\n{extra}\r\n",
+        body.len(),
+        sign(SECRET, body.as_bytes())
+    )
+}
+
 #[tokio::test]
 async fn sigterm_asks_an_idle_kept_alive_connection_to_close_without_waiting_for_the_grace() {
     require_broker!();
@@ -52,11 +62,7 @@ async fn sigterm_asks_an_idle_kept_alive_connection_to_close_without_waiting_for
 
     let body = event_body("evt_kept_alive");
     let mut s = TcpStream::connect(gw.addr).await.expect("connect");
-    let request = format!(
-        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\n\r\n{body}",
-        body.len(),
-        sign(SECRET, body.as_bytes())
-    );
+    let request = signed_head(&body, "") + &body;
     s.write_all(request.as_bytes()).await.expect("request");
     let answer = read_until(&mut s, b"\"status\":\"accepted\"}").await;
     assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"));
@@ -93,11 +99,7 @@ async fn a_request_still_arriving_when_the_grace_runs_out_is_cut_and_the_gateway
 
     let body = event_body("evt_cut_by_grace");
     let mut s = TcpStream::connect(gw.addr).await.expect("connect");
-    let head = format!(
-        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\nExpect: 100-continue\r\n\r\n",
-        body.len(),
-        sign(SECRET, body.as_bytes())
-    );
+    let head = signed_head(&body, "Expect: 100-continue\r\n");
     s.write_all(head.as_bytes()).await.expect("head");
     // The 100-continue says the handler is reading the body: the request is in flight.
     read_until(&mut s, b"\r\n\r\n").await;
@@ -246,11 +248,7 @@ async fn second_signal_exits_with(first: &str, second: &str, code: i32) {
     let mut gw = Gateway::start(&cfg).await;
     let body = event_body("evt_held_in_the_drain");
     let mut s = TcpStream::connect(gw.addr).await.expect("connect");
-    let head = format!(
-        "POST /webhooks/botix HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\nX-Botix-Signature: {}\r\nExpect: 100-continue\r\n\r\n",
-        body.len(),
-        sign(SECRET, body.as_bytes())
-    );
+    let head = signed_head(&body, "Expect: 100-continue\r\n");
     s.write_all(head.as_bytes()).await.expect("head");
     read_until(&mut s, b"\r\n\r\n").await;
 
