@@ -314,8 +314,8 @@ async fn read_body(
 }
 
 /// `read`'s output if it ends within `limit`. A body that came with its request head is
-/// read whole at the first poll, and then no timer is made: a timer per request is a
-/// registration in the runtime's timer wheel (and its removal) for nothing.
+/// read whole at the first poll, and then no timer is made (a clock read and a handle to
+/// the runtime's timer, per request, for nothing).
 async fn within<F: Future>(limit: Duration, read: F) -> Option<F::Output> {
     let started = tokio::time::Instant::now();
     let mut read = std::pin::pin!(read);
