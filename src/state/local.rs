@@ -2,8 +2,7 @@
 //! its guard keys locked in process, and the rule that moves the journal's reads of run
 //! pages off the runtime's workers while the disk, not the page cache, answers them.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use expiring_lsm::journal::Journal;
@@ -43,22 +42,21 @@ const BLOCKING_FOR: Duration = Duration::from_secs(10);
 /// cache serves, which is nearly every read. The journal decides this under the lock it
 /// reads under: a key is looked up once.
 pub(super) fn page_lookup(lookup: &mut dyn FnMut()) {
-    static LOOKUPS: LazyLock<PageLookups> = LazyLock::new(PageLookups::default);
+    static LOOKUPS: PageLookups = PageLookups::new();
     LOOKUPS.run(lookup);
 }
 
 /// Where lookups that read run pages run, from how long the recent ones took.
 pub(super) struct PageLookups {
-    since: Instant,
-    /// Until when (milliseconds after `since`) lookups run as blocking.
-    blocking_until_ms: AtomicU64,
-    window: Mutex<Window>,
+    state: Mutex<Lookups>,
 }
 
-/// The lookups run in place in the current window.
-#[derive(Default)]
-struct Window {
-    started_ms: u64,
+/// The lookups run in place in the current window, and whether they run as blocking now.
+struct Lookups {
+    /// Until when lookups run as blocking.
+    blocking_until: Option<Instant>,
+    /// When the current window began; `None` before the first lookup in place.
+    window_started: Option<Instant>,
     lookups: u32,
     slow: u32,
 }
@@ -70,17 +68,22 @@ pub(super) enum Ran {
     Blocking,
 }
 
-impl Default for PageLookups {
-    fn default() -> Self {
+impl PageLookups {
+    pub(super) const fn new() -> Self {
         Self {
-            since: Instant::now(),
-            blocking_until_ms: AtomicU64::new(0),
-            window: Mutex::default(),
+            state: Mutex::new(Lookups {
+                blocking_until: None,
+                window_started: None,
+                lookups: 0,
+                slow: 0,
+            }),
         }
     }
-}
 
-impl PageLookups {
+    fn lock(&self) -> MutexGuard<'_, Lookups> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     pub(super) fn run(&self, lookup: &mut dyn FnMut()) -> Ran {
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -89,38 +92,39 @@ impl PageLookups {
             return Ran::InPlace;
         }
         let started = Instant::now();
-        let now_ms = millis(started.duration_since(self.since));
-        if now_ms < self.blocking_until_ms.load(Ordering::Relaxed) {
+        // The lock is held for the bookkeeping only, never across the lookup.
+        let blocking = self
+            .lock()
+            .blocking_until
+            .is_some_and(|until| started < until);
+        if blocking {
             tokio::task::block_in_place(lookup);
             return Ran::Blocking;
         }
         lookup();
-        self.count(now_ms, started.elapsed() > SLOW_LOOKUP);
+        self.lock().count(started, started.elapsed() > SLOW_LOOKUP);
         Ran::InPlace
-    }
-
-    /// Counts a lookup run in place; enough slow ones in the window make the next ones
-    /// run as blocking.
-    fn count(&self, now_ms: u64, slow: bool) {
-        let mut window = self.window.lock().unwrap_or_else(PoisonError::into_inner);
-        if now_ms.saturating_sub(window.started_ms) >= millis(WINDOW) {
-            *window = Window {
-                started_ms: now_ms,
-                ..Window::default()
-            };
-        }
-        window.lookups += 1;
-        window.slow += u32::from(slow);
-        if window.slow >= SLOW_IN_A_WINDOW && window.slow * 10 >= window.lookups {
-            let until = now_ms.saturating_add(millis(BLOCKING_FOR));
-            self.blocking_until_ms.store(until, Ordering::Relaxed);
-            *window = Window::default();
-        }
     }
 }
 
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+impl Lookups {
+    /// Counts a lookup run in place that began `at`; enough slow ones in the window make
+    /// the next ones run as blocking.
+    fn count(&mut self, at: Instant, slow: bool) {
+        if self
+            .window_started
+            .is_none_or(|began| at.saturating_duration_since(began) >= WINDOW)
+        {
+            self.window_started = Some(at);
+            (self.lookups, self.slow) = (0, 0);
+        }
+        self.lookups += 1;
+        self.slow += u32::from(slow);
+        if self.slow >= SLOW_IN_A_WINDOW && self.slow * 10 >= self.lookups {
+            self.blocking_until = Some(at + BLOCKING_FOR);
+            self.window_started = None;
+        }
+    }
 }
 
 impl LocalState {

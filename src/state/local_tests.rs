@@ -106,8 +106,8 @@ fn may_block(lookups: &PageLookups) -> (Ran, bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookups_of_run_pages_run_in_place_until_the_disk_answers_them_then_as_blocking() {
-    assert_eq!(may_block(&PageLookups::default()), (Ran::InPlace, false));
-    let lookups = PageLookups::default();
+    assert_eq!(may_block(&PageLookups::new()), (Ran::InPlace, false));
+    let lookups = PageLookups::new();
     // A lookup the disk answered takes longer than the page cache ever does.
     let slow = || std::thread::sleep(Duration::from_millis(2));
     assert_eq!(
@@ -131,6 +131,6 @@ async fn lookups_of_run_pages_run_in_place_until_the_disk_answers_them_then_as_b
 #[tokio::test]
 async fn a_lookup_of_run_pages_on_a_single_threaded_runtime_runs_in_place() {
     let mut ran = false;
-    PageLookups::default().run(&mut || ran = true);
+    PageLookups::new().run(&mut || ran = true);
     assert!(ran);
 }
