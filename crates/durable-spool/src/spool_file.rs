@@ -102,6 +102,11 @@ pub(crate) fn open_spool(
             {
                 open_err(damaged(&e.to_string()))
             }
+            // redb asks for an upgrade of a file of its formats 1 and 2; the spool has only
+            // ever written format 3, so such a header is a damaged one.
+            redb::DatabaseError::UpgradeRequired(version) => open_err(damaged(&format!(
+                "its header names redb's file format {version}, which the spool never wrote"
+            ))),
             other => open_err(format!("{SPOOL_FILE}: {other}")),
         })
 }
