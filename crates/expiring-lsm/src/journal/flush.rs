@@ -4,30 +4,10 @@
 use std::sync::atomic::Ordering;
 
 use super::batch::{decode_seq, Open, LEGACY_PAGE};
+use super::copied::Copied;
 use super::shared::{lock, Shared};
 use crate::wal::Frame;
-use crate::{Digest, Error};
-
-/// A copy of the hot set's entries for a run: one buffer of values and a small fixed entry
-/// per record, so the copy is much smaller than the hot set's own entries and costs two
-/// allocations.
-struct Copied {
-    /// Each record's key, expiry, and its value's offset and length in `values`.
-    entries: Vec<(Digest, i64, u32, u32)>,
-    values: Vec<u8>,
-}
-
-impl Copied {
-    /// The records in key order.
-    fn sorted_records(&mut self) -> impl Iterator<Item = (&Digest, i64, &[u8])> {
-        self.entries.sort_unstable_by_key(|e| e.0 .0);
-        let values = &self.values;
-        self.entries.iter().map(move |(key, expires_ms, at, len)| {
-            let at = *at as usize;
-            (key, *expires_ms, &values[at..at + *len as usize])
-        })
-    }
-}
+use crate::Error;
 
 impl Shared {
     /// Writes what the open replayed from the journal to a run before anything is answered
@@ -89,13 +69,13 @@ impl Shared {
     /// Writes the hot entries whose records are on disk in the journal as a run, then
     /// forgets them and deletes the journal batches the run holds. Returns how many went.
     pub(super) fn flush_to_run(&self) -> Result<usize, Error> {
-        let _flushing = lock(&self.flushing);
+        let mut copy = lock(&self.flushing);
         let below = self.progress.get().durable_below;
-        let mut copy = self.copy_written(below);
-        if copy.entries.is_empty() {
+        self.copy_written(below, &mut copy);
+        if copy.is_empty() {
             return Ok(0);
         }
-        let written = copy.entries.len();
+        let written = copy.len();
         let rewrite_after_ms = (self.settings.clock)().saturating_add(self.settings.ttl_ms());
         self.runs.flush(
             written as u64,
@@ -103,7 +83,6 @@ impl Shared {
             below,
             rewrite_after_ms,
         )?;
-        drop(copy);
         // The run is registered: lookups find these values there from now on.
         self.forget_written(below);
         lock(&self.writer).wal.forget_below(below)?;
@@ -115,11 +94,8 @@ impl Shared {
     /// Copies the hot entries' durable records that are in batches below `durable_below`,
     /// one map at a time: those a memory-only value covers too, since the journal no longer
     /// replays their batches once the run holds them.
-    fn copy_written(&self, durable_below: u64) -> Copied {
-        let mut copy = Copied {
-            entries: Vec::new(),
-            values: Vec::new(),
-        };
+    fn copy_written(&self, durable_below: u64, copy: &mut Copied) {
+        copy.clear(self.settings.hot_entries);
         for shard in &self.shards {
             let shard = lock(shard);
             let written = shard
@@ -127,13 +103,9 @@ impl Shared {
                 .iter()
                 .filter_map(|(key, e)| Some((key, e.durable_below(durable_below)?)));
             for (key, (value, expires_ms)) in written {
-                let at = copy.values.len() as u32;
-                copy.entries
-                    .push((*key, expires_ms, at, value.len() as u32));
-                copy.values.extend_from_slice(value);
+                copy.push(key, expires_ms, value);
             }
         }
-        copy
     }
 
     /// Removes the legacy batches below `seq`: a run holds their records.

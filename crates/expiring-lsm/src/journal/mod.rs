@@ -35,6 +35,7 @@ mod access;
 mod batch;
 mod change;
 mod commit;
+mod copied;
 mod durable;
 mod flush;
 mod hot;

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use super::batch::{decode_batch, decode_seq, Open, LEGACY_PAGE};
+use super::copied::Copied;
 use super::hot::{shard_of, Entry, Shard, SHARDS};
 use super::progress::Published;
 use super::settings::Settings;
@@ -188,7 +189,7 @@ impl Shared {
             settings,
             hot_count: AtomicUsize::new(hot_count),
             asked: Mutex::new(Asked::default()),
-            flushing: Mutex::new(()),
+            flushing: Mutex::new(Copied::default()),
             merging: Mutex::new(()),
             asked_wake: Condvar::new(),
             stop: AtomicBool::new(false),

@@ -7,6 +7,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use super::batch::Open;
+use super::copied::Copied;
 use super::hot::{shard_of, Shard, HOT_SET_LIMIT_FACTOR, SHARDS};
 use super::progress::Published;
 use super::settings::Settings;
@@ -63,8 +64,9 @@ pub(super) struct Shared {
     /// Entries in the hot set.
     pub(super) hot_count: AtomicUsize,
     pub(super) asked: Mutex<Asked>,
-    /// Held by a flush to a run, and by a round of merges: one of each at a time.
-    pub(super) flushing: Mutex<()>,
+    /// Held by a flush to a run, and by a round of merges: one of each at a time. The
+    /// flush's lock holds its copy of the hot set, kept from one flush to the next.
+    pub(super) flushing: Mutex<Copied>,
     pub(super) merging: Mutex<()>,
     /// Wakes the flush and merge threads (waits on `asked`).
     pub(super) asked_wake: Condvar,

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::batch::{decode_batch, Open};
-use super::hot::{Entry, HOT_SET_LIMIT_FACTOR};
+use super::hot::{Entry, Value, HOT_SET_LIMIT_FACTOR};
 use super::shared::{lock, Shared};
 use super::threads::{merge_backoff, spawn_watched, NOTHING_TO_FLUSH_PAUSE};
 use super::*;
@@ -296,8 +296,14 @@ fn a_durable_value_under_a_claim_goes_to_the_run_of_its_batch_and_outlives_resta
 #[test]
 fn a_hot_entry_takes_no_room_for_the_durable_record_a_claim_may_cover() {
     // The hot set holds up to four times `hot_entries` of them: the record a claim
-    // covers is boxed inside the field that tells the two kinds apart.
-    assert!(std::mem::size_of::<Entry>() <= 48);
+    // covers is boxed inside the field that tells the two kinds apart, so an entry is its
+    // inline value, its expiry and that field.
+    assert!(std::mem::size_of::<Entry>() <= 88);
+    // A dedup mark with its decision record or a message's guard state (up to about 60
+    // bytes) needs no allocation of its own.
+    assert!(matches!(Value::new(&[7; 60]), Value::Inline { .. }));
+    assert!(matches!(Value::new(&[7; 63]), Value::Heap(_)));
+    assert_eq!(Value::new(&[7; 60]).as_slice(), &[7; 60]);
 }
 
 #[test]
