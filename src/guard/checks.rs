@@ -3,18 +3,16 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
-
 use crate::guard::decide::{
     self, decide_keyword, decide_status, status_of, GuardDrop, Keyword, KeywordState, StatusState,
     Verdict,
 };
 use crate::guard::rules::RouteGuard;
-use crate::guard::stored::{GuardEvent, Stored};
+use crate::guard::stored::{GuardEvent, StateForm, Stored};
 use crate::ingress::event::Event;
 use crate::state::keys::StoreKey;
 use crate::state::{KeyLock, StateStore};
-use crate::store_error::{StoreError, StoreFault};
+use crate::store_error::StoreError;
 
 /// A decided check that still holds its key's lock: finish it with
 /// [`GuardState::commit`] or [`GuardState::abandon`].
@@ -113,9 +111,9 @@ impl GuardState {
                 reason: None,
             };
             let expires_ms = Some(now_ms + r.retention_ms);
-            return self
+            return Ok(self
                 .held(key, lock, verdict, stored, seen, expires_ms, true)
-                .await;
+                .await);
         }
         if let Some(r) = rules
             .keywords
@@ -139,9 +137,9 @@ impl GuardState {
                 reason: None,
             };
             let expires_ms = r.retention_ms.map(|d| now_ms + d);
-            return self
+            return Ok(self
                 .held(key, lock, verdict, stored, seen, expires_ms, false)
-                .await;
+                .await);
         }
         Ok(Check::Unguarded)
     }
@@ -171,7 +169,7 @@ impl GuardState {
     /// status); a drop is remembered in the key's state at once (a write under the lock
     /// held, then the lock released), so `inspect` can list it.
     #[allow(clippy::too_many_arguments)]
-    async fn held<S: Serialize>(
+    async fn held<S: StateForm>(
         &self,
         key: StoreKey,
         lock: KeyLock,
@@ -180,52 +178,42 @@ impl GuardState {
         seen: GuardEvent,
         expires_ms: Option<i64>,
         state_says_what: bool,
-    ) -> Result<Check, StoreError> {
+    ) -> Check {
         let update = match verdict {
             Verdict::Accept(new_state) => {
                 // The drops remembered so far stay with the new state.
                 let dropped = stored.map(|s| s.dropped).unwrap_or_default();
-                new_state
-                    .map(|state| {
-                        let by = GuardEvent {
-                            what: if state_says_what {
-                                String::new()
-                            } else {
-                                seen.what
-                            },
-                            ..seen
-                        };
-                        let new = Stored {
-                            expires_ms,
-                            state,
-                            by: Some(by),
-                            dropped,
-                        };
-                        serde_json::to_vec(&new)
-                            .map(|v| (v, expires_ms))
-                            .map_err(|e| StoreFault::Corrupt(e.into()).into())
-                    })
-                    .transpose()
+                new_state.map(|state| {
+                    let by = GuardEvent {
+                        what: if state_says_what {
+                            String::new()
+                        } else {
+                            seen.what
+                        },
+                        ..seen
+                    };
+                    let new = Stored {
+                        expires_ms,
+                        state,
+                        by: Some(by),
+                        dropped,
+                    };
+                    (new.to_bytes(), expires_ms)
+                })
             }
             Verdict::Drop(reason) => {
                 // Boxed: drops are the rare way out, and every accepted event's future
                 // would otherwise carry the kilobyte of this one's state.
                 Box::pin(self.remember_drop(key, lock, stored, seen, reason)).await;
-                return Ok(Check::Drop(reason));
+                return Check::Drop(reason);
             }
         };
-        match update {
-            Ok(update) => Ok(Check::Accept(Held { key, update, lock })),
-            Err(e) => {
-                self.store.unlock(lock).await;
-                Err(e)
-            }
-        }
+        Check::Accept(Held { key, update, lock })
     }
 
     /// Writes `stored` back with `seen` among its dropped events and releases the key. A
     /// failure only loses the entry, never the drop, so it is logged at debug.
-    async fn remember_drop<S: Serialize>(
+    async fn remember_drop<S: StateForm>(
         &self,
         key: StoreKey,
         lock: KeyLock,
@@ -239,24 +227,17 @@ impl GuardState {
         };
         let now_ms = seen.at_ms;
         let stored = stored.with_dropped(seen, reason);
-        let written = match serde_json::to_vec(&stored) {
-            Ok(value) => {
-                self.store
-                    .commit_locked(lock, &key, &value, now_ms, stored.expires_ms)
-                    .await
-            }
-            Err(e) => {
-                self.store.unlock(lock).await;
-                Err(StoreFault::Corrupt(e.into()).into())
-            }
-        };
+        let written = self
+            .store
+            .commit_locked(lock, &key, &stored.to_bytes(), now_ms, stored.expires_ms)
+            .await;
         if let Err(error) = written {
             tracing::debug!(%error, "a dropped event not remembered in its guard state");
         }
     }
 
     /// Takes `key`'s lock and reads its state; the lock is given back when the read fails.
-    async fn lock_and_load<S: for<'de> Deserialize<'de>>(
+    async fn lock_and_load<S: StateForm>(
         &self,
         key: &StoreKey,
         now_ms: i64,
@@ -271,7 +252,7 @@ impl GuardState {
         }
     }
 
-    async fn load<S: for<'de> Deserialize<'de>>(
+    async fn load<S: StateForm>(
         &self,
         key: &StoreKey,
         now_ms: i64,
@@ -279,9 +260,9 @@ impl GuardState {
         let Some(bytes) = self.store.get(key).await? else {
             return Ok(None);
         };
-        // State that no longer parses (an older format) is treated as absent, not as an error
-        // that would block the key forever.
-        let stored: Option<Stored<S>> = serde_json::from_slice(&bytes).ok();
+        // State that does not read (another kind, damage) is treated as absent, not as an
+        // error that would block the key forever.
+        let stored = Stored::<S>::from_bytes(&bytes);
         Ok(stored.filter(|s| s.expires_ms.is_none_or(|e| e > now_ms)))
     }
 }

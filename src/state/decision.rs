@@ -15,6 +15,7 @@
 //! inbound message id (byte), the id (varint length, bytes). A record of another version
 //! or kind reads as none: the mark still counts, and inspect says it holds no record.
 
+use super::wire::{put_id, put_signed, put_text, put_varint, Reader};
 use crate::source::Source;
 
 /// The format's version byte.
@@ -148,7 +149,7 @@ impl EventRecord {
         if (r.byte()?, r.byte()?) != (VERSION, KIND_EVENT) {
             return None;
         }
-        let first_seen_ms = unzigzag(r.varint()?);
+        let first_seen_ms = r.signed()?;
         let (outcome, reason) = (r.byte()?, r.byte()?);
         let decided = match outcome {
             1 => Decided::Published,
@@ -164,9 +165,9 @@ impl EventRecord {
             .filter(|s| (sources_byte >> 2) & (1 << source_code(*s)) != 0)
             .collect();
         let deliveries = u32::try_from(r.varint()?).ok()?;
-        let first_request = r.request_id()?;
-        let last_request = r.request_id()?;
-        r.0.is_empty().then_some(Self {
+        let first_request = r.id()?;
+        let last_request = r.id()?;
+        r.is_done().then_some(Self {
             first_seen_ms,
             decided,
             first_source,
@@ -208,7 +209,7 @@ fn encode_event(
 ) -> Vec<u8> {
     let mut out = Vec::with_capacity(48);
     out.extend([VERSION, KIND_EVENT]);
-    put_varint(&mut out, zigzag(head.first_seen_ms));
+    put_signed(&mut out, head.first_seen_ms);
     let (outcome, reason) = match head.decided {
         Decided::Published => (1, 0),
         Decided::Spooled => (2, 0),
@@ -218,8 +219,8 @@ fn encode_event(
     out.extend([outcome, reason]);
     out.push(source_code(head.first_source) | (seen << 2));
     put_varint(&mut out, u64::from(head.deliveries));
-    put_request_id(&mut out, first_request);
-    put_request_id(&mut out, last_request);
+    put_id(&mut out, first_request);
+    put_id(&mut out, last_request);
     out
 }
 
@@ -243,8 +244,7 @@ impl RequestRecord {
     pub fn encode_of(event_id: &str, by_message: bool) -> Vec<u8> {
         let mut out = Vec::with_capacity(4 + event_id.len());
         out.extend([VERSION, KIND_REQUEST, u8::from(by_message)]);
-        put_varint(&mut out, event_id.len() as u64);
-        out.extend_from_slice(event_id.as_bytes());
+        put_text(&mut out, event_id);
         out
     }
 
@@ -260,7 +260,7 @@ impl RequestRecord {
             _ => return None,
         };
         let event_id = r.text()?;
-        r.0.is_empty().then_some(Self {
+        r.is_done().then_some(Self {
             event_id,
             by_message,
         })
@@ -280,128 +280,6 @@ fn reason_of(code: u8) -> &'static str {
         .and_then(|i| REASONS.get(i))
         .copied()
         .unwrap_or("unknown")
-}
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> i64 {
-    ((v >> 1) as i64) ^ -((v & 1) as i64)
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Request id forms: none, a UUID (16 bytes), `req_` and a ULID (16 bytes), text.
-const ID_NONE: u8 = 0;
-const ID_UUID: u8 = 1;
-const ID_ULID: u8 = 2;
-const ID_TEXT: u8 = 3;
-const ULID_PREFIX: &str = "req_";
-const CROCKFORD: &[u8; 32] = b"0123456789ABCDEFGHJKMNPQRSTVWXYZ";
-
-fn put_request_id(out: &mut Vec<u8>, id: Option<&str>) {
-    let Some(id) = id else {
-        out.push(ID_NONE);
-        return;
-    };
-    // Only a form that prints back to the same text is packed: the record must give
-    // the id exactly as the sender's ticket shows it.
-    if let Ok(uuid) = uuid::Uuid::parse_str(id) {
-        if *uuid
-            .hyphenated()
-            .encode_lower(&mut uuid::Uuid::encode_buffer())
-            == *id
-        {
-            out.push(ID_UUID);
-            out.extend_from_slice(uuid.as_bytes());
-            return;
-        }
-    }
-    if let Some(bits) = id.strip_prefix(ULID_PREFIX).and_then(ulid_bits) {
-        out.push(ID_ULID);
-        out.extend_from_slice(&bits.to_be_bytes());
-        return;
-    }
-    out.push(ID_TEXT);
-    put_varint(out, id.len() as u64);
-    out.extend_from_slice(id.as_bytes());
-}
-
-/// The 128 bits of a ULID in its canonical form (26 upper-case Crockford characters).
-fn ulid_bits(text: &str) -> Option<u128> {
-    if text.len() != 26 || text.as_bytes()[0] > b'7' {
-        return None;
-    }
-    text.bytes().try_fold(0u128, |acc, c| {
-        let digit = CROCKFORD.iter().position(|d| *d == c)?;
-        Some((acc << 5) | digit as u128)
-    })
-}
-
-fn ulid_text(bits: u128) -> String {
-    (0..26)
-        .rev()
-        .map(|i| char::from(CROCKFORD[((bits >> (i * 5)) & 31) as usize]))
-        .collect()
-}
-
-/// Reads a record front to back; every read is checked.
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Option<&[u8]> {
-        let (head, tail) = (self.0.get(..n)?, self.0.get(n..)?);
-        self.0 = tail;
-        Some(head)
-    }
-
-    fn byte(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-
-    fn varint(&mut self) -> Option<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.byte()?;
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Some(v);
-            }
-        }
-        None
-    }
-
-    fn text(&mut self) -> Option<String> {
-        let len = usize::try_from(self.varint()?).ok()?;
-        String::from_utf8(self.take(len)?.to_vec()).ok()
-    }
-
-    /// A request id; the outer `None` is a malformed record.
-    fn request_id(&mut self) -> Option<Option<String>> {
-        Some(match self.byte()? {
-            ID_NONE => None,
-            ID_UUID => {
-                let bytes: [u8; 16] = self.take(16)?.try_into().ok()?;
-                Some(uuid::Uuid::from_bytes(bytes).hyphenated().to_string())
-            }
-            ID_ULID => {
-                let bytes: [u8; 16] = self.take(16)?.try_into().ok()?;
-                Some(format!(
-                    "{ULID_PREFIX}{}",
-                    ulid_text(u128::from_be_bytes(bytes))
-                ))
-            }
-            ID_TEXT => Some(self.text()?),
-            _ => return None,
-        })
-    }
 }
 
 #[cfg(test)]

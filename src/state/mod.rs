@@ -45,6 +45,7 @@ pub mod redis;
 pub mod redis_link;
 mod scripts;
 pub mod slots;
+pub mod wire;
 
 #[cfg(test)]
 mod local_tests;

@@ -91,7 +91,8 @@ async fn key_becomes(url: &str, key: &str, present: bool, within: Duration) -> b
     .await
 }
 
-async fn get(url: &str, key: &str) -> Option<String> {
+/// A key's raw value: guard state is stored in a binary form.
+async fn get(url: &str, key: &str) -> Option<Vec<u8>> {
     let mut conn = redis_connection(url).await;
     redis::cmd("GET")
         .arg(key)
@@ -162,8 +163,8 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
         ..
     } = a_answer.await.expect("A's request");
     assert_eq!(
-        get(REDIS_URL, &state_key).await.as_deref(),
-        Some(decided.as_str()),
+        get(REDIS_URL, &state_key).await,
+        Some(decided),
         "the frozen gateway overwrote the newer guard state (A answered {a_status} {a_body})"
     );
     assert_eq!(a_status, 503, "A's commit was refused: {a_body}");
