@@ -397,7 +397,7 @@ fn parse_own(
 }
 
 /// Unix milliseconds from RFC 3339 text, or a number of Unix seconds or milliseconds.
-pub fn parse_timestamp(value: &Field) -> Option<i64> {
+pub fn parse_timestamp(value: Field<'_>) -> Option<i64> {
     match value {
         Field::Number(n) => unix_number_ms(n.as_f64()?),
         Field::Text(s) => {
@@ -666,31 +666,31 @@ mod tests {
 
     #[test]
     fn timestamps_in_every_supported_form() {
-        let number = |n: i64| Field::Number(n.into());
-        let text = |s: &str| Field::Text(s.into());
+        let (secs, millis) = (1_764_410_400_i64.into(), 1_764_410_400_123_i64.into());
+        let text = |s: &'static str| Field::Text(s);
         assert_eq!(
-            parse_timestamp(&number(1_764_410_400)),
+            parse_timestamp(Field::Number(&secs)),
             Some(1_764_410_400_000)
         );
         assert_eq!(
-            parse_timestamp(&number(1_764_410_400_123)),
+            parse_timestamp(Field::Number(&millis)),
             Some(1_764_410_400_123)
         );
         assert_eq!(
-            parse_timestamp(&text(" 1764410400.5 ")),
+            parse_timestamp(text(" 1764410400.5 ")),
             Some(1_764_410_400_500)
         );
         assert_eq!(
-            parse_timestamp(&text("2026-11-29T10:01:00Z")),
+            parse_timestamp(text("2026-11-29T10:01:00Z")),
             Some(1_795_946_460_000)
         );
         assert_eq!(
-            parse_timestamp(&text("2026-11-29T11:01:00+01:00")),
+            parse_timestamp(text("2026-11-29T11:01:00+01:00")),
             Some(1_795_946_460_000)
         );
-        assert_eq!(parse_timestamp(&text("yesterday")), None);
-        assert_eq!(parse_timestamp(&text("inf")), None);
-        assert_eq!(parse_timestamp(&Field::Other), None);
+        assert_eq!(parse_timestamp(text("yesterday")), None);
+        assert_eq!(parse_timestamp(text("inf")), None);
+        assert_eq!(parse_timestamp(Field::Other), None);
         assert_eq!(
             parse_one(r#"{"id":"a","timestamp":"soon"}"#, &[]).err(),
             Some(ParseError::BadTimestamp)

@@ -12,28 +12,29 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bytes::Bytes;
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 /// Where a pointer's value is kept in [`Extracted`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot(usize);
 
-/// A kept value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Field {
+/// A kept value, as a reader sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Field<'a> {
     /// A JSON string.
-    Text(String),
+    Text(&'a str),
     /// A JSON number.
-    Number(serde_json::Number),
+    Number(&'a serde_json::Number),
     /// `null`.
     Null,
     /// `true`, `false`, an object or an array.
     Other,
 }
 
-impl Field {
+impl<'a> Field<'a> {
     /// The value as text: strings as they are, numbers as JSON writes them.
-    pub fn text(&self) -> Option<Cow<'_, str>> {
+    pub fn text(self) -> Option<Cow<'a, str>> {
         match self {
             Field::Text(s) => Some(Cow::Borrowed(s)),
             Field::Number(n) => Some(Cow::Owned(n.to_string())),
@@ -42,31 +43,62 @@ impl Field {
     }
 }
 
+/// A kept value as held: a string without escapes stays where it is in the body, so
+/// reading the fields the guard compares copies none of them.
+#[derive(Debug, Clone)]
+enum Kept {
+    InBody { at: usize, len: usize },
+    Text(String),
+    Number(serde_json::Number),
+    Null,
+    Other,
+}
+
 /// The values found for a plan's pointers, by slot; `None` where the body has no such value.
 #[derive(Debug, Clone, Default)]
-pub struct Extracted(Vec<Option<Field>>);
+pub struct Extracted {
+    values: Vec<Option<Kept>>,
+    /// The body the values were read from (a handle, not a copy).
+    body: Bytes,
+}
 
 impl Extracted {
     /// `slots` values, none found yet. Filled by `resize_with`: `vec![None; n]` would
-    /// clone its `None` through `Field`'s `Clone` for every slot, on every delivery.
-    fn empty(slots: usize) -> Self {
+    /// clone its `None` through `Kept`'s `Clone` for every slot, on every delivery.
+    fn empty(slots: usize, body: Bytes) -> Self {
         let mut values = Vec::with_capacity(slots);
         values.resize_with(slots, || None);
-        Self(values)
+        Self { values, body }
     }
 
     /// The value at `slot`, if the body has one.
-    pub fn get(&self, slot: Slot) -> Option<&Field> {
-        self.0.get(slot.0)?.as_ref()
+    pub fn get(&self, slot: Slot) -> Option<Field<'_>> {
+        Some(match self.values.get(slot.0)?.as_ref()? {
+            // The span was cut from the body at UTF-8 boundaries of a string checked as
+            // UTF-8: this check of its few bytes does not fail.
+            Kept::InBody { at, len } => {
+                Field::Text(std::str::from_utf8(self.body.get(*at..at + len)?).ok()?)
+            }
+            Kept::Text(text) => Field::Text(text),
+            Kept::Number(n) => Field::Number(n),
+            Kept::Null => Field::Null,
+            Kept::Other => Field::Other,
+        })
     }
 
     /// The value at `slot` as owned text (as [`Field::text`] gives it), taken out: the
     /// slot is empty afterwards. For a slot only one reader looks at
-    /// ([`FieldPlan::is_shared`]), whose string need not be copied.
+    /// ([`FieldPlan::is_shared`]), whose unescaped string need not be copied twice.
     pub fn take_text(&mut self, slot: Slot) -> Option<String> {
-        match self.0.get_mut(slot.0)?.take()? {
-            Field::Text(text) => Some(text),
-            other => other.text().map(Cow::into_owned),
+        let kept = self.values.get_mut(slot.0)?.take()?;
+        match kept {
+            Kept::Text(text) => Some(text),
+            Kept::Number(n) => Some(n.to_string()),
+            Kept::InBody { at, len } => {
+                let bytes = self.body.get(at..at + len)?;
+                std::str::from_utf8(bytes).ok().map(str::to_owned)
+            }
+            Kept::Null | Kept::Other => None,
         }
     }
 }
@@ -149,16 +181,17 @@ impl FieldPlan {
     }
 
     /// Reads `body`, which must be one JSON object, and keeps the values of the pointers.
-    pub fn extract(&self, body: &[u8]) -> Result<Extracted, NotAnObject> {
+    pub fn extract(&self, body: &Bytes) -> Result<Extracted, NotAnObject> {
         // JSON is UTF-8 throughout: checked here once, in one pass, rather than string by
         // string as the slice reader does.
-        let body = std::str::from_utf8(body).map_err(|_| NotAnObject)?;
-        let mut out = Extracted::empty(self.slots);
-        let mut de = serde_json::Deserializer::from_str(body);
+        let text = std::str::from_utf8(body).map_err(|_| NotAnObject)?;
+        let mut out = Extracted::empty(self.slots, body.clone());
+        let mut de = serde_json::Deserializer::from_str(text);
         Walk {
             node: &self.root,
             out: &mut out,
             top: true,
+            body: text,
         }
         .deserialize(&mut de)
         .and_then(|()| de.end())
@@ -172,11 +205,11 @@ impl FieldPlan {
     /// a field, and gets its value as text (the last one if the field repeats); the whole
     /// document and deeper pointers find nothing. Any bytes are a form, so this cannot fail.
     pub fn extract_form(&self, body: &[u8]) -> Extracted {
-        let mut out = Extracted::empty(self.slots);
+        let mut out = Extracted::empty(self.slots, Bytes::new());
         for (name, value) in form_urlencoded::parse(body) {
             let child = self.root.children.iter().find(|c| c.token == name);
             if let Some(slot) = child.and_then(|c| c.node.slot) {
-                out.0[slot] = Some(Field::Text(value.into_owned()));
+                out.values[slot] = Some(Kept::Text(value.into_owned()));
             }
         }
         out
@@ -193,17 +226,19 @@ fn array_index(token: &str) -> Option<usize> {
 
 /// Reads one value at `node`: keeps it if a pointer ends here, follows the members and
 /// elements that lead to other pointers, skips the rest.
-struct Walk<'p, 'o> {
+struct Walk<'p, 'o, 'b> {
     node: &'p Node,
     out: &'o mut Extracted,
     /// The document itself, which must be an object.
     top: bool,
+    /// The whole body, where unescaped strings are found.
+    body: &'b str,
 }
 
-impl Walk<'_, '_> {
-    fn keep(&mut self, field: Field) {
+impl Walk<'_, '_, '_> {
+    fn keep(&mut self, kept: Kept) {
         if let Some(slot) = self.node.slot {
-            self.out.0[slot] = Some(field);
+            self.out.values[slot] = Some(kept);
         }
     }
 
@@ -212,23 +247,23 @@ impl Walk<'_, '_> {
     fn forget_below(node: &Node, out: &mut Extracted) {
         for child in &node.children {
             if let Some(slot) = child.node.slot {
-                out.0[slot] = None;
+                out.values[slot] = None;
             }
             Self::forget_below(&child.node, out);
         }
     }
 
-    fn scalar<E: de::Error>(mut self, field: Field) -> Result<(), E> {
+    fn scalar<E: de::Error>(mut self, kept: Kept) -> Result<(), E> {
         if self.top {
             return Err(E::custom("not an object"));
         }
-        self.keep(field);
+        self.keep(kept);
         Self::forget_below(self.node, self.out);
         Ok(())
     }
 }
 
-impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
+impl<'de> DeserializeSeed<'de> for Walk<'_, '_, '_> {
     type Value = ();
 
     fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
@@ -236,7 +271,7 @@ impl<'de> DeserializeSeed<'de> for Walk<'_, '_> {
     }
 }
 
-impl<'de> Visitor<'de> for Walk<'_, '_> {
+impl<'de> Visitor<'de> for Walk<'_, '_, '_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -244,40 +279,53 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
     }
 
     fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
-        self.scalar(Field::Other)
+        self.scalar(Kept::Other)
     }
 
     fn visit_i64<E: de::Error>(self, n: i64) -> Result<(), E> {
-        self.scalar(Field::Number(n.into()))
+        self.scalar(Kept::Number(n.into()))
     }
 
     fn visit_u64<E: de::Error>(self, n: u64) -> Result<(), E> {
-        self.scalar(Field::Number(n.into()))
+        self.scalar(Kept::Number(n.into()))
     }
 
     fn visit_f64<E: de::Error>(self, n: f64) -> Result<(), E> {
         // serde_json never yields a non-finite number; `Other` is only a fallback.
-        let field = serde_json::Number::from_f64(n).map_or(Field::Other, Field::Number);
-        self.scalar(field)
+        let kept = serde_json::Number::from_f64(n).map_or(Kept::Other, Kept::Number);
+        self.scalar(kept)
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, s: &'de str) -> Result<(), E> {
+        // A string without escapes is a slice of the body: kept as where it is.
+        let at = (s.as_ptr() as usize).wrapping_sub(self.body.as_ptr() as usize);
+        let in_body = at
+            .checked_add(s.len())
+            .is_some_and(|end| end <= self.body.len());
+        if self.top || self.node.slot.is_none() || !in_body {
+            return self.visit_str(s);
+        }
+        self.scalar(Kept::InBody { at, len: s.len() })
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<(), E> {
-        // Allocates only for a string a pointer names; others are never copied.
+        // Allocates only for a string with escapes that a pointer names; others are never
+        // copied.
         if self.top || self.node.slot.is_none() {
-            return self.scalar(Field::Other);
+            return self.scalar(Kept::Other);
         }
-        self.scalar(Field::Text(s.to_owned()))
+        self.scalar(Kept::Text(s.to_owned()))
     }
 
     fn visit_unit<E: de::Error>(self) -> Result<(), E> {
-        self.scalar(Field::Null)
+        self.scalar(Kept::Null)
     }
 
     fn visit_seq<A: SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
         if self.top {
             return Err(de::Error::custom("not an object"));
         }
-        self.keep(Field::Other);
+        self.keep(Kept::Other);
         Self::forget_below(self.node, self.out);
         let mut index = 0;
         loop {
@@ -288,6 +336,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
                         node: &child.node,
                         out: &mut *self.out,
                         top: false,
+                        body: self.body,
                     })?
                     .is_some(),
                 None => seq.next_element_seed(Skip)?.is_some(),
@@ -300,7 +349,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
     }
 
     fn visit_map<A: MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-        self.keep(Field::Other);
+        self.keep(Kept::Other);
         Self::forget_below(self.node, self.out);
         while let Some(found) = map.next_key_seed(Member(&self.node.children))? {
             match found {
@@ -308,6 +357,7 @@ impl<'de> Visitor<'de> for Walk<'_, '_> {
                     node: &child.node,
                     out: &mut *self.out,
                     top: false,
+                    body: self.body,
                 })?,
                 None => map.next_value_seed(Skip)?,
             }
@@ -401,6 +451,10 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
+    fn json(body: &[u8]) -> Bytes {
+        Bytes::copy_from_slice(body)
+    }
+
     const POINTERS: &[&str] = &[
         "",
         "/id",
@@ -431,15 +485,15 @@ mod tests {
         let doc: Value = serde_json::from_str(body).expect("json");
         let mut plan = FieldPlan::default();
         let slots: Vec<Slot> = pointers.iter().map(|p| plan.add(p)).collect();
-        let got = plan.extract(body.as_bytes()).expect("object");
+        let got = plan.extract(&json(body.as_bytes())).expect("object");
         for (pointer, slot) in pointers.iter().zip(slots) {
             let expected = doc.pointer(pointer).map(|v| match v {
-                Value::String(s) => Field::Text(s.clone()),
-                Value::Number(n) => Field::Number(n.clone()),
+                Value::String(s) => Field::Text(s),
+                Value::Number(n) => Field::Number(n),
                 Value::Null => Field::Null,
                 _ => Field::Other,
             });
-            assert_eq!(got.get(slot).cloned(), expected, "{pointer:?} in {body}");
+            assert_eq!(got.get(slot), expected, "{pointer:?} in {body}");
         }
     }
 
@@ -457,15 +511,30 @@ mod tests {
         let other = plan.add("/id");
         let again = plan.add("/data/status");
         let got = plan
-            .extract(br#"{"id":"e","data":{"status":"sent"}}"#)
+            .extract(&json(br#"{"id":"e","data":{"status":"sent"}}"#))
             .expect("object");
         for slot in [first, again] {
-            assert_eq!(got.get(slot), Some(&Field::Text("sent".into())));
+            assert_eq!(got.get(slot), Some(Field::Text("sent")));
         }
-        assert_eq!(got.get(other), Some(&Field::Text("e".into())));
+        assert_eq!(got.get(other), Some(Field::Text("e")));
         let form = plan.extract_form(b"id=f");
-        assert_eq!(form.get(other), Some(&Field::Text("f".into())));
+        assert_eq!(form.get(other), Some(Field::Text("f")));
         assert_eq!(form.get(again), None);
+    }
+
+    #[test]
+    fn an_unescaped_string_is_kept_where_it_is_in_the_body_and_an_escaped_one_copied() {
+        let mut plan = FieldPlan::default();
+        let (plain, escaped, id) = (plan.add("/a"), plan.add("/b"), plan.add("/id"));
+        let mut got = plan
+            .extract(&json(br#"{"a":"sent","b":"s\u0065nt","id":"e1"}"#))
+            .expect("object");
+        assert!(matches!(got.values[plain.0], Some(Kept::InBody { .. })));
+        assert!(matches!(got.values[escaped.0], Some(Kept::Text(_))));
+        assert_eq!(got.get(plain), Some(Field::Text("sent")));
+        assert_eq!(got.get(escaped), Some(Field::Text("sent")));
+        assert_eq!(got.take_text(id).as_deref(), Some("e1"));
+        assert_eq!(got.get(id), None);
     }
 
     #[test]
@@ -478,7 +547,7 @@ mod tests {
         assert_eq!(plan.add("/data/status"), status);
         assert!(plan.is_shared(status) && !plan.is_shared(id));
         let mut got = plan
-            .extract(br#"{"id":"e","n":7,"data":{"status":"sent"}}"#)
+            .extract(&json(br#"{"id":"e","n":7,"data":{"status":"sent"}}"#))
             .expect("object");
         assert_eq!(got.take_text(id).as_deref(), Some("e"));
         assert_eq!(got.get(id), None);
@@ -557,13 +626,13 @@ mod tests {
             deep.as_bytes(),
         ] {
             assert_eq!(
-                plan.extract(body).err(),
+                plan.extract(&json(body)).err(),
                 Some(NotAnObject),
                 "{:.20}",
                 String::from_utf8_lossy(body)
             );
         }
-        assert!(plan.extract(br#" {"id": 1} "#).is_ok());
+        assert!(plan.extract(&json(br#" {"id": 1} "#)).is_ok());
     }
 
     #[test]
@@ -572,9 +641,9 @@ mod tests {
         let not_a_pointer = plan.add("no-slash");
         let id = plan.add("/id");
         assert_ne!(not_a_pointer, id);
-        let got = plan.extract(br#"{"id":"e"}"#).expect("object");
+        let got = plan.extract(&json(br#"{"id":"e"}"#)).expect("object");
         assert_eq!(got.get(not_a_pointer), None);
-        assert_eq!(got.get(id), Some(&Field::Text("e".into())));
+        assert_eq!(got.get(id), Some(Field::Text("e")));
     }
 
     #[test]
@@ -582,8 +651,10 @@ mod tests {
         let mut plan = FieldPlan::default();
         let id = plan.add("/id");
         let got = plan
-            .extract(br#"{"other":[1,[2],{"a":[3]}],"more":{"b":{"c":4},"d":[5]},"id":"e"}"#)
+            .extract(&json(
+                br#"{"other":[1,[2],{"a":[3]}],"more":{"b":{"c":4},"d":[5]},"id":"e"}"#,
+            ))
             .expect("object");
-        assert_eq!(got.get(id), Some(&Field::Text("e".into())));
+        assert_eq!(got.get(id), Some(Field::Text("e")));
     }
 }

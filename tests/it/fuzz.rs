@@ -131,7 +131,7 @@ proptest! {
         for p in &pointers {
             plan.add(p);
         }
-        let _ = plan.extract(&body);
+        let _ = plan.extract(&body.into());
     }
 
     #[test]
@@ -145,23 +145,23 @@ proptest! {
         let value: serde_json::Value = serde_json::from_slice(&body).expect("json");
         let mut plan = FieldPlan::default();
         let slots: Vec<_> = pointers.iter().map(|p| plan.add(p)).collect();
-        let got = plan.extract(&body).expect("a JSON object is read");
+        let got = plan.extract(&body.into()).expect("a JSON object is read");
         for (p, slot) in pointers.iter().zip(slots) {
             let expected = value.pointer(p).map(|v| match v {
-                serde_json::Value::String(s) => Field::Text(s.clone()),
-                serde_json::Value::Number(n) => Field::Number(n.clone()),
+                serde_json::Value::String(s) => Field::Text(s),
+                serde_json::Value::Number(n) => Field::Number(n),
                 serde_json::Value::Null => Field::Null,
                 _ => Field::Other,
             });
-            prop_assert_eq!(got.get(slot).cloned(), expected, "pointer {}", p);
+            prop_assert_eq!(got.get(slot), expected, "pointer {}", p);
         }
     }
 
     #[test]
     fn timestamps_in_any_text_never_panic(text in any::<String>(), n in any::<f64>()) {
-        let _ = parse_timestamp(&Field::Text(text));
+        let _ = parse_timestamp(Field::Text(&text));
         if let Some(number) = serde_json::Number::from_f64(n) {
-            let _ = parse_timestamp(&Field::Number(number));
+            let _ = parse_timestamp(Field::Number(&number));
         }
     }
 
@@ -170,10 +170,10 @@ proptest! {
         let ms = secs * 1000 + millis;
         let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000).expect("time");
         let text = t.format(&time::format_description::well_known::Rfc3339).expect("format");
-        prop_assert_eq!(parse_timestamp(&Field::Text(text)), Some(ms));
-        prop_assert_eq!(parse_timestamp(&Field::Number(serde_json::Number::from(ms.max(100_000_000_000)))), Some(ms.max(100_000_000_000)));
+        prop_assert_eq!(parse_timestamp(Field::Text(&text)), Some(ms));
+        prop_assert_eq!(parse_timestamp(Field::Number(&serde_json::Number::from(ms.max(100_000_000_000)))), Some(ms.max(100_000_000_000)));
         if secs >= 1 {
-            prop_assert_eq!(parse_timestamp(&Field::Number(serde_json::Number::from(secs))), Some(secs * 1000));
+            prop_assert_eq!(parse_timestamp(Field::Number(&serde_json::Number::from(secs))), Some(secs * 1000));
         }
     }
 
