@@ -5,6 +5,24 @@ use crate::redis_servers::*;
 use crate::require_broker;
 use crate::util::*;
 
+/// A cluster node on a free port; a port taken between its choice and the node's start
+/// (by another test's connection) is replaced by another, up to three times.
+async fn cluster_node(dir: &std::path::Path, args: &[&str]) -> Option<Server> {
+    let mut why = String::new();
+    for _ in 0..3 {
+        match Server::try_start(dir, free_cluster_port(), None, args).await {
+            Ok(node) => return Some(node),
+            Err(e) => {
+                // The node's identity file, if it wrote one, is not carried to the next.
+                let _ = std::fs::remove_file(dir.join("nodes.conf"));
+                why = e;
+            }
+        }
+    }
+    skip_or_fail(&why);
+    None
+}
+
 /// A Redis Cluster of `count` nodes in `dirs` (node timeout 1 s), `replicas` per master,
 /// every node saying `cluster_state:ok`; `None` after a loud skip when it cannot be made.
 async fn cluster(dirs: &[tempfile::TempDir], replicas: usize) -> Option<Vec<Server>> {
@@ -18,7 +36,7 @@ async fn cluster(dirs: &[tempfile::TempDir], replicas: usize) -> Option<Vec<Serv
             "--cluster-node-timeout",
             "1000",
         ];
-        nodes.push(Server::start(dir.path(), free_port(), None, &args).await?);
+        nodes.push(cluster_node(dir.path(), &args).await?);
     }
     let addrs: Vec<String> = nodes.iter().map(Server::addr).collect();
     let created = std::process::Command::new("redis-cli")

@@ -18,6 +18,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// A free port for a cluster node: below 55,536, with its cluster bus port (10,000 above
+/// it) free too. Redis refuses a node whose bus port is out of range, and one whose bus
+/// port another test's connection holds does not listen.
+pub fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port <= 55_535 && std::net::TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
 /// One `redis-server` process (a data node or, with `--sentinel`, a sentinel).
 pub struct Server {
     child: Option<Child>,
@@ -28,6 +40,23 @@ impl Server {
     /// Starts `redis-server <conf>` with `args` on `port` in `dir`; `None` (after a loud
     /// skip, or a failure where servers are required) when it cannot start.
     pub async fn start(dir: &Path, port: u16, conf: Option<&Path>, args: &[&str]) -> Option<Self> {
+        match Self::try_start(dir, port, conf, args).await {
+            Ok(server) => Some(server),
+            Err(why) => {
+                skip_or_fail(&why);
+                None
+            }
+        }
+    }
+
+    /// [`Server::start`] that says why it failed instead of failing the test: a caller
+    /// that picked a port another test took meanwhile tries another.
+    pub async fn try_start(
+        dir: &Path,
+        port: u16,
+        conf: Option<&Path>,
+        args: &[&str],
+    ) -> Result<Self, String> {
         let mut cmd = Command::new("redis-server");
         if let Some(conf) = conf {
             cmd.arg(conf);
@@ -40,22 +69,17 @@ impl Server {
             .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = match cmd.spawn() {
-            Ok(child) => child,
-            Err(e) => {
-                skip_or_fail(&format!("cannot run redis-server: {e}"));
-                return None;
-            }
-        };
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot run redis-server: {e}"))?;
         let server = Self {
             child: Some(child),
             port,
         };
         if !eventually(POLL_DEADLINE, || async move { local_port_open(port) }).await {
-            skip_or_fail(&format!("redis-server on port {port} did not listen"));
-            return None;
+            return Err(format!("redis-server on port {port} did not listen"));
         }
-        Some(server)
+        Ok(server)
     }
 
     /// `kill -9`: the server is gone at once, as a crashed node is.
