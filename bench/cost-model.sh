@@ -129,8 +129,10 @@ cpu_ticks() { awk '{print $14 + $15}' "/proc/$SERVER/stat"; }
 # The server's CPU ticks by thread name, as a JSON object: which thread the time goes to
 # (the runtime's workers, the journal's writer, lapin's I/O loop).
 thread_ticks() {
+    # A thread may end between the listing and the read: it is left out.
     for task in /proc/"$SERVER"/task/*; do
-        printf '%s\t%s\n' "$(<"$task/comm")" "$(awk '{print $14 + $15}' "$task/stat")"
+        ticks=$(awk '{print $14 + $15}' "$task/stat" 2>/dev/null) || continue
+        printf '%s\t%s\n' "$(cat "$task/comm" 2>/dev/null)" "$ticks"
     done | jq -Rn 'reduce (inputs | split("\t")) as [$name, $ticks] ({}; .[$name] += ($ticks | tonumber))'
 }
 
