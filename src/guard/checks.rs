@@ -8,7 +8,7 @@ use crate::guard::decide::{
     Verdict,
 };
 use crate::guard::rules::RouteGuard;
-use crate::guard::stored::{GuardEvent, StateForm, Stored};
+use crate::guard::stored::{Form, GuardEvent, StateForm, Stored};
 use crate::ingress::event::Event;
 use crate::state::keys::StoreKey;
 use crate::state::{KeyLock, StateStore};
@@ -68,12 +68,18 @@ impl Judging {
 /// Guard state of every route, with per-key locks, in the chosen state store.
 pub struct GuardState {
     store: Arc<StateStore>,
+    /// How state is written: JSON where replicas of earlier builds may read it.
+    form: Form,
 }
 
 impl GuardState {
     /// Guard state kept in `store`.
     pub fn new(store: Arc<StateStore>) -> Self {
-        Self { store }
+        let form = match *store {
+            StateStore::Local(_) => Form::Binary,
+            StateStore::Redis { .. } => Form::Json,
+        };
+        Self { store, form }
     }
 
     /// Decides an event as `judging` says; events with the same key are decided one at a
@@ -198,7 +204,7 @@ impl GuardState {
                         by: Some(by),
                         dropped,
                     };
-                    (new.to_bytes(), expires_ms)
+                    (new.encode(self.form), expires_ms)
                 })
             }
             Verdict::Drop(reason) => {
@@ -229,7 +235,13 @@ impl GuardState {
         let stored = stored.with_dropped(seen, reason);
         let written = self
             .store
-            .commit_locked(lock, &key, &stored.to_bytes(), now_ms, stored.expires_ms)
+            .commit_locked(
+                lock,
+                &key,
+                &stored.encode(self.form),
+                now_ms,
+                stored.expires_ms,
+            )
             .await;
         if let Err(error) = written {
             tracing::debug!(%error, "a dropped event not remembered in its guard state");

@@ -134,10 +134,9 @@ mod tests {
         (guard, event)
     }
 
-    #[tokio::test]
-    async fn a_held_check_names_the_order_key_of_its_event() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = durable_spool::Store::open(dir.path()).expect("store");
+    /// The local state store in `dir`.
+    fn local_state(dir: &std::path::Path) -> std::sync::Arc<crate::state::StateStore> {
+        let store = durable_spool::Store::open(dir).expect("store");
         let config = crate::config::Config::parse(
             "listen: {addr: 127.0.0.1:0}\nroutes:\n  - name: r\n    path: /r\n    secrets: [{secret: x}]\n",
         )
@@ -150,7 +149,35 @@ mod tests {
             &crate::liveness::Liveness::new(),
         )
         .expect("state");
-        let guards = crate::guard::GuardState::new(std::sync::Arc::new(state));
+        std::sync::Arc::new(state)
+    }
+
+    #[tokio::test]
+    async fn the_local_store_keeps_guard_state_in_the_binary_form() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let state = local_state(dir.path());
+        let guards = crate::guard::GuardState::new(state.clone());
+        let (guard, event) = keyword_event("+15550001111", "+15550002222");
+        let check = guards
+            .check("r", &guard, &event, 0, crate::guard::Judging::Delivery)
+            .await
+            .expect("check");
+        let crate::guard::Check::Accept(held) = check else {
+            panic!("a first STOP is accepted");
+        };
+        guards.commit(held, 0).await.expect("commit");
+        let key =
+            crate::state::keys::StoreKey::guard("r", "keyword", &["+15550001111", "+15550002222"]);
+        let bytes = state.get(&key).await.expect("get").expect("state");
+        assert_eq!(bytes.first(), Some(&2), "the keyword state's binary form");
+        let stored = crate::guard::stored::read_keywords(&bytes).expect("reads");
+        assert!(stored.state.opted_out);
+    }
+
+    #[tokio::test]
+    async fn a_held_check_names_the_order_key_of_its_event() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let guards = crate::guard::GuardState::new(local_state(dir.path()));
         for (contact, channel) in [("+15550001111", "+15550002222"), ("a:b", "c\0d")] {
             let (guard, event) = keyword_event(contact, channel);
             let check = guards

@@ -3,15 +3,19 @@
 //! since when and by which event a message holds its status or a contact is opted out,
 //! and what was dropped as stale or repeated.
 //!
-//! Written in a compact binary form of its own ([`Stored::to_bytes`]): every guarded event
-//! reads and writes its key's state, and JSON cost several times the instructions and
-//! allocations, and bytes enough that a status state no longer fit inline in the local
-//! store's hot set. Layout: `[form][flags]`, the expiry (zigzag varint, when flags bit 0),
+//! In the local store, written in a compact binary form of its own ([`Form::Binary`]):
+//! every guarded event reads and writes its key's state, and JSON cost several times the
+//! instructions and allocations, and bytes enough that a status state no longer fit inline
+//! in the hot set. In Redis, still JSON ([`Form::Json`]): while a rolling upgrade runs
+//! replicas of a build before the binary form beside this one, they read each other's
+//! state, and one that read no state could let a delayed START undo a newer STOP and write
+//! its own state over it. Layout of the binary form: `[form][flags]`, the expiry (zigzag varint, when flags bit 0),
 //! the state (a status: its text, rank and timestamp; keywords: a flags byte and the
 //! timestamps it says are there), the event that set it (when flags bit 1), the count of
 //! dropped events and each of them (id, time, what it carried, whether a reason follows
-//! and the reason), in the pieces of `state::wire`. JSON state, as written before, reads
-//! too, and is written in the binary form at the key's next change.
+//! and the reason), in the pieces of `state::wire`. Both forms read in either store: the
+//! local store's JSON state, as written before, is written in the binary form at the key's
+//! next change.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -67,7 +71,7 @@ impl<S> Stored<S> {
 }
 
 /// A guard state's own part of the binary form: a status state's or a keyword state's.
-pub trait StateForm: Sized + DeserializeOwned {
+pub trait StateForm: Sized + Serialize + DeserializeOwned {
     /// The form's first byte; never `{`, which starts the JSON written before it.
     const FORM: u8;
     fn put(&self, out: &mut Vec<u8>);
@@ -170,7 +174,25 @@ impl GuardEvent {
     }
 }
 
+/// How guard state is written; [`Stored::from_bytes`] reads both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Form {
+    /// The compact binary form: the local store, one process per store.
+    Binary,
+    /// JSON, which every earlier build reads: a store replicas share.
+    Json,
+}
+
 impl<S: StateForm> Stored<S> {
+    /// The stored bytes, in `form`.
+    pub fn encode(&self, form: Form) -> Vec<u8> {
+        match form {
+            Form::Binary => self.to_bytes(),
+            // Serializing plain structs of strings and numbers cannot fail.
+            Form::Json => serde_json::to_vec(self).unwrap_or_default(),
+        }
+    }
+
     /// The stored bytes, in the binary form.
     pub fn to_bytes(&self) -> Vec<u8> {
         // A status state set by an event with a UUID id takes about 60 bytes.
@@ -316,8 +338,13 @@ mod tests {
     fn state_reads_back_as_written_in_the_binary_form_and_from_json() {
         let (statuses, keywords) = states();
         for stored in &statuses {
-            same(&read_status(&stored.to_bytes()).expect("binary"), stored);
-            let json = serde_json::to_vec(stored).expect("json");
+            same(
+                &read_status(&stored.encode(Form::Binary)).expect("binary"),
+                stored,
+            );
+            // The JSON earlier builds write and read.
+            let json = stored.encode(Form::Json);
+            assert_eq!(json, serde_json::to_vec(stored).expect("json"));
             same(&read_status(&json).expect("json"), stored);
             assert!(
                 read_keywords(&stored.to_bytes()).is_none(),
@@ -325,8 +352,12 @@ mod tests {
             );
         }
         for stored in &keywords {
-            same(&read_keywords(&stored.to_bytes()).expect("binary"), stored);
-            let json = serde_json::to_vec(stored).expect("json");
+            same(
+                &read_keywords(&stored.encode(Form::Binary)).expect("binary"),
+                stored,
+            );
+            let json = stored.encode(Form::Json);
+            assert_eq!(json, serde_json::to_vec(stored).expect("json"));
             same(&read_keywords(&json).expect("json"), stored);
             assert!(
                 read_status(&stored.to_bytes()).is_none(),

@@ -153,6 +153,11 @@ async fn a_gateway_frozen_past_its_lease_cannot_overwrite_the_opt_in_decided_aft
     let decided = get(REDIS_URL, &state_key)
         .await
         .expect("B stored the START");
+    assert_eq!(
+        decided.first(),
+        Some(&b'{'),
+        "guard state in Redis is JSON, which replicas of earlier builds read"
+    );
 
     // A wakes up: its publish times out and is spooled (it may still go out), but its
     // commit must not put back the STOP it decided before B's START.
