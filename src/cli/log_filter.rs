@@ -11,6 +11,8 @@ use tracing::{Dispatch, Event, Metadata};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::{reload, EnvFilter, Registry};
 
+use hookgate::pipeline::log_scope;
+
 /// lapin logs a returned message with its whole body at WARN; a body must never reach a log,
 /// and hookgate reports unroutable messages itself.
 const QUIET_LAPIN: &str = "lapin::returned_messages=off";
@@ -24,21 +26,32 @@ pub struct LogLevel {
 
 impl LogLevel {
     pub fn set(&self, level: &str) {
-        self.apply(&directives(level));
+        if let Some(spans_matter) = self.apply(&directives(level)) {
+            log_scope::make_spans_up_front(spans_matter);
+        }
     }
 
-    fn apply(&self, directives: &str) {
+    /// Sets the filter of `directives`; whether they name spans, if it was set.
+    fn apply(&self, directives: &str) -> Option<bool> {
         let (filter, spans_matter) = parsed(directives);
         match self.handle.reload(filter) {
-            Ok(()) => self.spans_matter.store(spans_matter, Ordering::Release),
-            Err(error) => tracing::warn!(%error, "cannot apply log.level"),
+            Ok(()) => {
+                self.spans_matter.store(spans_matter, Ordering::Release);
+                Some(spans_matter)
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot apply log.level");
+                None
+            }
         }
     }
 }
 
 /// The filter layer, starting at `info`, and the handle that changes its level.
 pub fn log_filter() -> (LogFilter, LogLevel) {
-    log_filter_of(&directives("info"))
+    let (filter, level) = log_filter_of(&directives("info"));
+    log_scope::make_spans_up_front(level.spans_matter.load(Ordering::Acquire));
+    (filter, level)
 }
 
 fn log_filter_of(directives: &str) -> (LogFilter, LogLevel) {

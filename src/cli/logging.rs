@@ -2,6 +2,7 @@
 //! a library's lines at the level their meaning has for an operator.
 
 use std::io::IsTerminal;
+use std::sync::OnceLock;
 
 use clap::ValueEnum;
 use tracing::callsite::DefaultCallsite;
@@ -10,9 +11,13 @@ use tracing::metadata::Kind;
 use tracing::span::{Attributes, Id, Record};
 use tracing::subscriber::Interest;
 use tracing::{Dispatch, Event, Level, Metadata, Subscriber};
+use tracing_core::dispatcher::WeakDispatch;
 use tracing_subscriber::fmt::{self, MakeWriter};
 use tracing_subscriber::layer::{Context, Layer};
 use tracing_subscriber::registry::LookupSpan;
+
+use hookgate::ingress::trace::TraceId;
+use hookgate::pipeline::log_scope;
 
 use super::log_filter::{log_filter, LogLevel};
 use super::span_fields::JsonSpanFields;
@@ -62,7 +67,11 @@ where
     } else {
         fmt::layer().with_ansi(ansi).with_writer(writer).boxed()
     };
-    Output(format).boxed()
+    Output {
+        format,
+        dispatch: OnceLock::new(),
+    }
+    .boxed()
 }
 
 /// Writes every event as it is, but lapin's ERROR lines, which go out at WARN: lapin logs
@@ -70,13 +79,57 @@ where
 /// read 0…`, `error doing IO`, `Connection error`), while hookgate reports the lost
 /// connection itself at WARN and reconnects, and ERROR is for data at risk or an operator
 /// who must act (docs/operations.md). One layer, not a filtered one beside a second: a
-/// per-layer filter looks the span up at every enter and exit, and a delivery's span is
-/// entered at every poll.
-struct Output<S>(BoxedLayer<S>);
+/// per-layer filter looks the span up at every enter and exit.
+///
+/// A line written while a delivery is polled without a span of its own is written in the
+/// delivery's span, made for it ([`log_scope`]).
+struct Output<S> {
+    format: BoxedLayer<S>,
+    /// The subscriber this layer is part of, which makes a delivery's span: the macros
+    /// make nothing while a line is being written.
+    dispatch: OnceLock<WeakDispatch>,
+}
 
 fn is_lapin_error(meta: &Metadata<'_>) -> bool {
     *meta.level() == Level::ERROR
         && (meta.target() == "lapin" || meta.target().starts_with("lapin::"))
+}
+
+static DELIVERY_CALLSITE: DefaultCallsite = DefaultCallsite::new(&DELIVERY);
+static DELIVERY: Metadata<'static> = tracing_core::metadata! {
+    name: log_scope::DELIVERY_SPAN,
+    target: log_scope::DELIVERY_TARGET,
+    level: Level::INFO,
+    fields: &["trace_id"],
+    callsite: &DELIVERY_CALLSITE,
+    kind: Kind::SPAN,
+};
+
+/// A delivery's span, made and entered for one line, left and closed after it.
+struct LineSpan {
+    dispatch: Dispatch,
+    id: Id,
+}
+
+impl LineSpan {
+    fn enter(dispatch: Dispatch, trace: TraceId) -> Option<Self> {
+        let field = DELIVERY.fields().field("trace_id")?;
+        let trace_id = trace.as_str();
+        let values: [(&Field, Option<&dyn Value>); 1] = [(&field, Some(&trace_id as &dyn Value))];
+        let id = dispatch.new_span(&Attributes::new(
+            &DELIVERY,
+            &DELIVERY.fields().value_set(&values),
+        ));
+        dispatch.enter(&id);
+        Some(Self { dispatch, id })
+    }
+}
+
+impl Drop for LineSpan {
+    fn drop(&mut self) {
+        self.dispatch.exit(&self.id);
+        self.dispatch.try_close(self.id.clone());
+    }
 }
 
 static LAPIN_WARN_CALLSITE: DefaultCallsite = DefaultCallsite::new(&LAPIN_WARN);
@@ -89,10 +142,10 @@ static LAPIN_WARN: Metadata<'static> = tracing_core::metadata! {
     kind: Kind::EVENT,
 };
 
-impl<S: Subscriber> Layer<S> for Output<S> {
-    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+impl<S: Subscriber> Output<S> {
+    fn write(&self, event: &Event<'_>, ctx: Context<'_, S>) {
         if !is_lapin_error(event.metadata()) {
-            return self.0.on_event(event, ctx);
+            return self.format.on_event(event, ctx);
         }
         let mut text = EventText::default();
         event.record(&mut text);
@@ -108,46 +161,59 @@ impl<S: Subscriber> Layer<S> for Output<S> {
                 (!text.fields.is_empty()).then_some(&fields_text as &dyn Value),
             ),
         ];
-        self.0
+        self.format
             .on_event(&Event::new(&LAPIN_WARN, &names.value_set(&values)), ctx);
+    }
+}
+
+impl<S: Subscriber> Layer<S> for Output<S> {
+    fn on_event(&self, event: &Event<'_>, ctx: Context<'_, S>) {
+        let delivery = log_scope::current()
+            .zip(self.dispatch.get().and_then(WeakDispatch::upgrade))
+            .and_then(|(trace, dispatch)| LineSpan::enter(dispatch, trace));
+        self.write(event, ctx);
+        drop(delivery);
+    }
+
+    fn on_register_dispatch(&self, subscriber: &Dispatch) {
+        // A weak handle: the subscriber owns this layer.
+        let _ = self.dispatch.set(subscriber.downgrade());
+        self.format.on_register_dispatch(subscriber);
     }
 
     // Everything else goes to the writing layer as it is.
-    fn on_register_dispatch(&self, subscriber: &Dispatch) {
-        self.0.on_register_dispatch(subscriber);
-    }
     fn on_layer(&mut self, subscriber: &mut S) {
-        self.0.on_layer(subscriber);
+        self.format.on_layer(subscriber);
     }
     fn register_callsite(&self, metadata: &'static Metadata<'static>) -> Interest {
-        self.0.register_callsite(metadata)
+        self.format.register_callsite(metadata)
     }
     fn enabled(&self, metadata: &Metadata<'_>, ctx: Context<'_, S>) -> bool {
-        self.0.enabled(metadata, ctx)
+        self.format.enabled(metadata, ctx)
     }
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
-        self.0.on_new_span(attrs, id, ctx);
+        self.format.on_new_span(attrs, id, ctx);
     }
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
-        self.0.on_record(span, values, ctx);
+        self.format.on_record(span, values, ctx);
     }
     fn on_follows_from(&self, span: &Id, follows: &Id, ctx: Context<'_, S>) {
-        self.0.on_follows_from(span, follows, ctx);
+        self.format.on_follows_from(span, follows, ctx);
     }
     fn event_enabled(&self, event: &Event<'_>, ctx: Context<'_, S>) -> bool {
-        self.0.event_enabled(event, ctx)
+        self.format.event_enabled(event, ctx)
     }
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        self.0.on_enter(id, ctx);
+        self.format.on_enter(id, ctx);
     }
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        self.0.on_exit(id, ctx);
+        self.format.on_exit(id, ctx);
     }
     fn on_close(&self, id: Id, ctx: Context<'_, S>) {
-        self.0.on_close(id, ctx);
+        self.format.on_close(id, ctx);
     }
     fn on_id_change(&self, old: &Id, new: &Id, ctx: Context<'_, S>) {
-        self.0.on_id_change(old, new, ctx);
+        self.format.on_id_change(old, new, ctx);
     }
 }
 
@@ -287,6 +353,60 @@ mod tests {
             }]),
             "{}",
             json[0]
+        );
+    }
+
+    /// Counts the spans made.
+    struct CountSpans(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl<S: Subscriber> Layer<S> for CountSpans {
+        fn on_new_span(&self, _: &Attributes<'_>, _: &Id, _: Context<'_, S>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_delivery_makes_its_span_only_for_a_line_which_names_its_trace() {
+        use futures_util::FutureExt;
+        use hookgate::ingress::trace::TraceContext;
+        use hookgate::pipeline::log_scope::InTrace;
+
+        let trace = TraceContext::new_root().trace_id();
+        let spans = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let made = || spans.load(std::sync::atomic::Ordering::SeqCst);
+        let buffer = Buffer::default();
+        let subscriber = tracing_subscriber::registry()
+            .with(output(true, false, buffer.clone()))
+            .with(CountSpans(spans.clone()));
+        tracing::subscriber::with_default(subscriber, || {
+            assert!(InTrace::new(trace, async {}).now_or_never().is_some());
+            assert_eq!(made(), 0, "a delivery that writes nothing makes no span");
+            let loud = InTrace::new(trace, async {
+                tracing::warn!(target: "hookgate::pipeline", "inside");
+            });
+            assert!(loud.now_or_never().is_some());
+            assert_eq!(made(), 1, "one span, for the line");
+            tracing::warn!("outside");
+        });
+        let bytes = buffer.0.lock().map(|b| b.clone()).unwrap_or_default();
+        let json: Vec<serde_json::Value> = String::from_utf8_lossy(&bytes)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_default())
+            .collect();
+        assert_eq!(json.len(), 2, "{json:#?}");
+        assert_eq!(
+            json[0]["spans"],
+            serde_json::json!([{"name": "delivery", "trace_id": trace.as_str()}]),
+            "{}",
+            json[0]
+        );
+        assert_eq!(json[0]["message"], "inside");
+        assert!(
+            json[1]
+                .get("spans")
+                .is_none_or(|s| s == &serde_json::json!([])),
+            "{}",
+            json[1]
         );
     }
 }

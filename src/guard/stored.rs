@@ -9,13 +9,13 @@
 //! in the hot set. In Redis, still JSON ([`Form::Json`]): while a rolling upgrade runs
 //! replicas of a build before the binary form beside this one, they read each other's
 //! state, and one that read no state could let a delayed START undo a newer STOP and write
-//! its own state over it. Layout of the binary form: `[form][flags]`, the expiry (zigzag varint, when flags bit 0),
-//! the state (a status: its text, rank and timestamp; keywords: a flags byte and the
-//! timestamps it says are there), the event that set it (when flags bit 1), the count of
-//! dropped events and each of them (id, time, what it carried, whether a reason follows
-//! and the reason), in the pieces of `state::wire`. Both forms read in either store: the
-//! local store's JSON state, as written before, is written in the binary form at the key's
-//! next change.
+//! its own state over it. Layout of the binary form: `[form][flags]`, the expiry (zigzag
+//! varint, when flags bit 0), the state (a status: its text, rank and timestamp; keywords:
+//! a flags byte and the timestamps it says are there), the event that set it (when flags
+//! bit 1), the count of dropped events and each of them (id, time, what it carried,
+//! whether a reason follows and the reason), in the pieces of `state::wire`. Both forms
+//! read in either store: the local store's JSON state, as written before, is written in
+//! the binary form at the key's next change.
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

@@ -111,6 +111,7 @@ impl TraceContext {
 }
 
 /// The trace id of a [`TraceContext`]: 32 lowercase hex digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceId([u8; 32]);
 
 impl TraceId {

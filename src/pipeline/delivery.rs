@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use http::HeaderValue;
-use tracing::Instrument;
 
 use crate::budget::Charge;
 use crate::ingress::event::{self, Delivery, Event, RequestId};
 use crate::ingress::trace::TraceContext;
+use crate::pipeline::log_scope::InTrace;
 use crate::pipeline::outcome::Outcome;
 use crate::pipeline::route::RouteRuntime;
 use crate::pipeline::runs_to_end::RunsToEnd;
@@ -44,12 +44,11 @@ impl Pipeline {
         charge: Charge,
     ) -> RunsToEnd<impl Future<Output = (Outcome, Option<HeaderValue>)> + Send + 'static> {
         let trace = TraceContext::of(&delivery.headers);
-        // Every line logged for this delivery names its trace (INFO: WARN lines need it).
-        // One span over the whole delivery, entered at each poll: no clone of it and no
-        // second entry for the steps that run before the first wait.
-        let span = tracing::info_span!("delivery", trace_id = trace.trace_id().as_str());
+        // Every line logged for this delivery names its trace; the span that says so is
+        // made only for a line (`log_scope`).
+        let trace_id = trace.trace_id();
         let handled = self.clone().handle(route, delivery, charge, trace);
-        RunsToEnd::new(self.tasks.track_future(handled.instrument(span)))
+        RunsToEnd::new(self.tasks.track_future(InTrace::new(trace_id, handled)))
     }
 
     /// Waits, at most `grace`, for the deliveries still running (their clients may have
@@ -60,7 +59,7 @@ impl Pipeline {
         tokio::time::timeout(grace, self.tasks.wait()).await.is_ok()
     }
 
-    /// Handles one delivery on `route`, in its trace's span. `charge` holds the body's
+    /// Handles one delivery on `route`, in its trace's scope. `charge` holds the body's
     /// bytes in the unverified body budget and is given back once the signature is
     /// checked. Returns the outcome and the request id header to echo in `X-Request-Id`.
     async fn handle(

@@ -19,7 +19,7 @@
 //! `delivery.rs` takes a webhook delivery in; `admit.rs` checks an event before its claim;
 //! `dedup.rs` claims and settles its keys (`dedup_keys.rs`); `deliver.rs` runs the guard
 //! and the publish; `reconciled.rs` takes listed and replayed events. `outcome.rs` holds
-//! the outcomes and drop reasons, `route.rs` the routes and settings, `event_message.rs`
+//! the outcomes and drop reasons, `log_scope.rs` a delivery's trace for the log, `route.rs` the routes and settings, `event_message.rs`
 //! the AMQP message of an event.
 
 mod admit;
@@ -28,6 +28,7 @@ mod dedup_keys;
 mod deliver;
 mod delivery;
 mod event_message;
+pub mod log_scope;
 mod outcome;
 mod reconciled;
 mod route;

@@ -367,33 +367,8 @@ async fn the_senders_trace_context_or_a_new_one_travels_in_the_message_headers()
 
     // The delivery's log lines carry its trace id: a refused signature is logged (DEBUG)
     // inside the delivery's span.
-    let body = event_body("evt_forged");
-    let (status, _) = gw
-        .post(
-            &client,
-            &body,
-            &[
-                (
-                    "x-botix-signature",
-                    sign("not-the-secret-at-all", body.as_bytes()),
-                ),
-                ("traceparent", SENT_PARENT.to_owned()),
-            ],
-        )
-        .await;
-    assert_eq!(status, 401);
-    let in_trace = |l: &String| {
-        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
-            v["message"] == "signature refused"
-                && v["spans"].as_array().is_some_and(|spans| {
-                    spans
-                        .iter()
-                        .any(|s| s["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736")
-                })
-        })
-    };
     assert!(
-        wait_until(BROKER_TIMEOUT, || gw.logs().iter().any(in_trace)).await,
+        refusal_logged_in_its_trace(&gw).await,
         "{}",
         gw.logs().join("\n")
     );
@@ -418,6 +393,47 @@ async fn the_senders_trace_context_or_a_new_one_travels_in_the_message_headers()
     assert_eq!(ids(&got), ["evt_spooled_traced"]);
     assert_eq!(got[0].header("traceparent").as_deref(), Some(SENT_PARENT));
     assert_eq!(got[0].header("tracestate").as_deref(), Some("rojo=1"));
+    broker.delete().await;
+}
+
+/// Posts a delivery with a forged signature in the trace `SENT_PARENT` names; whether its
+/// "signature refused" line is written inside the delivery's span with that trace id.
+async fn refusal_logged_in_its_trace(gw: &Gateway) -> bool {
+    let body = event_body("evt_forged");
+    let forged = sign("not-the-secret-at-all", body.as_bytes());
+    let headers = [
+        ("x-botix-signature", forged),
+        ("traceparent", SENT_PARENT.to_owned()),
+    ];
+    let (status, _) = gw.post(&client(None), &body, &headers).await;
+    assert_eq!(status, 401);
+    let in_trace = |l: &String| {
+        serde_json::from_str::<serde_json::Value>(l).is_ok_and(|v| {
+            v["message"] == "signature refused"
+                && v["spans"].as_array().is_some_and(|spans| {
+                    spans.iter().any(|s| {
+                        s["name"] == "delivery"
+                            && s["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+                    })
+                })
+        })
+    };
+    wait_until(BROKER_TIMEOUT, || gw.logs().iter().any(in_trace)).await
+}
+
+#[tokio::test]
+async fn a_log_filter_that_names_the_delivery_span_writes_the_lines_inside_it() {
+    require_broker!();
+    let (_dir, broker, mut cfg) = fixture().await;
+    // DEBUG only inside a delivery's span: the span must exist before the line is judged.
+    cfg.env
+        .push(("RUST_LOG".to_owned(), "info,[delivery]=debug".to_owned()));
+    let gw = Gateway::start(&cfg).await;
+    assert!(
+        refusal_logged_in_its_trace(&gw).await,
+        "{}",
+        gw.logs().join("\n")
+    );
     broker.delete().await;
 }
 
