@@ -152,19 +152,29 @@ mod tests {
         std::sync::Arc::new(state)
     }
 
+    /// The held check of a contact's first STOP, which is accepted.
+    async fn first_stop(
+        guards: &crate::guard::GuardState,
+        guard: &RouteGuard,
+        event: &Event,
+    ) -> crate::guard::Held {
+        let check = guards
+            .check("r", guard, event, 0, crate::guard::Judging::Delivery)
+            .await
+            .expect("check");
+        let crate::guard::Check::Accept(held) = check else {
+            panic!("a first STOP is accepted");
+        };
+        held
+    }
+
     #[tokio::test]
     async fn the_local_store_keeps_guard_state_in_the_binary_form() {
         let dir = tempfile::tempdir().expect("tempdir");
         let state = local_state(dir.path());
         let guards = crate::guard::GuardState::new(state.clone());
         let (guard, event) = keyword_event("+15550001111", "+15550002222");
-        let check = guards
-            .check("r", &guard, &event, 0, crate::guard::Judging::Delivery)
-            .await
-            .expect("check");
-        let crate::guard::Check::Accept(held) = check else {
-            panic!("a first STOP is accepted");
-        };
+        let held = first_stop(&guards, &guard, &event).await;
         guards.commit(held, 0).await.expect("commit");
         let key =
             crate::state::keys::StoreKey::guard("r", "keyword", &["+15550001111", "+15550002222"]);
@@ -180,13 +190,7 @@ mod tests {
         let guards = crate::guard::GuardState::new(local_state(dir.path()));
         for (contact, channel) in [("+15550001111", "+15550002222"), ("a:b", "c\0d")] {
             let (guard, event) = keyword_event(contact, channel);
-            let check = guards
-                .check("r", &guard, &event, 0, crate::guard::Judging::Delivery)
-                .await
-                .expect("check");
-            let crate::guard::Check::Accept(held) = check else {
-                panic!("a first STOP is accepted");
-            };
+            let held = first_stop(&guards, &guard, &event).await;
             assert_eq!(held.key_text(), guard.order_key("r", &event).as_deref());
             guards.abandon(held).await;
         }
