@@ -148,6 +148,8 @@ for target in $TARGETS; do
         # servers differ in how often they switch.
         perf record -q -a -e cpu-clock -F 999 -o "$OUT/$target.perf" 2>/dev/null &
         recorder=$!
+        # Stopped at the exit too, should the run fail before it is.
+        PIDS+=("$recorder")
         send "$CPU_REQUESTS" "$OUT/$target-cpu-load.json" "$CPU_CONNECTIONS"
         after=$(cpu_ticks)
         threads_after=$(thread_ticks)
