@@ -334,35 +334,31 @@ mod tests {
         );
     }
 
+    /// `stored` reads back with `read` from both forms, the JSON being the one earlier
+    /// builds write and read, and its binary form is no state for `read_other`.
+    fn reads_back<S: StateForm + PartialEq + std::fmt::Debug, O>(
+        stored: &Stored<S>,
+        read: fn(&[u8]) -> Option<Stored<S>>,
+        read_other: fn(&[u8]) -> Option<Stored<O>>,
+    ) {
+        same(&read(&stored.encode(Form::Binary)).expect("binary"), stored);
+        let json = stored.encode(Form::Json);
+        assert_eq!(json, serde_json::to_vec(stored).expect("json"));
+        same(&read(&json).expect("json"), stored);
+        assert!(
+            read_other(&stored.to_bytes()).is_none(),
+            "not the other kind of state"
+        );
+    }
+
     #[test]
     fn state_reads_back_as_written_in_the_binary_form_and_from_json() {
         let (statuses, keywords) = states();
         for stored in &statuses {
-            same(
-                &read_status(&stored.encode(Form::Binary)).expect("binary"),
-                stored,
-            );
-            // The JSON earlier builds write and read.
-            let json = stored.encode(Form::Json);
-            assert_eq!(json, serde_json::to_vec(stored).expect("json"));
-            same(&read_status(&json).expect("json"), stored);
-            assert!(
-                read_keywords(&stored.to_bytes()).is_none(),
-                "not a keyword state"
-            );
+            reads_back(stored, read_status, read_keywords);
         }
         for stored in &keywords {
-            same(
-                &read_keywords(&stored.encode(Form::Binary)).expect("binary"),
-                stored,
-            );
-            let json = stored.encode(Form::Json);
-            assert_eq!(json, serde_json::to_vec(stored).expect("json"));
-            same(&read_keywords(&json).expect("json"), stored);
-            assert!(
-                read_status(&stored.to_bytes()).is_none(),
-                "not a status state"
-            );
+            reads_back(stored, read_keywords, read_status);
         }
     }
 
