@@ -26,6 +26,8 @@
 #   NO_BUILD [empty; 1 = use built binaries]
 #   KINDS ["cpu syscalls instr heap"] TARGETS ["hookgate durable publish"]
 #   RABBIT [amqp://guest:guest@127.0.0.1:5672/%2f]
+#   STORE_KEYS [empty; keys added to hookgate's `store:` section, ';'-separated, e.g.
+#     "commit_interval: 1ms"]
 # Needs RabbitMQ, strace and valgrind; leaves the broker running, deletes its own exchange.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,6 +42,7 @@ CPU_REQUESTS=${CPU_REQUESTS:-40000}
 KINDS=${KINDS:-cpu syscalls instr heap}
 TARGETS=${TARGETS:-hookgate durable publish}
 RABBIT=${RABBIT:-amqp://guest:guest@127.0.0.1:5672/%2f}
+STORE_KEYS=${STORE_KEYS:-}
 SECRET=bench-secret-$RANDOM$RANDOM
 SYSALLOC=target/sysalloc
 for tool in perf strace valgrind jq python3; do
@@ -74,6 +77,13 @@ source bench/common.sh
 "$LOAD" --consume --amqp-url "$RABBIT" --queue "$QUEUE" >"$TMP/consumer.log" 2>&1 &
 PIDS+=("$!")
 gateway_config "$TMP/hookgate.yaml" "$PORT" "$ADMIN"
+if [[ -n $STORE_KEYS ]]; then
+    awk -v keys="$STORE_KEYS" '{print} /^store:$/ {
+        n = split(keys, k, ";")
+        for (i = 1; i <= n; i++) { gsub(/^ +| +$/, "", k[i]); print "  " k[i] }
+    }' "$TMP/hookgate.yaml" >"$TMP/hookgate.yaml.new"
+    mv "$TMP/hookgate.yaml.new" "$TMP/hookgate.yaml"
+fi
 
 # start TARGET BUILD_DIR [WRAPPER...]: starts TARGET from the binaries of BUILD_DIR under
 # WRAPPER (valgrind), with a fresh store; sets SERVER to its pid.
@@ -142,6 +152,7 @@ for target in $TARGETS; do
         start "$target" target/release
         warm
         before=$(cpu_ticks)
+        switches_before=$(switches)
         threads_before=$(thread_ticks)
         # System-wide, then split by the server's pid: a profile of one process's threads
         # (`-p`) adds perf's own work to every context switch of those threads, and the
@@ -152,13 +163,15 @@ for target in $TARGETS; do
         PIDS+=("$recorder")
         send "$CPU_REQUESTS" "$OUT/$target-cpu-load.json" "$CPU_CONNECTIONS"
         after=$(cpu_ticks)
+        switches_after=$(switches)
         threads_after=$(thread_ticks)
         kill -INT "$recorder"
         wait "$recorder" || true
         stop
         jq -n --argjson n "$CPU_REQUESTS" --argjson c "$((after - before))" --argjson t "$TICK" \
-            --argjson pid "$SERVER" --argjson b "$threads_before" --argjson a "$threads_after" \
+            --argjson pid "$SERVER" --argjson s "$((switches_after - switches_before))" --argjson b "$threads_before" --argjson a "$threads_after" \
             '{requests: $n, pid: $pid, cpu_us_per_request: ($c / $t / $n * 1e6),
+              context_switches_per_request: ($s / $n),
               by_thread: ($a | with_entries(.value = ((.value - ($b[.key] // 0)) / $t / $n * 1e6)))}' \
             >"$OUT/$target-cpu.json"
     fi

@@ -226,9 +226,10 @@ def cpu_table(out, targets):
 
 
 def thread_table(out, cols):
-    """CPU per delivery by thread name (the runtime's workers, the journal's writer...)."""
-    by_thread = {t: json.loads((out / f"{t}-cpu.json").read_text()).get("by_thread", {})
-                 for t in cols}
+    """CPU per delivery by thread name (the runtime's workers, the journal's writer...),
+    and the context switches of all threads at the load bench's concurrency."""
+    runs = {t: json.loads((out / f"{t}-cpu.json").read_text()) for t in cols}
+    by_thread = {t: runs[t].get("by_thread", {}) for t in cols}
     names = sorted({name for t in cols for name, us in by_thread[t].items() if us >= 0.05},
                    key=lambda name: -max(by_thread[t].get(name, 0) for t in cols))
     if not names:
@@ -239,6 +240,9 @@ def thread_table(out, cols):
     for name in names:
         print(f"| {name} | " + " | ".join(
             f"{by_thread[t][name]:.1f}" if name in by_thread[t] else "" for t in cols) + " |")
+    print("| context switches per delivery, all threads | " + " | ".join(
+        f"{runs[t]['context_switches_per_request']:.2f}"
+        if "context_switches_per_request" in runs[t] else "" for t in cols) + " |")
     print()
 
 
