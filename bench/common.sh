@@ -28,6 +28,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
+# with_store_keys KEYS: copies a config from stdin to stdout with KEYS (';'-separated,
+# "commit_interval: 1ms; hot_entries: 262144") added to its `store:` section.
+with_store_keys() {
+    awk -v keys="$1" '{print} /^store:$/ && keys != "" {
+        n = split(keys, k, ";")
+        for (i = 1; i <= n; i++) { gsub(/^ +| +$/, "", k[i]); print "  " k[i] }
+    }'
+}
+
 # gateway_config FILE PORT ADMIN_PORT: hookgate's config on PORT (TLS with the run's
 # certificate) and ADMIN_PORT, its store in $TMP/store, publishing to the run's exchange,
 # with the route of bench/route.yaml.

@@ -76,14 +76,8 @@ source bench/common.sh
 "$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE"
 "$LOAD" --consume --amqp-url "$RABBIT" --queue "$QUEUE" >"$TMP/consumer.log" 2>&1 &
 PIDS+=("$!")
-gateway_config "$TMP/hookgate.yaml" "$PORT" "$ADMIN"
-if [[ -n $STORE_KEYS ]]; then
-    awk -v keys="$STORE_KEYS" '{print} /^store:$/ {
-        n = split(keys, k, ";")
-        for (i = 1; i <= n; i++) { gsub(/^ +| +$/, "", k[i]); print "  " k[i] }
-    }' "$TMP/hookgate.yaml" >"$TMP/hookgate.yaml.new"
-    mv "$TMP/hookgate.yaml.new" "$TMP/hookgate.yaml"
-fi
+gateway_config "$TMP/gateway.yaml" "$PORT" "$ADMIN"
+with_store_keys "$STORE_KEYS" <"$TMP/gateway.yaml" >"$TMP/hookgate.yaml"
 
 # start TARGET BUILD_DIR [WRAPPER...]: starts TARGET from the binaries of BUILD_DIR under
 # WRAPPER (valgrind), with a fresh store; sets SERVER to its pid.
@@ -169,7 +163,8 @@ for target in $TARGETS; do
         wait "$recorder" || true
         stop
         jq -n --argjson n "$CPU_REQUESTS" --argjson c "$((after - before))" --argjson t "$TICK" \
-            --argjson pid "$SERVER" --argjson s "$((switches_after - switches_before))" --argjson b "$threads_before" --argjson a "$threads_after" \
+            --argjson pid "$SERVER" --argjson s "$((switches_after - switches_before))" \
+            --argjson b "$threads_before" --argjson a "$threads_after" \
             '{requests: $n, pid: $pid, cpu_us_per_request: ($c / $t / $n * 1e6),
               context_switches_per_request: ($s / $n),
               by_thread: ($a | with_entries(.value = ((.value - ($b[.key] // 0)) / $t / $n * 1e6)))}' \

@@ -110,10 +110,7 @@ start_beside() {
     sed -e "s/127.0.0.1:$PORT_HG/127.0.0.1:$port/" \
         -e "s/127.0.0.1:$PORT_ADMIN/127.0.0.1:$admin/" \
         -e "s#path: $TMP/store#path: $folder/store-$name#" "$TMP/hookgate.yaml" |
-        awk -v keys="$keys" '{print} /^store:$/ && keys != "" {
-            n = split(keys, k, ";")
-            for (i = 1; i <= n; i++) { gsub(/^ +| +$/, "", k[i]); print "  " k[i] }
-        }' >"$TMP/$name.yaml"
+        with_store_keys "$keys" >"$TMP/$name.yaml"
     BENCH_SECRET=$SECRET "$binary" --config "$TMP/$name.yaml" --log-format json \
         >"$TMP/$name.log" 2>&1 &
     printf -v "PID_$name" '%s' $!
