@@ -19,8 +19,8 @@
 //! `delivery.rs` takes a webhook delivery in; `admit.rs` checks an event before its claim;
 //! `dedup.rs` claims and settles its keys (`dedup_keys.rs`); `deliver.rs` runs the guard
 //! and the publish; `reconciled.rs` takes listed and replayed events. `outcome.rs` holds
-//! the outcomes and drop reasons, `log_scope.rs` a delivery's trace for the log, `route.rs` the routes and settings, `event_message.rs`
-//! the AMQP message of an event.
+//! the outcomes and drop reasons, `log_scope.rs` a delivery's trace for the log, `route.rs`
+//! the routes and settings, `event_message.rs` the AMQP message of an event.
 
 mod admit;
 mod dedup;
