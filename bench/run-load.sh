@@ -289,12 +289,28 @@ jq -s '
               within_5ms: (map(.[$n].within_5ms) | median)}}] | from_entries
           else null end),
       cpu_s_per_10k_accepted: (map(.cpu_s_per_10k_accepted) | median),
+      cpu_each: map(.cpu_s_per_10k_accepted),
       machine_busy: (map(.machine_cpu_busy_share // empty) | median),
       rss_idle_kib: (map(.rss_idle_kib) | min),
       rss_peak_kib: (map(.rss_peak_kib) | max)}})
   | from_entries
   | . as $r
-  | {
+  # "N of M": of the M rounds both ran, how many meet `cond` on [gateway figure, ceiling figure].
+  | def rounds_met(cond): if .[0] == null or .[1] == null then null
+      else transpose | map(select(.[0] != null and .[1] != null))
+        | "\(map(select(cond)) | length) of \(length)" end;
+    # The budget round by round: each round against the same round of the publish ceiling.
+    def met_in_rounds($g): if $r[$g + "-closed"] == null then null else {
+      throughput_ge_90pct_of_publish: ([$r[$g + "-closed"].rps_each, $r["publish-closed"].rps_each]
+          | rounds_met(.[0] >= 0.9 * .[1])),
+      cpu_per_accepted_le_1_4x_publish: ([$r[$g + "-closed"].cpu_each, $r["publish-closed"].cpu_each]
+          | rounds_met(.[0] <= 1.4 * .[1])),
+      p50_at_half_le_publish_plus_1ms: ([$r[$g + "-half"].p50_ms_each, $r["publish-half"].p50_ms_each]
+          | rounds_met(.[0] <= .[1] + 1)),
+      p99_at_half_le_2x_publish: ([$r[$g + "-half"].p99_ms_each, $r["publish-half"].p99_ms_each]
+          | rounds_met(.[0] <= 2 * .[1]))
+    } end;
+    {
       hookgate_rps: $r["hookgate-closed"].rps,
       publish_rps: $r["publish-closed"].rps,
       http_rps: $r["http-closed"].rps,
@@ -339,6 +355,7 @@ jq -s '
             then null else $r["hookgate-half"].p50_ms <= $r["publish-half"].p50_ms + 1 end),
         p99_at_half_le_2x_publish: (if $r["hookgate-half"].p99_ms == null or $r["publish-half"].p99_ms == null
             then null else $r["hookgate-half"].p99_ms <= 2 * $r["publish-half"].p99_ms end)
-      }
+      },
+      targets_met_in_rounds: {hookgate: met_in_rounds("hookgate"), baseline: met_in_rounds("baseline")}
     }' "${RESULTS[@]}" </dev/null | tee "$OUT/summary.json"
 grep -c '"level":"ERROR"' "$TMP/hookgate.log" | sed 's/^/hookgate error log lines: /' || true
