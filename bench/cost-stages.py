@@ -188,8 +188,8 @@ KERNEL = "kernel"
 def perf_shares(path, pid):
     """Component -> share of the samples of process `pid` in a machine-wide profile (self
     time, kernel included). Read sample by sample from `perf script`: `perf report --pid`
-    left a tenth of each server's samples out, its libc ones (memcpy, memmove) among them,
-    and the ceilings' with them all."""
+    missed about a third of each server's kernel samples, and the ceilings' samples in
+    libc (their memcpy among them)."""
     text = subprocess.run(
         ["perf", "script", "-i", str(path), "-F", "pid,ip,sym,dso"],
         check=True, capture_output=True, text=True).stdout
