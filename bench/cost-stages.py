@@ -49,6 +49,11 @@ ALLOC_SYMBOL = re.compile(r"^(_?mi_|mi_|malloc|free|realloc|calloc|cfree|posix_m
                           r"aligned_alloc|__rust_(alloc|dealloc|realloc))")
 MEMORY_SYMBOL = re.compile(r"^(__)?mem(cpy|move|set|cmp)|^__memcpy|^__memmove|^__memset|"
                            r"^__memcmp|^__nss|^bcmp")
+# tracing's `Instrumented::poll` wraps each connection's future (its span is off unless
+# the log is at debug). With LTO the connection's hyper code is inlined into it, so its
+# cost is the connection's HTTP work, the ceilings' `Connection::poll`, not tracing's.
+CONNECTION_SYMBOL = re.compile(r"^<tracing::instrument::Instrumented<T> as "
+                               r"core::future::future::Future>::poll$")
 RING_SYMBOL = re.compile(r"^(ring_core_|aes_|gcm_|chacha|x25519|fiat_|bn_|sha256_block|"
                          r"sha512_block|GFp_|LIMBS_|ecp_nistz)")
 
@@ -112,6 +117,8 @@ def component(name):
         return MEMORY
     if RING_SYMBOL.match(name):
         return COMPONENTS[0][0]
+    if CONNECTION_SYMBOL.match(name):
+        return COMPONENTS[1][0]
     crate = crate_of(name)
     if crate is None:
         return LIBC

@@ -12,11 +12,17 @@ use crate::store_error::StoreError;
 use super::{Claimed, StateStore};
 
 impl StateStore {
-    /// The state of a dedup key at `now_ms`.
-    async fn mark_state(&self, key: &StoreKey, now_ms: i64) -> Result<KeyState, StoreError> {
+    /// Whether a read before the claim finds the request id's mark done. In Redis the
+    /// common retry (the request id done) is so answered without a write, also by a Redis
+    /// that refuses writes. The local store reads nothing here: its claim finds a done mark
+    /// under the same lock and writes nothing then, so a read first would only look the
+    /// key up twice on every delivery.
+    async fn done_before_claim(&self, key: &StoreKey) -> Result<bool, StoreError> {
         match self {
-            StateStore::Local(s) => s.marks.state(key, now_ms),
-            StateStore::Redis { redis, .. } => Box::pin(redis.state(key)).await,
+            StateStore::Local(_) => Ok(false),
+            StateStore::Redis { redis, .. } => {
+                Ok(Box::pin(redis.state(key)).await? == KeyState::Done)
+            }
         }
     }
 
@@ -54,9 +60,7 @@ impl StateStore {
             // The request id is claimed like the event: of two concurrent retries under one
             // request id, whatever their bodies, one goes on and the other waits for it.
             if let Some(request) = request {
-                // A read first: the common retry (the request id done) is answered without
-                // a write, also by a Redis that refuses writes.
-                if self.mark_state(request, now).await? == KeyState::Done {
+                if self.done_before_claim(request).await? {
                     return Ok(Claimed::Duplicate { by_request: true });
                 }
                 match self.try_claim(request, token, now, lease).await? {

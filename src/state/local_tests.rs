@@ -1,5 +1,6 @@
-//! The local backend through the facade: a guard-key lock waited for within its bound, and
-//! values read from runs off the runtime's workers.
+//! The local backend through the facade: a claim of an event under a request id, a
+//! guard-key lock waited for within its bound, and values read from runs off the runtime's
+//! workers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use crate::state::keys::StoreKey;
 use durable_spool::Store;
 
 use super::local::{PageLookups, Ran};
-use super::{LeaseHolder, StateStore};
+use super::{Claimed, LeaseHolder, StateStore};
 
 /// The local backend on `store`, with one route and `extra` config (whole YAML lines).
 fn open_local(store: &Store, extra: &str) -> StateStore {
@@ -27,6 +28,47 @@ fn open_local(store: &Store, extra: &str) -> StateStore {
         &Liveness::new(),
     )
     .expect("state")
+}
+
+/// Claims `event` under `request` for `token` on `state`, waiting 50 ms at most.
+async fn claim(state: &StateStore, event: &StoreKey, request: &StoreKey, token: u64) -> Claimed {
+    let (wait, lease) = (Duration::from_millis(50), Duration::from_secs(30));
+    state
+        .claim_or_wait(event, Some(request), token, wait, lease, || 1_000)
+        .await
+        .expect("claim")
+}
+
+#[tokio::test]
+async fn a_local_claim_under_a_done_request_id_is_its_duplicate_and_claims_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Store::open(dir.path()).expect("store");
+    let state = open_local(&store, "");
+    let (request, first, second) = (
+        StoreKey::raw(b"request"),
+        StoreKey::raw(b"event-1"),
+        StoreKey::raw(b"event-2"),
+    );
+    assert_eq!(claim(&state, &first, &request, 1).await, Claimed::Owned);
+    // While the first holds the request id, a second event under it waits, then is busy.
+    assert_eq!(claim(&state, &second, &request, 2).await, Claimed::Busy);
+    let ttl = Duration::from_secs(60);
+    state
+        .mark_done(&[(&request, b""), (&first, b"")], 1, 1_000, None, ttl)
+        .await
+        .expect("marks");
+    // The sender's retry under the same request id, whatever its body says, is a duplicate
+    // of the request, and its own event stays free for a delivery under another id.
+    assert_eq!(
+        claim(&state, &second, &request, 3).await,
+        Claimed::Duplicate { by_request: true }
+    );
+    let other = StoreKey::raw(b"request-2");
+    assert_eq!(claim(&state, &second, &other, 4).await, Claimed::Owned);
+    assert_eq!(
+        claim(&state, &first, &StoreKey::raw(b"request-3"), 5).await,
+        Claimed::Duplicate { by_request: false }
+    );
 }
 
 #[tokio::test]
