@@ -1,6 +1,9 @@
-# Sourced by the bench scripts: waiting for a service, the processes a run starts and their
-# clean-up, and the gateway's config on the bench route. The caller sets LOAD, RABBIT, TMP,
-# EXCHANGE and QUEUE before it sources this file.
+# Sourced by the bench scripts: free ports (bench/ports.sh), waiting for a service, the
+# processes a run starts and their clean-up, and the gateway's config on the bench route.
+# The caller sets LOAD, RABBIT, TMP, EXCHANGE and QUEUE before it sources this file.
+
+# shellcheck source=bench/ports.sh
+source bench/ports.sh
 
 # `wait_for NAME COMMAND...` runs COMMAND every 0.1 s until it succeeds, for WAIT_SECONDS
 # (10) at most; then it says NAME did not come up, shows $TMP/NAME.log if the caller keeps

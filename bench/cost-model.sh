@@ -67,10 +67,11 @@ TMP=$(mktemp -d /tmp/hookgate-cost.XXXXXX)
 RUN=$(basename "$TMP" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')
 EXCHANGE=hookgate-cost-$RUN
 QUEUE=hookgate-cost-$RUN
-PORT=$((20000 + RANDOM % 20000)) ADMIN=$((PORT + 1))
 LOAD=$PWD/target/release/examples/load
 # shellcheck source=bench/common.sh
 source bench/common.sh
+PORT=$(free_ports 2)
+ADMIN=$((PORT + 1))
 
 "$LOAD" --gen-cert "$TMP"
 "$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE"

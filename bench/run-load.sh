@@ -71,10 +71,6 @@ TMP=$(mktemp -d /tmp/hookgate-bench.XXXXXX)
 RUN=$(basename "$TMP" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')
 EXCHANGE=hookgate-bench-$RUN
 QUEUE=hookgate-bench-$RUN
-BASE=$((20000 + RANDOM % 20000))
-PORT_HG=$BASE PORT_ADMIN=$((BASE + 1)) PORT_HTTP=$((BASE + 2)) PORT_PUB=$((BASE + 3))
-PORT_BASE_HG=$((BASE + 4)) PORT_BASE_ADMIN=$((BASE + 5))
-PORT_PRE_HG=$((BASE + 6)) PORT_PRE_ADMIN=$((BASE + 7)) PORT_DUR=$((BASE + 8))
 BASELINE=${BASELINE:-}
 BASELINE_STORE_DIR=${BASELINE_STORE_DIR:-}
 BASELINE_STORE_KEYS=${BASELINE_STORE_KEYS:-}
@@ -82,6 +78,10 @@ BASELINE_STORE=
 PRELOADED=${PRELOADED:-}
 # shellcheck source=bench/common.sh
 source bench/common.sh
+BASE=$(free_ports 9)
+PORT_HG=$BASE PORT_ADMIN=$((BASE + 1)) PORT_HTTP=$((BASE + 2)) PORT_PUB=$((BASE + 3))
+PORT_BASE_HG=$((BASE + 4)) PORT_BASE_ADMIN=$((BASE + 5))
+PORT_PRE_HG=$((BASE + 6)) PORT_PRE_ADMIN=$((BASE + 7)) PORT_DUR=$((BASE + 8))
 
 "$LOAD" --gen-cert "$TMP"
 "$LOAD" --amqp-setup --amqp-url "$RABBIT" --exchange "$EXCHANGE" --queue "$QUEUE" \

@@ -41,12 +41,13 @@ TMP=$(mktemp -d /tmp/hookgate-replicas.XXXXXX)
 RUN=$(basename "$TMP" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')
 EXCHANGE=hookgate-bench-$RUN
 QUEUE=hookgate-bench-$RUN
-BASE=$((20000 + RANDOM % 20000))
-PORT_REDIS=$BASE PORT_REPLICA=$((BASE + 1)) PORT_PUB=$((BASE + 2))
-NEXT_PORT=$((BASE + 10))
 
 # shellcheck source=bench/common.sh
 source bench/common.sh
+# Redis, its replica and the ceiling, then two ports for each gateway the run starts.
+BASE=$(free_ports 24)
+PORT_REDIS=$BASE PORT_REPLICA=$((BASE + 1)) PORT_PUB=$((BASE + 2))
+NEXT_PORT=$((BASE + 10))
 
 redis() { # name port [redis-server args...]
     local name=$1 port=$2

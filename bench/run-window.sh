@@ -42,7 +42,9 @@ TMP=$(mktemp -d /tmp/hookgate-window.XXXXXX)
 RUN=$(basename "$TMP" | tr -dc 'a-zA-Z0-9' | tr 'A-Z' 'a-z')
 EXCHANGE=hookgate-window-$RUN
 QUEUE=hookgate-window-$RUN
-PORT=$((20000 + RANDOM % 20000))
+# shellcheck source=bench/ports.sh
+source bench/ports.sh
+PORT=$(free_ports 2)
 PID=
 CGROUP=
 cleanup() {
